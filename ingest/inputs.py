@@ -1,0 +1,157 @@
+"""Our own request bodies: strict pydantic models (frozen, unknown fields refused).
+
+Processor payloads are not modelled here: they are read tolerantly by `ingest/stripe.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+)
+
+from ingest.records import ProgramSettings
+
+_CURRENCY = re.compile(r"^[A-Za-z]{3}$")
+_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _currency(value: str) -> str:
+    if not _CURRENCY.match(value):
+        raise ValueError("must be a 3-letter ISO currency code")
+    return value.lower()
+
+
+def _code(value: str) -> str:
+    if not _CODE.match(value):
+        raise ValueError("must be 1-64 letters, digits, '_', '.' or '-'")
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=255)]
+Text = Annotated[str, Field(max_length=2048)]
+Currency = Annotated[str, AfterValidator(_currency)]
+Code = Annotated[str, AfterValidator(_code)]
+Email = Annotated[str, Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")]
+
+
+def _alias(*names: str) -> Any:
+    return Field(default=None, validation_alias=AliasChoices(*names))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ClickIn(Strict):
+    program_id: Id
+    partner_code: Id
+    url: Text | None = None
+    referrer: Text | None = None
+
+
+class LeadIn(Strict):
+    customer_external_id: Id = Field(
+        validation_alias=AliasChoices("customer_external_id", "customerExternalId")
+    )
+    email: Email | None = None
+    click_id: Id | None = _alias("click_id", "clickId")
+    name: Text | None = None
+    program_id: Id | None = None
+
+
+class SaleIn(Strict):
+    transaction_id: Id | None = _alias("transaction_id", "invoiceId", "invoice_id")
+    customer_external_id: Id | None = _alias("customer_external_id", "customerExternalId")
+    amount: StrictInt | None = None
+    currency: Currency = "usd"
+    is_recurring: StrictBool = Field(
+        default=False, validation_alias=AliasChoices("is_recurring", "isRecurring")
+    )
+    sale_type: Id | None = _alias("sale_type", "saleType")
+    subscription_id: Id | None = _alias("subscription_id", "subscriptionId")
+    email: Email | None = None
+    click_id: Id | None = _alias("click_id", "clickId")
+    occurred_at: AwareDatetime | None = None
+    additional_data: dict[str, Any] | None = None
+
+    @property
+    def test_mode(self) -> bool:
+        return bool(self.additional_data) and self.additional_data.get("test_mode") is True  # type: ignore[union-attr]
+
+
+class RefundIn(Strict):
+    transaction_id: Id = Field(
+        validation_alias=AliasChoices("transaction_id", "invoiceId", "invoice_id")
+    )
+    refund_id: Id = Field(validation_alias=AliasChoices("refund_id", "refundId"))
+    amount: StrictInt = Field(gt=0)
+    reason: Text | None = None
+    occurred_at: AwareDatetime | None = None
+
+
+class AccountIn(Strict):
+    email: Email
+    workspace_name: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class MemberIn(Strict):
+    email: Email
+    role: Literal["owner", "member"]
+
+
+class SettingsPatch(Strict):
+    """Partial program settings; only the fields sent change."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    commission_type: Literal["percent", "flat"] | None = None
+    commission_bps: Annotated[StrictInt, Field(ge=0, le=10000)] | None = None
+    commission_flat: Annotated[StrictInt, Field(ge=0)] | None = None
+    recurring_months: Annotated[StrictInt, Field(ge=0)] | None = None
+    platform_fee_bps: Annotated[StrictInt, Field(ge=0, le=10000)] | None = None
+    holding_days: Annotated[StrictInt, Field(ge=0)] | None = None
+    requires_server_side_leads: StrictBool | None = None
+    stripe_account_id: Id | None = None
+
+    def apply(self, settings: ProgramSettings) -> ProgramSettings:
+        changes = self.model_dump(exclude_unset=True, exclude={"name"})
+        return ProgramSettings.model_validate({**settings.model_dump(), **changes})
+
+
+class ProgramCreateIn(SettingsPatch):
+    workspace_id: Id
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class PartnerIn(Strict):
+    code: Code
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    email: Email | None = None
+
+
+class AgentKeyIn(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    scopes: list[Literal["programs:read", "programs:write"]] = Field(min_length=1)
+    workspace_ids: list[Id] = Field(min_length=1)
+
+
+class RotationIn(Strict):
+    deadline: AwareDatetime
+
+
+class LegacyKeyIn(Strict):
+    api_key: Annotated[str, Field(min_length=16, max_length=255, pattern=r"^\S+$")]
+
+
+def when(value: datetime | None, default: datetime) -> datetime:
+    return value if value is not None else default

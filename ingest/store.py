@@ -1,0 +1,122 @@
+"""The storage contract: what the services and the API need from a backend.
+
+One backend exists today (`ingest/duckdb_store.py`, the embedded default). A PostgreSQL backend
+for several API replicas must satisfy the same protocol and pass
+`tests/ingest/test_store_contract.py`.
+Reads may be called from any thread; `begin()` and everything on `Tx` only from the writer thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from ingest.records import (
+    Binding,
+    Credential,
+    LogLine,
+    Partner,
+    Program,
+    Role,
+    SaleLedger,
+)
+
+
+class Tx(Protocol):
+    """One write transaction, owned by the writer thread. Domain checks happen before writes."""
+
+    def append(self, row: Mapping[str, Any]) -> int:
+        """Append one raw-log row (missing typed fields are NULL); returns its sequence number."""
+
+    def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> None:
+        """Record idempotency keys (sale ids, processor event ids) not yet recorded."""
+
+    def log(
+        self,
+        program_id: str,
+        at: datetime,
+        endpoint: str,
+        status: int,
+        outcome: str,
+        detail: str,
+        request_id: str | None,
+        raw_seq: int | None,
+    ) -> None: ...
+
+    def check(self, program_id: str, step: str, at: datetime) -> None:
+        """Mark an integration-checklist step done (first time only)."""
+
+    def add_account(self, account_id: str, email: str, at: datetime) -> None: ...
+
+    def add_workspace(self, workspace_id: str, name: str, at: datetime) -> None: ...
+
+    def add_member(self, workspace_id: str, account_id: str, role: Role, at: datetime) -> None: ...
+
+    def put_program(self, program: Program) -> None: ...
+
+    def add_partner(self, partner: Partner) -> None: ...
+
+    def add_credential(self, cred: Credential) -> None: ...
+
+    def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None: ...
+
+    def flag_credential(
+        self, token_hash: str, flagged_at: datetime, deadline: datetime
+    ) -> None: ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run a statement inside the transaction (materialised tables, reconcile runs)."""
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+class Store(Protocol):
+    """Reads of the control plane and hot-path lookups, plus `begin()` for the writer."""
+
+    def begin(self) -> Tx: ...
+
+    def close(self) -> None: ...
+
+    def credential(self, token_hash: str) -> Credential | None: ...
+
+    def program_credential(self, program_id: str) -> Credential | None: ...
+
+    def program(self, program_id: str) -> Program | None: ...
+
+    def programs_in(self, workspace_ids: Sequence[str]) -> list[Program]: ...
+
+    def programs_for_stripe_account(self, account: str) -> list[Program]: ...
+
+    def role(self, workspace_id: str, account_id: str) -> Role | None: ...
+
+    def workspaces_of(self, account_id: str) -> dict[str, Role]: ...
+
+    def workspace_exists(self, workspace_id: str) -> bool: ...
+
+    def partner(self, program_id: str, code: str) -> Partner | None: ...
+
+    def partners(self, program_id: str) -> list[Partner]: ...
+
+    def click_partner(self, program_id: str, click_id: str) -> str | None: ...
+
+    def binding(self, program_id: str, customer_key: str) -> Binding | None: ...
+
+    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]: ...
+
+    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None: ...
+
+    def refund_seen(self, program_id: str, refund_id: str) -> bool: ...
+
+    def event_seen(self, event_id: str) -> bool: ...
+
+    def checklist(self, program_id: str) -> dict[str, datetime]: ...
+
+    def tracking_log(
+        self, program_id: str, limit: int, before: int | None = None
+    ) -> list[LogLine]: ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A read-only query on a snapshot (reports and reads of materialised tables)."""

@@ -1,0 +1,125 @@
+"""The group-commit writer: the one thread that writes to the database.
+
+Callers hand it an operation (a function of a `Tx`); the writer runs every operation that queued
+up while the previous commit was in flight inside one transaction, commits once, and only then
+resolves each caller's future. So a request is answered only after its event is durable, and many
+concurrent requests share one commit.
+
+Operations must do their domain checks (raising `TallyError`) before writing anything. An
+unexpected failure rolls the whole batch back and replays its operations one by one, so a bad
+operation fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ingest.errors import ServiceUnavailable, TallyError
+from ingest.store import Store, Tx
+
+T = TypeVar("T")
+log = logging.getLogger("tally.writer")
+
+MAX_BATCH = 256
+
+
+@dataclass
+class _Job(Generic[T]):
+    op: Callable[[Tx], T]
+    future: Future[T]
+
+
+_STOP = object()
+
+
+class Writer:
+    """Owns the write side of a `Store` on a dedicated thread."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="tally-writer", daemon=True)
+        self._running = False
+        self.commits = 0
+        self.operations = 0
+
+    def start(self) -> None:
+        self._running = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._running:
+            self._running = False
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    def submit(self, op: Callable[[Tx], T]) -> Future[T]:
+        future: Future[T] = Future()
+        if not self._running:
+            future.set_exception(ServiceUnavailable("tally is not accepting writes right now"))
+            return future
+        self._queue.put(_Job(op, future))
+        return future
+
+    async def run(self, op: Callable[[Tx], T]) -> T:
+        """Run `op` in the writer and wait (without blocking the event loop) for its commit."""
+        return await asyncio.wrap_future(self.submit(op))
+
+    def run_sync(self, op: Callable[[Tx], T]) -> T:
+        return self.submit(op).result()
+
+    # -- the writer thread ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch: list[_Job[Any]] = [item]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Job[Any]]) -> None:
+        outcomes: list[tuple[_Job[Any], bool, Any]] = []
+        tx = self._store.begin()
+        try:
+            for job in batch:
+                try:
+                    outcomes.append((job, True, job.op(tx)))
+                except TallyError as exc:
+                    outcomes.append((job, False, exc))
+            tx.commit()
+        except Exception as exc:
+            tx.rollback()
+            if len(batch) > 1:
+                log.warning("batch of %d failed (%s); replaying one by one", len(batch), exc)
+                for job in batch:
+                    self._commit([job])
+            else:
+                log.exception("write operation failed")
+                batch[0].future.set_exception(exc)
+            return
+        self.commits += 1
+        self.operations += len(batch)
+        for job, ok, value in outcomes:
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
