@@ -1,0 +1,335 @@
+"""Stripe webhook deliveries: signature checks, body parsing and typed-field extraction.
+
+Pure functions: no I/O and no clock (`now` is a parameter). `extract` follows the column meanings
+documented in `ingest/schema.py` and never raises: a signed but oddly shaped payload is still
+stored verbatim, with NULL typed fields where a value is missing or of an unexpected type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ingest.errors import InvalidJson, InvalidSignature
+
+CHECKOUT_EVENTS = frozenset(
+    {"checkout.session.completed", "checkout.session.async_payment_succeeded"}
+)
+INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})
+REFUND_EVENTS = frozenset({"charge.refunded"})
+SUBSCRIPTION_EVENTS = frozenset({"customer.subscription.created", "customer.subscription.updated"})
+
+META_CLICK_ID = "svc_click_id"
+META_CUSTOMER_KEY = "svc_customer_key"
+META_PROGRAM_ID = "program_id"
+_META_KEYS = (META_CLICK_ID, META_CUSTOMER_KEY, META_PROGRAM_ID)
+
+# The typed fields `extract` returns, always all of them (NULL = None when not applicable).
+# fmt: off
+STRIPE_FIELDS: tuple[str, ...] = (
+    "event_id", "event_type", "object_id", "livemode", "test_mode", "occurred_at",
+    "transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id", "charge_id",
+    "subscription_id", "billing_reason", "checkout_mode", "customer_key", "processor_customer_id",
+    "email", "click_id", "meta_program_id", "sub_metadata_present", "amount", "tax", "currency",
+    "refund_id", "stripe_account",
+)
+# fmt: on
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# --- signatures -------------------------------------------------------------------------------
+
+
+def sign(payload: bytes, secret: str, timestamp: int) -> str:
+    """Return a `Stripe-Signature` header value for `payload` (tests, demo and benchmarks)."""
+    return f"t={timestamp},v1={_digest(secret, timestamp, payload)}"
+
+
+def verify_signature(
+    payload: bytes,
+    header: str | None,
+    secrets: Sequence[str],
+    tolerance_seconds: int,
+    now: datetime,
+) -> int:
+    """Check a `Stripe-Signature` header against every secret; return its timestamp `t`.
+
+    Accepts when any `v1` signature matches any secret and `t` is within `tolerance_seconds`
+    of `now` (either direction). Other schemes (`v0`, ...) are ignored.
+    Raises `InvalidSignature` otherwise; messages never contain a secret.
+    """
+    if header is None or not header.strip():
+        raise InvalidSignature("missing Stripe-Signature header")
+    timestamp, candidates = _parse_header(header)
+    if isinstance(secrets, str):  # a lone string is a Sequence[str] of characters: guard it
+        secrets = (secrets,)
+    usable = [s for s in secrets if s]
+    if not usable:
+        raise InvalidSignature("no webhook signing secret is configured")
+    expected = [_digest(secret, timestamp, payload).encode("ascii") for secret in usable]
+    matched = False
+    for candidate in candidates:
+        for digest in expected:
+            matched = hmac.compare_digest(candidate, digest) or matched
+    if not matched:
+        raise InvalidSignature(
+            f"no v1 signature in Stripe-Signature (t={timestamp}) matches a configured secret"
+        )
+    if now.tzinfo is None:
+        raise ValueError("verify_signature needs an aware `now`")
+    age = now.timestamp() - timestamp
+    if abs(age) > tolerance_seconds:
+        when = f"{int(age)}s old" if age > 0 else f"{int(-age)}s in the future"
+        raise InvalidSignature(
+            f"Stripe-Signature timestamp t={timestamp} is {when} (tolerance {tolerance_seconds}s)"
+        )
+    return timestamp
+
+
+def _digest(secret: str, timestamp: int, payload: bytes) -> str:
+    signed = f"{timestamp}.".encode() + payload
+    return hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+
+
+def _parse_header(header: str) -> tuple[int, list[bytes]]:
+    timestamp: int | None = None
+    candidates: list[bytes] = []
+    for item in header.split(","):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            continue
+        if key == "t" and timestamp is None:
+            if not value.isascii() or not value.isdigit() or len(value) > 12:
+                raise InvalidSignature("unparseable Stripe-Signature header: bad timestamp")
+            timestamp = int(value)
+        elif key == "v1" and value:
+            candidates.append(value.encode("utf-8"))
+    if timestamp is None:
+        raise InvalidSignature("unparseable Stripe-Signature header: no t= timestamp")
+    if not candidates:
+        raise InvalidSignature("unparseable Stripe-Signature header: no v1 signature")
+    return timestamp, candidates
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+def parse_event(payload: bytes) -> dict[str, Any]:
+    """Parse a delivery body; raise `InvalidJson` unless it is a JSON object."""
+    try:
+        value = json.loads(payload)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise InvalidJson(f"webhook body is not valid JSON: {type(exc).__name__}") from None
+    if not isinstance(value, dict):
+        raise InvalidJson(f"webhook body is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+# --- extraction -------------------------------------------------------------------------------
+
+
+def extract(event: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the typed raw-log fields (kind `stripe`) of a parsed event envelope."""
+    out: dict[str, Any] = dict.fromkeys(STRIPE_FIELDS)
+    if not isinstance(event, Mapping):
+        out["test_mode"] = False
+        return out
+    data = _map(event.get("data"))
+    obj = _map(data.get("object") if data else None) or {}
+    event_type = _str(event.get("type"))
+    livemode = event.get("livemode")
+    out.update(
+        event_id=_str(event.get("id")),
+        event_type=event_type,
+        object_id=_str(obj.get("id")),
+        livemode=livemode if isinstance(livemode, bool) else None,
+        test_mode=livemode is False,
+        occurred_at=_time(event.get("created")),
+        stripe_account=_id(event.get("account")),
+        processor_customer_id=_id(obj.get("customer")),
+    )
+    if event_type in CHECKOUT_EVENTS:
+        out.update(_checkout(obj))
+    elif event_type in INVOICE_EVENTS:
+        out.update(_invoice(obj))
+        paid_at = _time(_get(obj, "status_transitions", "paid_at"))
+        out["occurred_at"] = paid_at or out["occurred_at"]
+    elif event_type in REFUND_EVENTS:
+        out.update(_refund(obj))
+    elif event_type in SUBSCRIPTION_EVENTS:
+        out.update(subscription_id=_str(obj.get("id")), **_attribution(obj.get("metadata")))
+    return out
+
+
+def _checkout(obj: Mapping[str, Any]) -> dict[str, Any]:
+    session_id = _str(obj.get("id"))
+    invoice_id = _id(obj.get("invoice"))
+    payment_intent_id = _id(obj.get("payment_intent"))
+    email = _str(_get(obj, "customer_details", "email")) or _str(obj.get("customer_email"))
+    return {
+        "transaction_id": invoice_id or payment_intent_id or session_id,
+        "checkout_session_id": session_id,
+        "invoice_id": invoice_id,
+        "payment_intent_id": payment_intent_id,
+        "subscription_id": _id(obj.get("subscription")),
+        "checkout_mode": _str(obj.get("mode")),
+        "email": email,
+        "amount": _int(obj.get("amount_total")),
+        "tax": _int(_get(obj, "total_details", "amount_tax")),
+        "currency": _currency(obj.get("currency")),
+        **_attribution(obj.get("metadata")),
+    }
+
+
+def _invoice(obj: Mapping[str, Any]) -> dict[str, Any]:
+    invoice_id = _str(obj.get("id"))
+    payment = _invoice_payment(obj)
+    payment_intent_id = _id(obj.get("payment_intent")) or _id(payment.get("payment_intent"))
+    subscription_id = _id(_get(obj, "parent", "subscription_details", "subscription"))
+    metadata = [
+        _get(obj, "parent", "subscription_details", "metadata"),
+        _get(obj, "subscription_details", "metadata"),
+    ]
+    chosen = next((m for m in metadata if _attribution(m)["sub_metadata_present"]), None)
+    return {
+        "transaction_id": invoice_id or payment_intent_id,
+        "invoice_id": invoice_id,
+        "payment_intent_id": payment_intent_id,
+        "charge_id": _id(obj.get("charge")) or _id(payment.get("charge")),
+        "subscription_id": subscription_id or _id(obj.get("subscription")),
+        "billing_reason": _str(obj.get("billing_reason")),
+        "email": _str(obj.get("customer_email")),
+        "amount": _int(obj.get("amount_paid")),
+        "tax": _invoice_tax(obj),
+        "currency": _currency(obj.get("currency")),
+        **_attribution(chosen),
+    }
+
+
+def _invoice_payment(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The `payment` of the invoice's paid entry in `payments.data` (2025-03-31+), or {}."""
+    entries = _get(obj, "payments", "data")
+    if not isinstance(entries, list):
+        return {}
+    payments = [_map(e) or {} for e in entries]
+    ordered = [p for p in payments if p.get("status") == "paid"] + payments
+    for entry in ordered:
+        payment = _map(entry.get("payment"))
+        if payment and (_id(payment.get("payment_intent")) or _id(payment.get("charge"))):
+            return payment
+    return {}
+
+
+def _invoice_tax(obj: Mapping[str, Any]) -> int | None:
+    tax = _int(obj.get("tax"))
+    if tax is not None:
+        return tax
+    taxes = obj.get("total_taxes")
+    if not isinstance(taxes, list):
+        return None
+    amounts = [_int(_get(t, "amount")) for t in taxes]
+    if any(a is None for a in amounts):
+        return None
+    return _bounded(sum(a for a in amounts if a is not None))
+
+
+def _refund(obj: Mapping[str, Any]) -> dict[str, Any]:
+    charge_id = _str(obj.get("id"))
+    invoice_id = _id(obj.get("invoice"))
+    payment_intent_id = _id(obj.get("payment_intent"))
+    return {
+        "transaction_id": invoice_id or payment_intent_id or charge_id,
+        "charge_id": charge_id,
+        "invoice_id": invoice_id,
+        "payment_intent_id": payment_intent_id,
+        "amount": _int(obj.get("amount_refunded")),
+        "currency": _currency(obj.get("currency")),
+        "refund_id": _newest_refund_id(_get(obj, "refunds", "data")),
+        **_attribution(obj.get("metadata"), with_presence=False),
+    }
+
+
+def _newest_refund_id(refunds: Any) -> str | None:
+    """Id of the refund with the greatest `created` (ties and missing times: first listed)."""
+    if not isinstance(refunds, list):
+        return None
+    best: tuple[int, str] | None = None
+    for item in refunds:
+        refund = _map(item)
+        refund_id = _str(refund.get("id")) if refund else None
+        if refund is None or refund_id is None:
+            continue
+        created = _int(refund.get("created"))
+        rank = created if created is not None else _INT64_MIN
+        if best is None or rank > best[0]:
+            best = (rank, refund_id)
+    return best[1] if best else None
+
+
+def _attribution(metadata: Any, *, with_presence: bool = True) -> dict[str, Any]:
+    meta = _map(metadata) or {}
+    values = {key: _str(meta.get(key)) for key in _META_KEYS}
+    out: dict[str, Any] = {
+        "click_id": values[META_CLICK_ID],
+        "customer_key": values[META_CUSTOMER_KEY],
+        "meta_program_id": values[META_PROGRAM_ID],
+    }
+    if with_presence:
+        out["sub_metadata_present"] = any(v is not None for v in values.values())
+    return out
+
+
+# --- tolerant readers: wrong type or missing -> None ------------------------------------------
+
+
+def _map(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _get(obj: Mapping[str, Any], *path: str) -> Any:
+    current: Any = obj
+    for key in path:
+        current = current.get(key) if isinstance(current, Mapping) else None
+    return current
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value != "" else None
+
+
+def _id(value: Any) -> str | None:
+    """An object id given as a string or as an expanded object with `id`."""
+    if isinstance(value, Mapping):
+        return _str(value.get("id"))
+    return _str(value)
+
+
+def _bounded(value: int) -> int | None:
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return _bounded(value)
+
+
+def _currency(value: Any) -> str | None:
+    text = _str(value)
+    return text.lower() if text else None
+
+
+def _time(value: Any) -> datetime | None:
+    seconds = _int(value)
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
