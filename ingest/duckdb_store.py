@@ -44,10 +44,7 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
 
 def _schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
     return pa.schema(
-        [
-            pa.field(name, _ARROW_TYPES[typ.split()[0]], "NOT NULL" not in typ)
-            for name, typ in columns
-        ]
+        [pa.field(name, _ARROW_TYPES[typ.split()[0]], "NOT NULL" not in typ) for name, typ in columns]
     )
 
 
@@ -56,7 +53,7 @@ LOG_SCHEMA = _schema(
     (
         ("log_id", "BIGINT NOT NULL"),
         ("program_id", "VARCHAR NOT NULL"),
-        ("at", "TIMESTAMPTZ NOT NULL"),
+        ("logged_at", "TIMESTAMPTZ NOT NULL"),
         ("endpoint", "VARCHAR NOT NULL"),
         ("status", "INTEGER NOT NULL"),
         ("outcome", "VARCHAR NOT NULL"),
@@ -152,9 +149,7 @@ class DuckTx:
     ) -> None:
         log_id = self._next_log
         self._next_log += 1
-        self._logs.append(
-            (log_id, program_id, at, endpoint, status, outcome, detail, request_id, raw_seq)
-        )
+        self._logs.append((log_id, program_id, at, endpoint, status, outcome, detail, request_id, raw_seq))
 
     def check(self, program_id: str, step: str, at: datetime) -> None:
         if self.index.put_checklist(program_id, step, at, self.undo):
@@ -167,9 +162,7 @@ class DuckTx:
         self._cur.execute("INSERT INTO workspaces VALUES (?, ?, ?)", [workspace_id, name, at])
 
     def add_member(self, workspace_id: str, account_id: str, role: Role, at: datetime) -> None:
-        self._cur.execute(
-            "INSERT INTO memberships VALUES (?, ?, ?, ?)", [workspace_id, account_id, role, at]
-        )
+        self._cur.execute("INSERT INTO memberships VALUES (?, ?, ?, ?)", [workspace_id, account_id, role, at])
         self.index.put_role(workspace_id, account_id, role, self.undo)
 
     def put_program(self, program: Program) -> None:
@@ -221,8 +214,7 @@ class DuckTx:
 
     def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None:
         self._cur.execute(
-            "UPDATE credentials SET revoked_at = ?"
-            " WHERE kind = ? AND subject_id = ? AND revoked_at IS NULL",
+            "UPDATE credentials SET revoked_at = ? WHERE kind = ? AND subject_id = ? AND revoked_at IS NULL",
             [at, kind, subject_id],
         )
         for cred in list(self.index.credentials.values()):
@@ -235,9 +227,7 @@ class DuckTx:
             [flagged_at, deadline, token_hash],
         )
         cred = self.index.credentials[token_hash]
-        self.index.put_credential(
-            replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo
-        )
+        self.index.put_credential(replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._cur.execute(sql, list(params))

@@ -91,9 +91,7 @@ class SaleIn(Strict):
 
 
 class RefundIn(Strict):
-    transaction_id: Id = Field(
-        validation_alias=AliasChoices("transaction_id", "invoiceId", "invoice_id")
-    )
+    transaction_id: Id = Field(validation_alias=AliasChoices("transaction_id", "invoiceId", "invoice_id"))
     refund_id: Id = Field(validation_alias=AliasChoices("refund_id", "refundId"))
     amount: StrictInt = Field(gt=0)
     reason: Text | None = None
@@ -124,7 +122,8 @@ class SettingsPatch(Strict):
     stripe_account_id: Id | None = None
 
     def apply(self, settings: ProgramSettings) -> ProgramSettings:
-        changes = self.model_dump(exclude_unset=True, exclude={"name"})
+        sent = self.model_dump(exclude_unset=True)
+        changes = {k: v for k, v in sent.items() if k in ProgramSettings.model_fields}
         return ProgramSettings.model_validate({**settings.model_dump(), **changes})
 
 

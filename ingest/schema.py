@@ -154,7 +154,7 @@ CONTROL_PLANE_DDL: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS tracking_log (
         log_id BIGINT NOT NULL,
         program_id VARCHAR NOT NULL,
-        at TIMESTAMPTZ NOT NULL,
+        logged_at TIMESTAMPTZ NOT NULL,
         endpoint VARCHAR NOT NULL,
         status INTEGER NOT NULL,
         outcome VARCHAR NOT NULL,

@@ -50,6 +50,10 @@ class Writer:
         self.commits = 0
         self.operations = 0
 
+    @property
+    def running(self) -> bool:
+        return self._running
+
     def start(self) -> None:
         self._running = True
         self._thread.start()

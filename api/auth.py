@@ -1,0 +1,138 @@
+"""Credential checks: who is calling, with which kind of credential, for what.
+
+All credentials travel as `Authorization: Bearer <value>` and are matched by hash on the whole
+value. A credential of the wrong kind is refused with a code that names the cause.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from api.state import State
+from ingest.clock import rfc3339, utcnow
+from ingest.errors import (
+    AccountTokenRequired,
+    AgentKeyRequired,
+    ApiKeyRotationRequired,
+    InsufficientScope,
+    InvalidApiKey,
+    MalformedAuthorization,
+    MissingCredentials,
+    OperatorTokenRequired,
+    ProgramKeyRequired,
+    ProgramNotFound,
+)
+from ingest.records import Credential, Program, Role
+from ingest.tokens import token_hash
+
+OPERATOR = "operator"
+
+
+def state(request: Request) -> State:
+    st: State = request.app.state.tally
+    return st
+
+
+def bearer(request: Request) -> str | None:
+    """The bearer token, None when there is no Authorization header at all."""
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, value = header.partition(" ")
+    value = value.strip()
+    if scheme.lower() != "bearer" or not value or " " in value:
+        raise MalformedAuthorization("the Authorization header must be 'Bearer <token>'")
+    return value
+
+
+def _is_operator(request: Request, token: str) -> bool:
+    expected = state(request).settings.operator_token.get_secret_value()
+    return hmac.compare_digest(token.encode(), expected.encode())
+
+
+def _identify(request: Request, token: str) -> Credential | str | None:
+    if _is_operator(request, token):
+        return OPERATOR
+    return state(request).store.credential(token_hash(token))
+
+
+def _required(request: Request) -> str:
+    token = bearer(request)
+    if token is None:
+        raise MissingCredentials("this endpoint needs an Authorization: Bearer header")
+    return token
+
+
+# -- program keys (track endpoints) -------------------------------------------------------------
+def program_from_key(request: Request, token: str) -> Program:
+    found = _identify(request, token)
+    if found is None:
+        raise InvalidApiKey("the API key matches no program (unknown, or replaced by regeneration)")
+    if not isinstance(found, Credential) or found.kind != "program":
+        kind = "operator token" if found == OPERATOR else f"{found.kind} credential"  # type: ignore[union-attr]
+        raise ProgramKeyRequired(f"track endpoints need a program API key, not an {kind}")
+    request.state.credential = found
+    program = state(request).store.program(found.subject_id)
+    if program is None:
+        raise InvalidApiKey("the API key matches no program")
+    request.state.program_id = program.program_id
+    deadline = found.rotation_deadline
+    if deadline is not None and utcnow() >= deadline:
+        raise ApiKeyRotationRequired(
+            f"this API key was due for rotation by {rfc3339(deadline)}; regenerate it",
+            deadline=rfc3339(deadline),
+        )
+    return program
+
+
+def require_program_key(request: Request) -> Program:
+    return program_from_key(request, _required(request))
+
+
+# -- account tokens -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Account:
+    account_id: str
+    roles: dict[str, Role]
+
+    @property
+    def workspace_ids(self) -> set[str]:
+        return set(self.roles)
+
+
+def require_account(request: Request) -> Account:
+    found = _identify(request, _required(request))
+    if not isinstance(found, Credential) or found.kind != "account":
+        what = "no account" if found is None else "not an account token"
+        raise AccountTokenRequired(
+            f"this endpoint needs an account token (acct_...); the credential is {what}"
+        )
+    return Account(found.subject_id, state(request).store.workspaces_of(found.subject_id))
+
+
+def account_program(request: Request, account: Account) -> Program:
+    program = state(request).store.program(request.path_params["program_id"])
+    if program is None or program.workspace_id not in account.workspace_ids:
+        raise ProgramNotFound(f"program {request.path_params['program_id']} not found")
+    return program
+
+
+# -- agent keys ---------------------------------------------------------------------------------
+def require_agent(request: Request, scope: str) -> Credential:
+    found = _identify(request, _required(request))
+    if not isinstance(found, Credential) or found.kind != "agent":
+        what = "unknown" if found is None else "not an agent key"
+        raise AgentKeyRequired(f"agent endpoints need an agent key (agt_...); this credential is {what}")
+    if scope not in found.scopes:
+        raise InsufficientScope(f"this agent key lacks the scope {scope}", required_scope=scope)
+    return found
+
+
+# -- operator ----------------------------------------------------------------------------------
+def require_operator(request: Request) -> None:
+    token = _required(request)
+    if not _is_operator(request, token):
+        raise OperatorTokenRequired("operator endpoints need the operator token (TALLY_OPERATOR_TOKEN)")

@@ -1,0 +1,166 @@
+"""HTTP plumbing shared by every route: request ids, bounded JSON bodies, strict parsing, the
+success envelope and the rotation headers."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from email.utils import format_datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ingest.clock import rfc3339, utcnow
+from ingest.errors import InvalidJson, PayloadTooLarge, ValidationFailed
+from ingest.records import Credential
+from ingest.tokens import random_base62
+
+MAX_BODY = 1024 * 1024
+M = TypeVar("M", bound=BaseModel)
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type",
+    "Access-Control-Max-Age": "86400",
+}
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def dumps(payload: Any) -> bytes:
+    return json.dumps(payload, default=_default, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(payload), status, headers, media_type="application/json")
+
+
+class RequestIdMiddleware:
+    """Every response carries `X-Request-Id`: the client's when it sent a sane one, else a new one."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                candidate = value.decode("latin-1")
+                if _SANE_ID.match(candidate):
+                    request_id = candidate
+                break
+        if request_id is None:
+            request_id = "req_" + random_base62(20)
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["X-Request-Id"] = request_id
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def request_id(request: Request) -> str | None:
+    return getattr(request.state, "request_id", None)
+
+
+async def read_body(request: Request) -> bytes:
+    """The raw body, refusing more than 1 MiB (413) without reading past the limit."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidJson("request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidJson("request body must be a JSON object")
+    return value
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        fields = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "body"
+            fields.append({"field": loc, "message": err["msg"]})
+        raise ValidationFailed("request body does not match the schema", fields=fields) from None
+
+
+async def body_model(request: Request, model: type[M]) -> tuple[bytes, M]:
+    raw = await read_body(request)
+    return raw, validate(model, parse_object(raw))
+
+
+# -- rotation: headers and warnings for a flagged program key ----------------------------------
+def flagged(request: Request) -> Credential | None:
+    cred: Credential | None = getattr(request.state, "credential", None)
+    if cred is not None and cred.rotation_deadline is not None and cred.flagged_at is not None:
+        return cred
+    return None
+
+
+def rotation_headers(request: Request) -> dict[str, str]:
+    cred = flagged(request)
+    if cred is None:
+        return {}
+    assert cred.flagged_at is not None and cred.rotation_deadline is not None
+    base = request.app.state.tally.settings.base_url
+    return {
+        "Deprecation": f"@{int(cred.flagged_at.timestamp())}",
+        "Sunset": format_datetime(cred.rotation_deadline, usegmt=True),
+        "Link": f'<{base}/docs/errors#api_key_rotation_required>; rel="deprecation"; type="text/html"',
+    }
+
+
+def ok(
+    request: Request,
+    data: Any,
+    status: int = 200,
+    warnings: list[dict[str, Any]] | None = None,
+) -> Response:
+    all_warnings = list(warnings or [])
+    cred = flagged(request)
+    if cred is not None and cred.rotation_deadline is not None and utcnow() < cred.rotation_deadline:
+        all_warnings.insert(
+            0,
+            {
+                "code": "api_key_rotation_required",
+                "deadline": rfc3339(cred.rotation_deadline),
+                "message": "this API key must be regenerated before the deadline; "
+                "after it, requests with it are refused",
+            },
+        )
+    payload: dict[str, Any] = {"data": data}
+    if all_warnings:
+        payload["warnings"] = all_warnings
+    return json_response(payload, status, rotation_headers(request))

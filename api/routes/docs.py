@@ -1,0 +1,52 @@
+"""Human pages that never need a credential: the error reference (the rotation Link target)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from api.auth import state
+from api.http import ok
+from api.templating import templates
+from ingest.errors import ALL_ERRORS
+
+WARNING_CODES: dict[str, str] = {
+    "api_key_rotation_required": "The program API key is flagged for mandatory rotation. Before the "
+    "deadline every response carries this warning and the Deprecation, Sunset and Link headers; at or "
+    "after the deadline requests are refused with 401 and this code. Regenerate the key to clear it.",
+    "customer_not_attributed": "A sale was recorded for a customer with no settled lead or known click "
+    "yet. It is kept and attributed at reconciliation if the data arrives.",
+    "sale_not_found": "A refund names a sale tally has not seen yet. It is kept and matched later.",
+}
+
+
+def error_catalogue() -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for cls in ALL_ERRORS:
+        if cls.code == "internal_error":
+            continue
+        doc = (cls.__doc__ or "").strip()
+        rows.append({"code": cls.code, "status": cls.status, "doc": doc})
+    rows.sort(key=lambda r: (int(str(r["status"])), str(r["code"])))
+    return rows
+
+
+async def errors_page(request: Request) -> Response:
+    html = templates.get_template("errors.html").render(
+        errors=error_catalogue(), warnings=WARNING_CODES, base_url=state(request).settings.base_url
+    )
+    return HTMLResponse(html)
+
+
+async def healthz(request: Request) -> Response:
+    st = state(request)
+    if not st.writer.running:
+        return ok(request, {"status": "starting"}, 503)
+    return ok(request, {"status": "ok"})
+
+
+routes = [
+    Route("/docs/errors", errors_page, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+]

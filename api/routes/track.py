@@ -1,0 +1,127 @@
+"""Track endpoints: click and browser-mode lead are public; sale, refund and server-mode lead
+need the program key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.auth import bearer, program_from_key, require_program_key, state
+from api.http import CORS_HEADERS, body_model, ok, request_id
+from ingest import tracking
+from ingest.clock import utcnow
+from ingest.errors import TallyError
+from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn
+from ingest.tracking import Call, Outcome
+
+KEPT_HEADERS = (
+    "content-type",
+    "user-agent",
+    "origin",
+    "referer",
+    "x-request-id",
+    "x-forwarded-for",
+)
+
+
+def _call(request: Request, endpoint: str, raw: bytes = b"") -> Call:
+    headers = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
+    return Call(
+        endpoint=endpoint,
+        received_at=request.state.received_at,
+        body=raw.decode("utf-8", errors="replace"),
+        headers=json.dumps(headers, sort_keys=True),
+        request_id=request_id(request),
+    )
+
+
+async def _handle(
+    request: Request,
+    endpoint: str,
+    status: int,
+    work: Callable[[], Awaitable[Outcome]],
+    cors: bool = False,
+) -> Response:
+    request.state.received_at = utcnow()
+    request.state.cors = cors
+    try:
+        outcome = await work()
+    except TallyError as exc:
+        program_id = getattr(request.state, "program_id", None)
+        if program_id is not None:
+            await tracking.log_refusal(state(request).writer, _call(request, endpoint), program_id, exc)
+        raise
+    response = ok(request, outcome.data, status, outcome.warnings)
+    if cors:
+        response.headers.update(CORS_HEADERS)
+    return response
+
+
+async def preflight(request: Request) -> Response:
+    return Response(status_code=204, headers=CORS_HEADERS)
+
+
+async def track_click(request: Request) -> Response:
+    if request.method == "OPTIONS":
+        return await preflight(request)
+
+    async def work() -> Outcome:
+        raw, inp = await body_model(request, ClickIn)
+        st = state(request)
+        if st.store.program(inp.program_id) is not None:
+            request.state.program_id = inp.program_id
+        return await tracking.record_click(st.store, st.writer, _call(request, "track/click", raw), inp)
+
+    return await _handle(request, "track/click", 201, work, cors=True)
+
+
+async def track_lead(request: Request) -> Response:
+    if request.method == "OPTIONS":
+        return await preflight(request)
+
+    async def work() -> Outcome:
+        st = state(request)
+        token = bearer(request)
+        program = program_from_key(request, token) if token is not None else None
+        raw, inp = await body_model(request, LeadIn)
+        if program is None and inp.program_id and st.store.program(inp.program_id) is not None:
+            request.state.program_id = inp.program_id
+        call = _call(request, "track/lead", raw)
+        return await tracking.record_lead(st.store, st.writer, call, inp, program)
+
+    return await _handle(request, "track/lead", 200, work, cors=True)
+
+
+async def track_sale(request: Request) -> Response:
+    async def work() -> Outcome:
+        st = state(request)
+        program = require_program_key(request)
+        raw, inp = await body_model(request, SaleIn)
+        return await tracking.record_sale(
+            st.store, st.writer, _call(request, "track/sale", raw), inp, program
+        )
+
+    return await _handle(request, "track/sale", 200, work)
+
+
+async def track_refund(request: Request) -> Response:
+    async def work() -> Outcome:
+        st = state(request)
+        program = require_program_key(request)
+        raw, inp = await body_model(request, RefundIn)
+        call = _call(request, "track/refund", raw)
+        return await tracking.record_refund(st.store, st.writer, call, inp, program)
+
+    return await _handle(request, "track/refund", 200, work)
+
+
+routes = [
+    Route("/api/v1/track/click", track_click, methods=["POST", "OPTIONS"]),
+    Route("/api/v1/track/lead", track_lead, methods=["POST", "OPTIONS"]),
+    Route("/api/v1/track/sale", track_sale, methods=["POST"]),
+    Route("/api/v1/track/refund", track_refund, methods=["POST"]),
+]

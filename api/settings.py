@@ -1,0 +1,54 @@
+"""Settings: read once from `TALLY_*` environment variables, typed, secrets masked."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(Exception):
+    """Raised by `load_settings` when a required setting is missing or malformed."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TALLY_", frozen=True, extra="ignore")
+
+    database: str = "./tally.duckdb"
+    base_url: str = "http://127.0.0.1:8000"
+    operator_token: SecretStr = Field(min_length=16)
+    stripe_webhook_secrets: SecretStr = SecretStr("")
+    stripe_tolerance_seconds: int = Field(default=300, ge=1, le=86400)
+    reconcile_interval_seconds: int = Field(default=60, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a file path or a postgresql:// URL")
+        return value
+
+    def webhook_secrets(self) -> list[str]:
+        raw = self.stripe_webhook_secrets.get_secret_value()
+        return [s.strip() for s in raw.split(",") if s.strip()]
+
+    def doc_url(self, code: str) -> str:
+        return f"{self.base_url}/docs/errors#{code}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment (plus `overrides`); raise `SettingsError` with one clear line each."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = "TALLY_" + "_".join(str(p) for p in err["loc"]).upper()
+            problems.append(f"{name}: {err['msg']}")
+        raise SettingsError("; ".join(problems)) from None
