@@ -131,8 +131,7 @@ def _settings(inp: SettingsPatch, base: ProgramSettings) -> ProgramSettings:
         return inp.apply(base)
     except ValidationError as exc:
         fields = [
-            {"field": ".".join(str(p) for p in err["loc"]), "message": err["msg"]}
-            for err in exc.errors()
+            {"field": ".".join(str(p) for p in err["loc"]), "message": err["msg"]} for err in exc.errors()
         ]
         raise ValidationFailed("program settings are not valid", fields=fields) from exc
 
@@ -155,9 +154,7 @@ async def create_program(store: Store, writer: Writer, actor: str, inp: ProgramC
 
 async def update_program(writer: Writer, program: Program, inp: SettingsPatch) -> Program:
     settings = _settings(inp, program.settings)
-    updated = replace(
-        program, settings=settings, name=inp.name or program.name, updated_at=utcnow()
-    )
+    updated = replace(program, settings=settings, name=inp.name or program.name, updated_at=utcnow())
 
     def op(tx: Tx) -> None:
         tx.put_program(updated)
@@ -185,9 +182,7 @@ async def regenerate_key(
     return {"api_key": key, "api_token_masked": cred.masked, "created_at": now}
 
 
-async def flag_rotation(
-    store: Store, writer: Writer, program: Program, deadline: datetime
-) -> dict[str, Any]:
+async def flag_rotation(store: Store, writer: Writer, program: Program, deadline: datetime) -> dict[str, Any]:
     cred = store.program_credential(program.program_id)
     if cred is None:
         raise NotFound(f"program {program.program_id} has no key")

@@ -71,9 +71,7 @@ class Index:
     def put_binding(self, program_id: str, customer: str, binding: Binding, undo: Undo) -> None:
         _set_item(self.bindings, (program_id, customer), binding, undo)
 
-    def put_provisional(
-        self, program_id: str, customer: str, click_id: str | None, undo: Undo
-    ) -> None:
+    def put_provisional(self, program_id: str, customer: str, click_id: str | None, undo: Undo) -> None:
         _set_item(self.provisional, (program_id, customer), click_id, undo)
 
     def put_sale(self, program_id: str, keys: list[str], ledger: SaleLedger, undo: Undo) -> None:
@@ -166,18 +164,14 @@ class Index:
         if row.get("lead_status") == "settled":
             if key not in self.bindings:
                 partner = self.clicks.get((program_id, click)) if click else None
-                self.put_binding(
-                    program_id, customer, Binding(str(row["event_id"]), click, partner), undo
-                )
+                self.put_binding(program_id, customer, Binding(str(row["event_id"]), click, partner), undo)
             if key in self.provisional:
                 old = self.provisional.pop(key)
                 undo.append(lambda: self.provisional.__setitem__(key, old))
         elif key not in self.bindings and key not in self.provisional:
             self.put_provisional(program_id, customer, click, undo)
 
-    def _observe_sale(
-        self, program_id: str, row: dict[str, object], ids: list[object], undo: Undo
-    ) -> None:
+    def _observe_sale(self, program_id: str, row: dict[str, object], ids: list[object], undo: Undo) -> None:
         keys = [k for k in ids if isinstance(k, str) and k]
         if not keys:
             return

@@ -61,9 +61,7 @@ class Tx(Protocol):
 
     def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None: ...
 
-    def flag_credential(
-        self, token_hash: str, flagged_at: datetime, deadline: datetime
-    ) -> None: ...
+    def flag_credential(self, token_hash: str, flagged_at: datetime, deadline: datetime) -> None: ...
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Run a statement inside the transaction (materialised tables, reconcile runs)."""
@@ -114,9 +112,7 @@ class Store(Protocol):
 
     def checklist(self, program_id: str) -> dict[str, datetime]: ...
 
-    def tracking_log(
-        self, program_id: str, limit: int, before: int | None = None
-    ) -> list[LogLine]: ...
+    def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]: ...
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """A read-only query on a snapshot (reports and reads of materialised tables)."""

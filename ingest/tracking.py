@@ -58,9 +58,7 @@ def _row(call: Call, program_id: str, kind: str, **typed: Any) -> dict[str, Any]
 def _log(
     tx: Tx, call: Call, program_id: str, status: int, outcome: str, detail: str, seq: int | None
 ) -> None:
-    tx.log(
-        program_id, call.received_at, call.endpoint, status, outcome, detail, call.request_id, seq
-    )
+    tx.log(program_id, call.received_at, call.endpoint, status, outcome, detail, call.request_id, seq)
 
 
 async def log_refusal(writer: Writer, call: Call, program_id: str, error: TallyError) -> None:
@@ -109,9 +107,7 @@ async def record_click(store: Store, writer: Writer, call: Call, inp: ClickIn) -
         tx.check(program.program_id, "click_received", call.received_at)
 
     await writer.run(op)
-    return Outcome(
-        {"click_id": click_id, "program_id": program.program_id, "partner_code": inp.partner_code}
-    )
+    return Outcome({"click_id": click_id, "program_id": program.program_id, "partner_code": inp.partner_code})
 
 
 # -- lead --------------------------------------------------------------------------------------
@@ -122,8 +118,7 @@ async def record_lead(
     if keyed_program is not None:
         if inp.program_id is not None and inp.program_id != keyed_program.program_id:
             raise ProgramMismatch(
-                f"body program_id {inp.program_id} is not the key's program "
-                f"{keyed_program.program_id}"
+                f"body program_id {inp.program_id} is not the key's program {keyed_program.program_id}"
             )
         program = keyed_program
     else:
@@ -161,9 +156,7 @@ async def record_lead(
             )
         )
         mode = "server" if keyed_program is not None else "browser"
-        _log(
-            tx, call, pid, 200, "accepted", f"{mode} lead {lead_id} ({status}) for {customer}", seq
-        )
+        _log(tx, call, pid, 200, "accepted", f"{mode} lead {lead_id} ({status}) for {customer}", seq)
         tx.check(pid, "lead_received", call.received_at)
 
     await writer.run(op)
@@ -194,9 +187,7 @@ def _require_real_sale(inp: SaleIn) -> tuple[str, str, int]:
     return inp.transaction_id, inp.customer_external_id, inp.amount
 
 
-async def record_sale(
-    store: Store, writer: Writer, call: Call, inp: SaleIn, program: Program
-) -> Outcome:
+async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, program: Program) -> Outcome:
     pid = program.program_id
     sale_id = new_id("sale")
     if inp.test_mode:
@@ -267,9 +258,7 @@ async def record_sale(
     return Outcome(data, warnings)
 
 
-async def _record_test_sale(
-    writer: Writer, call: Call, inp: SaleIn, pid: str, sale_id: str
-) -> Outcome:
+async def _record_test_sale(writer: Writer, call: Call, inp: SaleIn, pid: str, sale_id: str) -> Outcome:
     def op(tx: Tx) -> None:
         seq = tx.append(
             _row(
@@ -293,9 +282,7 @@ async def _record_test_sale(
 
 
 # -- refund ------------------------------------------------------------------------------------
-async def record_refund(
-    store: Store, writer: Writer, call: Call, inp: RefundIn, program: Program
-) -> Outcome:
+async def record_refund(store: Store, writer: Writer, call: Call, inp: RefundIn, program: Program) -> Outcome:
     pid = program.program_id
     typed = {
         "event_id": new_id("rfd"),
@@ -327,9 +314,7 @@ async def record_refund(
                     f"on sale {inp.transaction_id}",
                     remaining=left,
                 )
-        seq = tx.append(
-            _row(call, pid, "refund", currency=ledger.currency if ledger else None, **typed)
-        )
+        seq = tx.append(_row(call, pid, "refund", currency=ledger.currency if ledger else None, **typed))
         tx.claim_keys(pid, [f"refund:{inp.refund_id}"], seq)
         _log(tx, call, pid, 200, "accepted", f"refund {inp.refund_id} of {inp.transaction_id}", seq)
         return "accepted", ledger is not None
@@ -340,9 +325,7 @@ async def record_refund(
     warnings = []
     if not known:
         warnings.append(
-            _warning(
-                "sale_not_found", f"sale {inp.transaction_id} is not known yet; the refund is kept"
-            )
+            _warning("sale_not_found", f"sale {inp.transaction_id} is not known yet; the refund is kept")
         )
     data = {
         "refund_id": inp.refund_id,
