@@ -16,9 +16,7 @@ from typing import Any
 
 from ingest.errors import InvalidJson, InvalidSignature
 
-CHECKOUT_EVENTS = frozenset(
-    {"checkout.session.completed", "checkout.session.async_payment_succeeded"}
-)
+CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
 INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})
 REFUND_EVENTS = frozenset({"charge.refunded"})
 SUBSCRIPTION_EVENTS = frozenset({"customer.subscription.created", "customer.subscription.updated"})

@@ -100,9 +100,7 @@ def test_checkout_session_without_invoice_uses_payment_intent_then_session() -> 
 def test_checkout_subscription_mode_with_session_metadata() -> None:
     event = load_event("pay__checkout.session.completed.json", account="acct_brand1")
     fields = extract(with_metadata(event, ATTRIBUTION, where="object"))
-    assert fields["transaction_id"] == (
-        "cs_test_a1UejXx8ebIdTzFolicVypUAZpOBVkoQKDbaarXoPlPVtj8p0zujPEEhjT"
-    )
+    assert fields["transaction_id"] == "cs_test_a1UejXx8ebIdTzFolicVypUAZpOBVkoQKDbaarXoPlPVtj8p0zujPEEhjT"
     assert fields["subscription_id"] == "sub_1LNkeSKXBGcbgpbZ7jMqOPSi"
     assert fields["checkout_mode"] == "subscription"
     assert (fields["customer_key"], fields["click_id"], fields["meta_program_id"]) == (
@@ -375,9 +373,9 @@ def test_malformed_events_never_raise(event: dict[str, Any]) -> None:
     assert fields["amount"] is None
 
 
-_KEYS = ("id", "object", "invoice", "subscription", "metadata", "parent", "amount_paid")
+_KEYS: tuple[str, ...] = ("id", "object", "invoice", "subscription", "metadata", "parent", "amount_paid")
 _KEYS += ("subscription_details", "refunds", "data", "payments", "payment", "created")
-_TYPES = ("checkout.session.completed", "invoice.paid", "charge.refunded")
+_TYPES: tuple[str, ...] = ("checkout.session.completed", "invoice.paid", "charge.refunded")
 _TYPES += ("customer.subscription.updated", "plan.created")
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
