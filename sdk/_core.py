@@ -1,0 +1,223 @@
+"""The I/O-free core shared by `Tally` and `AsyncTally`: bodies, retry decisions, responses.
+
+The clients only move bytes: `attempts()` is a generator that yields how long to wait before
+each attempt and receives that attempt's outcome (a response or a transport error); it returns
+the parsed result or raises the typed error. Both clients drive the same generator.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import uuid
+import warnings
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from sdk.errors import (
+    ApiKeyRotationWarning,
+    ConfigurationError,
+    ConnectionFailed,
+    InvalidResponseError,
+    TallyAPIError,
+    error_class,
+)
+
+SDK_VERSION = "0.1.0"
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+ROTATION_CODE = "api_key_rotation_required"
+
+Outcome = httpx.Response | httpx.TransportError
+
+# Failures after which a retry is allowed. A call that is not idempotent is retried only when
+# the server surely did not process it (refused at the door, or never reached).
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_RETRY_STATUSES_UNSAFE = frozenset({429, 503})
+_AMBIGUOUS_STATUSES = frozenset({502, 504})  # a proxy answered: the server may have processed it
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+@dataclass(frozen=True)
+class TrackResult:
+    """A successful call: the envelope's `data` and `warnings`, plus what the headers said."""
+
+    data: Mapping[str, Any]
+    warnings: tuple[Mapping[str, Any], ...] = ()
+    rotation_deadline: datetime | None = None
+    rotation_flagged: bool = False
+    request_id: str | None = None
+    status: int = 200
+    attempts: int = 1
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff; `Retry-After` is honoured up to `max_retry_after` seconds."""
+
+    max_retries: int = 2
+    backoff: float = 0.5
+    max_backoff: float = 8.0
+    max_retry_after: float = 30.0
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float | None:
+        """Seconds to wait before retry number `retry` (1-based), or None to give up."""
+        if retry > self.max_retries:
+            return None
+        backoff = min(self.max_backoff, self.backoff * (1 << (retry - 1)))
+        if retry_after is None:
+            return backoff
+        return None if retry_after > self.max_retry_after else max(retry_after, backoff)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API call to make: path, JSON body, and whether repeating it is harmless."""
+
+    path: str
+    body: Mapping[str, Any]
+    idempotent: bool
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def request_args(self) -> dict[str, Any]:
+        """Keyword arguments for `httpx.Client.build_request` / `AsyncClient.build_request`."""
+        headers = {"X-Request-Id": self.request_id}
+        return {"method": "POST", "url": self.path, "json": dict(self.body), "headers": headers}
+
+
+def resolve_settings(base_url: str | None, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """Base URL and default headers, from the arguments or `TALLY_BASE_URL` / `SERVICE_API_KEY`."""
+    url = base_url or os.environ.get("TALLY_BASE_URL") or DEFAULT_BASE_URL
+    key = api_key or os.environ.get("SERVICE_API_KEY")
+    if not key:
+        raise ConfigurationError("no Tally API key: pass api_key=... or set SERVICE_API_KEY")
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json",
+        "User-Agent": f"tally-python/{SDK_VERSION}",
+    }
+    return url, headers
+
+
+def attempts(call: Call, policy: RetryPolicy) -> Generator[float, Outcome, TrackResult]:
+    """Yield the delay before each attempt, receive its outcome; return or raise at the end."""
+    delay, attempt, landed = 0.0, 0, False
+    while True:
+        outcome = yield delay
+        attempt += 1
+        if isinstance(outcome, httpx.Response):
+            status = outcome.status_code
+            allowed = _RETRY_STATUSES if call.idempotent else _RETRY_STATUSES_UNSAFE
+            wait = policy.delay(attempt, _retry_after(outcome)) if status in allowed else None
+            if wait is None:
+                result, warning = finish(outcome, after_retry=landed, attempts=attempt)
+                if warning is not None:
+                    warnings.warn(warning, stacklevel=4)  # the caller of Tally.track_*
+                if isinstance(result, TallyAPIError):
+                    raise result
+                return result
+            landed = landed or status in _AMBIGUOUS_STATUSES
+        else:
+            retryable = _MAYBE_SENT if call.idempotent else _NOT_SENT
+            wait = policy.delay(attempt) if isinstance(outcome, retryable) else None
+            if wait is None:
+                message = f"could not reach Tally ({type(outcome).__name__}: {outcome})"
+                raise ConnectionFailed(
+                    "connection_error", message, None, None, after_retry=landed
+                ) from outcome
+            landed = landed or not isinstance(outcome, _NOT_SENT)
+        delay = wait
+
+
+def finish(
+    response: httpx.Response, *, after_retry: bool = False, attempts: int = 1
+) -> tuple[TrackResult | TallyAPIError, ApiKeyRotationWarning | None]:
+    """Parse a final response into a result or an error, plus a rotation warning if flagged."""
+    status, request_id = response.status_code, response.headers.get("x-request-id")
+    body = _json_object(response)
+    raw_warnings = body.get("warnings") if body else None
+    raw_warnings = raw_warnings if isinstance(raw_warnings, list) else []
+    notes = tuple(w for w in raw_warnings if isinstance(w, Mapping))
+    rotation = [w for w in notes if w.get("code") == ROTATION_CODE]
+    flagged = bool(rotation) or "deprecation" in response.headers
+    deadline = (_rfc3339(rotation[0].get("deadline")) if rotation else None) or _sunset(response)
+    deadline = deadline if flagged else None
+    outcome: TrackResult | TallyAPIError
+    if 200 <= status < 300:
+        data = body.get("data") if body else None
+        if isinstance(data, Mapping):
+            outcome = TrackResult(data, notes, deadline, flagged, request_id, status, attempts)
+        else:
+            message = f"HTTP {status} without a JSON {{'data': ...}} envelope"
+            outcome = InvalidResponseError("invalid_response", message, status, request_id)
+    else:
+        error = body.get("error") if body else None
+        error = error if isinstance(error, Mapping) else {}
+        raw_code = error.get("code")
+        code = raw_code if isinstance(raw_code, str) and raw_code else f"http_{status}"
+        if code == ROTATION_CODE:
+            deadline, flagged = _rfc3339(error.get("deadline")) or _sunset(response), False
+        outcome = error_class(code, status)(
+            code,
+            str(error.get("message") or response.reason_phrase or "request refused"),
+            status,
+            request_id,
+            doc_url=error.get("doc_url") if isinstance(error.get("doc_url"), str) else None,
+            details={k: v for k, v in error.items() if k not in {"code", "message", "doc_url"}},
+            rotation_deadline=deadline,
+            retry_after=_retry_after(response),
+            after_retry=after_retry,
+        )
+    return outcome, _rotation_warning(deadline, response) if flagged else None
+
+
+def _rotation_warning(deadline: datetime | None, response: httpx.Response) -> ApiKeyRotationWarning:
+    when = deadline.isoformat().replace("+00:00", "Z") if deadline else "an announced deadline"
+    link = response.headers.get("link", "")
+    docs = f" See {link.split('>')[0].lstrip('<')}" if link.startswith("<") else ""
+    return ApiKeyRotationWarning(
+        f"the Tally API key is flagged for mandatory rotation and stops working at {when}: "
+        f"regenerate it in the program settings and redeploy SERVICE_API_KEY.{docs}"
+    )
+
+
+def _json_object(response: httpx.Response) -> Mapping[str, Any] | None:
+    try:
+        body = response.json()
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    return body if isinstance(body, Mapping) else None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "").strip()
+    if value.isdigit():
+        return float(value)
+    when = _http_date(value)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds()) if when else None
+
+
+def _sunset(response: httpx.Response) -> datetime | None:
+    return _http_date(response.headers.get("sunset", ""))
+
+
+def _http_date(value: str) -> datetime | None:
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _rfc3339(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
