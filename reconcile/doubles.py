@@ -1,0 +1,147 @@
+"""Double counting: one sale seen twice is counted once, and every such pair is reported.
+
+- A real self-hosted sale whose transaction id equals any id of a connect sale of the same
+  program (invoice, payment intent, checkout session or charge id; looked up in that order) is
+  the same sale seen twice: the connect record wins, the self-hosted one is not counted, and the
+  pair is listed (kind `connect_and_self_hosted`).
+- Two accepted real self-hosted sales with the same transaction id (ingest refuses these, so
+  only an old or hand-edited log has them): the earliest in (occurred_at, sale_id) counts, the
+  others are listed (kind `self_hosted_repeat`).
+- Sale attempts refused at ingest (`kind = 'sale'`, `outcome = 'duplicate'`) are listed as they
+  are (kind `ingest_refused`), with the counted sale they collided with when it can be found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
+
+
+def id_map(connect: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """program_id, id -> sale_id, matched_on: every id a counted sale is known by.
+
+    Connect ids come first (in ID_FIELDS order), then self-hosted transaction ids; an id claimed
+    by several sales resolves to the first by that rank, then the smallest sale id.
+    """
+    parts = [
+        connect.select(
+            "program_id",
+            "sale_id",
+            id=pl.col(field),
+            matched_on=pl.lit(field),
+            rank=pl.lit(rank, pl.Int32),
+        )
+        for rank, field in enumerate(ID_FIELDS)
+    ]
+    if self_hosted is not None:
+        parts.append(
+            self_hosted.select(
+                "program_id",
+                "sale_id",
+                id=pl.col("transaction_id"),
+                matched_on=pl.lit("transaction_id"),
+                rank=pl.lit(len(ID_FIELDS), pl.Int32),
+            )
+        )
+    return (
+        pl.concat(parts)
+        .filter(pl.col("id").is_not_null())
+        .sort("rank", "sale_id")
+        .group_by("program_id", "id")
+        .agg(pl.col("sale_id").first(), pl.col("matched_on").first())
+    )
+
+
+@dataclass(frozen=True)
+class Split:
+    """Self-hosted sales that count, and the report rows for those that do not."""
+
+    counted: pl.LazyFrame
+    pairs: pl.LazyFrame
+
+
+def split_self_hosted(connect: pl.LazyFrame, self_hosted: pl.LazyFrame) -> Split:
+    real = ~pl.col("test_mode") & pl.col("transaction_id").is_not_null()
+    connect_ids = id_map(connect)
+    matched = self_hosted.join(
+        connect_ids.rename({"sale_id": "connect_sale_id"}),
+        left_on=["program_id", "transaction_id"],
+        right_on=["program_id", "id"],
+        how="left",
+    ).with_columns(is_double=real & pl.col("connect_sale_id").is_not_null())
+    pairs = (
+        matched.filter(pl.col("is_double"))
+        .join(
+            connect.select(
+                "program_id",
+                connect_sale_id=pl.col("sale_id"),
+                connect_transaction_id=pl.col("transaction_id"),
+                connect_record_ids=pl.col("record_ids"),
+            ),
+            on=["program_id", "connect_sale_id"],
+        )
+        .select(
+            "program_id",
+            kind=pl.lit("connect_and_self_hosted"),
+            transaction_id=pl.col("connect_transaction_id"),
+            sale_id=pl.col("connect_sale_id"),
+            connect_record_ids="connect_record_ids",
+            duplicate_id=pl.col("sale_id"),
+            duplicate_transaction_id=pl.col("transaction_id"),
+            matched_on="matched_on",
+            amount=pl.col("gross_amount"),
+            currency="currency",
+            occurred_at="occurred_at",
+        )
+    )
+    remaining = matched.filter(~pl.col("is_double")).drop("connect_sale_id", "matched_on", "is_double")
+    ranked = remaining.with_columns(
+        first_sale=pl.when(real).then(
+            pl.col("sale_id").sort_by("occurred_at", "sale_id").first().over("program_id", "transaction_id")
+        )
+    )
+    repeat = pl.col("first_sale").is_not_null() & (pl.col("first_sale") != pl.col("sale_id"))
+    repeats = ranked.filter(repeat).select(
+        "program_id",
+        kind=pl.lit("self_hosted_repeat"),
+        transaction_id="transaction_id",
+        sale_id=pl.col("first_sale"),
+        connect_record_ids=pl.lit(None, pl.List(pl.String)),
+        duplicate_id=pl.col("sale_id"),
+        duplicate_transaction_id=pl.col("transaction_id"),
+        matched_on=pl.lit("transaction_id"),
+        amount=pl.col("gross_amount"),
+        currency="currency",
+        occurred_at="occurred_at",
+    )
+    counted = ranked.filter(~repeat.fill_null(False)).drop("first_sale")
+    return Split(counted=counted, pairs=pl.concat([pairs, repeats]))
+
+
+def refused(raw: pl.LazyFrame, sale_ids: pl.LazyFrame) -> pl.LazyFrame:
+    """Report rows for the sale attempts ingest refused as duplicates."""
+    return (
+        raw.filter((pl.col("kind") == "sale") & (pl.col("outcome") == "duplicate"))
+        .join(
+            sale_ids,
+            left_on=["program_id", "transaction_id"],
+            right_on=["program_id", "id"],
+            how="left",
+        )
+        .select(
+            "program_id",
+            kind=pl.lit("ingest_refused"),
+            transaction_id="transaction_id",
+            sale_id="sale_id",
+            connect_record_ids=pl.lit(None, pl.List(pl.String)),
+            duplicate_id=pl.col("event_id"),
+            duplicate_transaction_id=pl.col("transaction_id"),
+            matched_on="matched_on",
+            amount="amount",
+            currency="currency",
+            occurred_at="occurred_at",
+        )
+    )

@@ -1,0 +1,110 @@
+"""Clicks and leads: the lookup tables the attribution ladder reads.
+
+- A click (accepted `track` row of kind `click`) maps its click id to the partner code it was
+  recorded for, within its program.
+- A lead is *settled* when ingest recorded it so (`lead_status = 'settled'`: a server-mode
+  lead, or a browser lead on a program that does not require server-side leads); otherwise it is
+  provisional and never attributes by itself.
+- A provisional browser lead is settled by a later server-mode lead for the same customer. The
+  settled lead's click is its own click id, or, when it carries none, the click of the customer's
+  earliest provisional lead that has one, provided that provisional lead occurred no later than
+  the settled one.
+- A settled lead *binds* its customer (and its email) to the partner of its click. The first
+  settled lead that has a partner binds, in the order (occurred_at, lead_id); later leads do not
+  rebind. A lead without a click, or with a click unknown to the program, binds nobody.
+
+`lookup(key)` gives, per program and customer key (or normalised email): the binding lead
+(lead id, click id, partner code) if any, and whether settled / provisional leads exist at all,
+which the ladder needs to name its reason (`lead_provisional`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+
+from reconcile.schema import norm_email
+
+LeadKey = Literal["customer_key", "email_norm"]
+
+
+def clicks(raw: pl.LazyFrame) -> pl.LazyFrame:
+    """program_id, click_id -> partner_code (first recorded wins should an id repeat)."""
+    return (
+        raw.filter(
+            (pl.col("kind") == "click")
+            & (pl.col("outcome") == "accepted")
+            & pl.col("program_id").is_not_null()
+            & pl.col("click_id").is_not_null()
+            & pl.col("partner_code").is_not_null()
+        )
+        .sort("occurred_at", "event_id")
+        .group_by("program_id", "click_id")
+        .agg(partner_code=pl.col("partner_code").first())
+    )
+
+
+def leads(raw: pl.LazyFrame, click_table: pl.LazyFrame) -> pl.LazyFrame:
+    """Every accepted lead with its effective click and that click's partner (settled only)."""
+    base = raw.filter(
+        (pl.col("kind") == "lead")
+        & (pl.col("outcome") == "accepted")
+        & pl.col("program_id").is_not_null()
+        & pl.col("event_id").is_not_null()
+    ).select(
+        "program_id",
+        "customer_key",
+        "click_id",
+        "occurred_at",
+        lead_id=pl.col("event_id"),
+        email_norm=norm_email(pl.col("email")),
+        settled=(pl.col("lead_status") == "settled").fill_null(False),
+    )
+    first_provisional = (
+        base.filter(
+            ~pl.col("settled") & pl.col("click_id").is_not_null() & pl.col("customer_key").is_not_null()
+        )
+        .sort("occurred_at", "lead_id")
+        .group_by("program_id", "customer_key")
+        .agg(p_click=pl.col("click_id").first(), p_occurred=pl.col("occurred_at").first())
+    )
+    inherited = pl.when(pl.col("p_occurred") <= pl.col("occurred_at")).then(pl.col("p_click"))
+    return (
+        base.join(first_provisional, on=["program_id", "customer_key"], how="left")
+        .with_columns(lead_click=pl.when(pl.col("settled")).then(pl.coalesce(pl.col("click_id"), inherited)))
+        .join(
+            click_table.rename({"click_id": "lead_click"}),
+            on=["program_id", "lead_click"],
+            how="left",
+        )
+        .select(
+            "program_id",
+            "lead_id",
+            "customer_key",
+            "email_norm",
+            "settled",
+            "occurred_at",
+            "lead_click",
+            lead_partner=pl.col("partner_code"),
+        )
+    )
+
+
+def lookup(lead_frame: pl.LazyFrame, key: LeadKey) -> pl.LazyFrame:
+    """Per (program_id, key): binding lead, its click and partner; has_settled/has_provisional."""
+    keyed = lead_frame.filter(pl.col(key).is_not_null())
+    status = keyed.group_by("program_id", key).agg(
+        has_settled=pl.col("settled").any(), has_provisional=(~pl.col("settled")).any()
+    )
+    binding = (
+        keyed.filter(pl.col("settled") & pl.col("lead_partner").is_not_null())
+        .sort("occurred_at", "lead_id")
+        .group_by("program_id", key)
+        .agg(
+            bind_lead=pl.col("lead_id").first(),
+            bind_click=pl.col("lead_click").first(),
+            bind_partner=pl.col("lead_partner").first(),
+        )
+    )
+    return status.join(binding, on=["program_id", key], how="left")

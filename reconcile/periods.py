@@ -1,0 +1,140 @@
+"""Closed periods: a closed month's commission lines never change; corrections move forward.
+
+A `period_close` row (body `{"period": "YYYY-MM"}`) closes that month of its program; the first
+close of a month counts. Closing is an engineer action, ordered by `seq`: the books as of a
+close are what the log held before it (rows with a smaller seq). So for a program with closes at
+seqs T1 < T2 < ... < Tk, the ledger is computed on each prefix (seq < Tj) and on the whole log.
+
+A commission line is keyed by (sale_id, partner_code). For a line whose sale month P is closed
+at Ta:
+
+- the `commission` line in P holds the values as of Ta (no line if the key did not exist then);
+- each later change, from snapshot j to j+1 (j >= a), is booked as an `adjustment` line in the
+  first month after P that was still open at Tj; changes landing in the same month add up, and
+  only non-zero adjustments are kept. An adjustment's status is the key's current status
+  (`reversed` once the key no longer exists, e.g. after re-attribution).
+
+Lines of months never closed are the current ledger's. Programs without closes cost nothing
+extra; each close costs one more pass over that program's prefix of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+
+VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
+KEY = ("sale_id", "partner_code")
+PERIOD_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"
+
+Compute = Callable[[pl.LazyFrame], pl.DataFrame]
+
+
+def closes(log: pl.LazyFrame) -> pl.DataFrame:
+    """program_id, period, close_seq: the first close of each program month."""
+    return (
+        log.filter(
+            (pl.col("kind") == "period_close")
+            & (pl.col("outcome") == "accepted")
+            & pl.col("program_id").is_not_null()
+        )
+        .select("program_id", "seq", period=pl.col("body").str.json_path_match("$.period"))
+        .filter(pl.col("period").str.contains(PERIOD_PATTERN).fill_null(False))
+        .group_by("program_id", "period")
+        .agg(close_seq=pl.col("seq").min())
+        .collect()
+    )
+
+
+def next_month(period: str) -> str:
+    year, month = int(period[:4]), int(period[5:7])
+    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
+
+
+def first_open_after(period: str, closed: set[str]) -> str:
+    month = next_month(period)
+    while month in closed:
+        month = next_month(month)
+    return month
+
+
+def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute) -> pl.DataFrame:
+    """Commission lines with closed months frozen and corrections as adjustments."""
+    closed = closes(log)
+    if closed.is_empty():
+        return current
+    programs = sorted(set(closed["program_id"].to_list()))
+    parts = [current.filter(~pl.col("program_id").is_in(programs))]
+    for program in programs:
+        rows = closed.filter(pl.col("program_id") == program)
+        close_at = dict(zip(rows["period"].to_list(), rows["close_seq"].to_list(), strict=True))
+        seqs = sorted(set(close_at.values()))
+        mine = log.filter(pl.col("program_id") == program)
+        snapshots = [compute(mine.filter(pl.col("seq") < seq)) for seq in seqs]
+        snapshots.append(current.filter(pl.col("program_id") == program))
+        parts.append(_compose(snapshots, close_at, seqs))
+    return pl.concat(parts, how="vertical_relaxed")
+
+
+def _schedule(close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
+    """(sale_period, snap) -> month receiving the change from snapshot `snap` to `snap + 1`."""
+    rows: list[dict[str, object]] = []
+    for period, seq in close_at.items():
+        for snap in range(seqs.index(seq), len(seqs)):
+            shut = {p for p, s in close_at.items() if s <= seqs[snap]}
+            rows.append({"sale_period": period, "snap": snap, "month": first_open_after(period, shut)})
+    return pl.DataFrame(rows, schema={"sale_period": pl.String, "snap": pl.Int64, "month": pl.String})
+
+
+def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
+    last = len(snapshots) - 1
+    columns = snapshots[-1].columns
+    long = pl.concat(
+        [s.select(columns).with_columns(snap=pl.lit(j, pl.Int64)) for j, s in enumerate(snapshots)],
+        how="vertical_relaxed",
+    )
+    described = (
+        long.sort("snap")
+        .group_by(KEY)
+        .agg(pl.col(c).last() for c in columns if c not in (*KEY, *VALUES, "kind", "period", "status"))
+        .with_columns(
+            close_snap=pl.col("sale_period").replace_strict(
+                {p: seqs.index(s) for p, s in close_at.items()}, default=None, return_dtype=pl.Int64
+            )
+        )
+    )
+    current_status = long.filter(pl.col("snap") == last).select(*KEY, "status")
+    described = described.join(current_status, on=KEY, how="left").with_columns(
+        status=pl.col("status").fill_null("reversed")
+    )
+    open_lines = snapshots[-1].join(
+        described.filter(pl.col("close_snap").is_null()).select(KEY), on=KEY, how="semi"
+    )
+    frozen = long.join(
+        described.filter(pl.col("close_snap").is_not_null()).select(*KEY, "close_snap"),
+        on=KEY,
+    ).filter(pl.col("snap") == pl.col("close_snap"))
+    grid = (
+        described.filter(pl.col("close_snap").is_not_null())
+        .join(pl.DataFrame({"snap": list(range(last + 1))}), how="cross")
+        .filter(pl.col("snap") >= pl.col("close_snap"))
+        .join(long.select(*KEY, "snap", *VALUES), on=[*KEY, "snap"], how="left")
+        .with_columns(pl.col(v).fill_null(0) for v in VALUES)
+        .sort("snap")
+        .with_columns(pl.col(v).shift(-1).over(KEY) - pl.col(v) for v in VALUES)
+        .filter(pl.col("snap") < last)
+        .join(_schedule(close_at, seqs), on=["sale_period", "snap"])
+    )
+    adjustments = (
+        grid.group_by(*KEY, "month")
+        .agg(pl.col(v).sum() for v in VALUES)
+        .filter(pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
+        .join(described.drop("close_snap"), on=KEY)
+        .with_columns(kind=pl.lit("adjustment"), period=pl.col("month"))
+        .select(columns)
+    )
+    return pl.concat(
+        [open_lines.select(columns), frozen.select(columns), adjustments],
+        how="vertical_relaxed",
+    )

@@ -1,0 +1,209 @@
+"""Refunds: matched to their sale, capped at it, and reversing commission and fee pro rata.
+
+Two sources:
+
+- self-hosted `track/refund` rows (kind `refund`): one refund each, matched by the body's
+  transaction id against every id a counted sale is known by (reconcile/doubles.py `id_map`);
+- processor `charge.refunded` deliveries: the charge's *cumulative* `amount_refunded`. Each
+  distinct cumulative level of a charge is one refund of (level - previous level), dated by the
+  earliest delivery that reported it, so retries and repeated event objects count once. The
+  charge is matched to its sale by invoice id, else payment intent id, else charge id.
+
+When the processor reported refunds for a sale, self-hosted refunds of that sale are not
+counted (`superseded_by_processor`): the processor's record wins, as for sales. A refund whose
+sale is unknown is kept with outcome `sale_not_found`.
+
+Counted refunds of a sale are applied in the order (occurred_at, event_id); the cumulative
+refunded amount is capped at the sale's gross amount. After each refund, the commission (and
+fee) reversed so far is round_half_even(commission * refunded_so_far / gross_amount), and exactly
+the whole commission once the sale is fully refunded; each refund reverses the difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from reconcile.money import pro_rata
+from reconcile.schema import period_of
+
+REFUND_ROW = (
+    "program_id",
+    "refund_id",
+    "source",
+    "event_id",
+    "transaction_id",
+    "charge_id",
+    "sale_id",
+    "amount",
+    "occurred_at",
+    "raw_currency",
+)
+
+
+def _match(rows: pl.LazyFrame, ids: pl.LazyFrame, column: str, alias: str) -> pl.LazyFrame:
+    return rows.join(
+        ids.select("program_id", "id", pl.col("sale_id").alias(alias)),
+        left_on=["program_id", column],
+        right_on=["program_id", "id"],
+        how="left",
+    )
+
+
+def track_refunds(raw: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
+    rows = raw.filter(
+        (pl.col("kind") == "refund")
+        & (pl.col("source") == "track")
+        & (pl.col("outcome") == "accepted")
+        & pl.col("program_id").is_not_null()
+        & pl.col("event_id").is_not_null()
+        & (pl.col("amount") > 0)
+    )
+    return _match(rows, ids, "transaction_id", "sale_id").select(
+        "program_id",
+        refund_id=pl.coalesce("refund_id", "event_id"),
+        source=pl.lit("self_hosted"),
+        event_id="event_id",
+        transaction_id="transaction_id",
+        charge_id=pl.lit(None, pl.String),
+        sale_id="sale_id",
+        amount="amount",
+        occurred_at="occurred_at",
+        raw_currency=pl.col("currency"),
+    )
+
+
+def processor_refunds(stripe: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
+    events = (
+        stripe.filter(pl.col("event_type") == "charge.refunded")
+        .with_columns(charge=pl.coalesce("object_id", "charge_id"))
+        .filter(pl.col("charge").is_not_null())
+        .sort("occurred_at", "event_id")
+    )
+    charges = events.group_by("program_id", "charge").agg(
+        c_invoice=pl.col("invoice_id").drop_nulls().first(),
+        c_intent=pl.col("payment_intent_id").drop_nulls().first(),
+        raw_currency=pl.col("currency").drop_nulls().first(),
+    )
+    levels = (
+        events.filter(pl.col("amount") > 0)
+        .group_by("program_id", "charge", "amount")
+        .agg(
+            occurred_at=pl.col("occurred_at").first(),
+            event_id=pl.col("event_id").first(),
+            refund_id=pl.col("refund_id").drop_nulls().first(),
+        )
+        .sort("program_id", "charge", "amount")
+        .with_columns(previous=pl.col("amount").shift(1).over("program_id", "charge"))
+        .with_columns(increment=pl.col("amount") - pl.col("previous").fill_null(0))
+        .join(charges, on=["program_id", "charge"], how="left")
+    )
+    matched = _match(levels, ids, "c_invoice", "by_invoice")
+    matched = _match(matched, ids, "c_intent", "by_intent")
+    matched = _match(matched, ids, "charge", "by_charge")
+    return matched.select(
+        "program_id",
+        refund_id=pl.coalesce("refund_id", "event_id"),
+        source=pl.lit("connect"),
+        event_id="event_id",
+        transaction_id=pl.col("charge"),
+        charge_id=pl.col("charge"),
+        sale_id=pl.coalesce("by_invoice", "by_intent", "by_charge"),
+        amount=pl.col("increment"),
+        occurred_at="occurred_at",
+        raw_currency="raw_currency",
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Refund report rows, and per sale: refunded, commission/fee reversed."""
+
+    rows: pl.LazyFrame
+    totals: pl.LazyFrame
+
+
+def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
+    """Apply refunds to `sales` (needs gross_amount, gross_commission, gross_fee)."""
+    processor_refunded = (
+        refund_rows.filter((pl.col("source") == "connect") & pl.col("sale_id").is_not_null())
+        .select("program_id", "sale_id", superseded=pl.lit(True))
+        .unique()
+    )
+    sale_cols = sales.select(
+        "program_id",
+        "sale_id",
+        "gross_amount",
+        "gross_commission",
+        "gross_fee",
+        sale_transaction_id=pl.col("transaction_id"),
+        sale_currency=pl.col("currency"),
+    )
+    rows = (
+        refund_rows.join(sale_cols, on=["program_id", "sale_id"], how="left")
+        .join(processor_refunded, on=["program_id", "sale_id"], how="left")
+        .with_columns(
+            outcome=pl.when(pl.col("gross_amount").is_null())
+            .then(pl.lit("sale_not_found"))
+            .when((pl.col("source") == "self_hosted") & pl.col("superseded").fill_null(False))
+            .then(pl.lit("superseded_by_processor"))
+            .otherwise(pl.lit("applied"))
+        )
+    )
+    group = ["program_id", "sale_id"]
+    counted = pl.col("outcome") == "applied"
+    applied = (
+        rows.filter(counted)
+        .sort("occurred_at", "event_id")
+        .with_columns(cumulative=pl.col("amount").cum_sum().over(group))
+        .with_columns(
+            applied_cum=pl.min_horizontal("cumulative", "gross_amount"),
+        )
+        .with_columns(
+            rev_c=pro_rata(pl.col("gross_commission"), pl.col("applied_cum"), pl.col("gross_amount")),
+            rev_f=pro_rata(pl.col("gross_fee"), pl.col("applied_cum"), pl.col("gross_amount")),
+        )
+        .with_columns(
+            applied_amount=pl.col("applied_cum") - pl.col("applied_cum").shift(1).over(group).fill_null(0),
+            commission_reversed=pl.col("rev_c") - pl.col("rev_c").shift(1).over(group).fill_null(0),
+            platform_fee_reversed=pl.col("rev_f") - pl.col("rev_f").shift(1).over(group).fill_null(0),
+        )
+    )
+    totals = applied.group_by(group).agg(
+        refunded=pl.col("applied_amount").sum(),
+        reversed=pl.col("commission_reversed").sum(),
+        fee_reversed=pl.col("platform_fee_reversed").sum(),
+    )
+    zero = pl.lit(0, pl.Int64)
+    not_applied = rows.filter(~counted).with_columns(
+        applied_amount=zero, commission_reversed=zero, platform_fee_reversed=zero
+    )
+    columns = [
+        *REFUND_ROW,
+        "sale_transaction_id",
+        "sale_currency",
+        "outcome",
+        "applied_amount",
+        "commission_reversed",
+        "platform_fee_reversed",
+    ]
+    report = pl.concat([applied.select(columns), not_applied.select(columns)]).select(
+        "program_id",
+        "refund_id",
+        "source",
+        "event_id",
+        "transaction_id",
+        "charge_id",
+        "sale_id",
+        "sale_transaction_id",
+        "amount",
+        "applied_amount",
+        "outcome",
+        "commission_reversed",
+        "platform_fee_reversed",
+        currency=pl.coalesce("sale_currency", "raw_currency"),
+        occurred_at="occurred_at",
+        period=period_of(pl.col("occurred_at")),
+    )
+    return Applied(rows=report, totals=totals)

@@ -1,0 +1,257 @@
+"""Frame shapes: what the reconciler reads and what it materialises.
+
+Inputs are coerced once (`prepare_raw`, `prepare_programs`, `prepare_partners`) so the transforms
+can rely on exact dtypes: ids are strings, money is Int64 minor units, times are aware UTC.
+Outputs are declared here as ordered schemas; `conform` casts and orders a frame to one, which
+also gives empty results the right columns.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+UTC = pl.Datetime("us", "UTC")
+STR = pl.String()
+INT = pl.Int64()
+BOOL = pl.Boolean()
+STR_LIST = pl.List(pl.String)
+
+# The columns of `raw_events` the reconciler reads (see ingest/schema.py for their meaning).
+# `headers` is never read; `body` only for engineer actions (backfill, period_close).
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    "seq": INT,
+    "received_at": UTC,
+    "source": STR,
+    "kind": STR,
+    "program_id": STR,
+    "outcome": STR,
+    "event_id": STR,
+    "event_type": STR,
+    "object_id": STR,
+    "livemode": BOOL,
+    "test_mode": BOOL,
+    "occurred_at": UTC,
+    "transaction_id": STR,
+    "invoice_id": STR,
+    "payment_intent_id": STR,
+    "checkout_session_id": STR,
+    "charge_id": STR,
+    "subscription_id": STR,
+    "billing_reason": STR,
+    "checkout_mode": STR,
+    "customer_key": STR,
+    "processor_customer_id": STR,
+    "email": STR,
+    "click_id": STR,
+    "partner_code": STR,
+    "meta_program_id": STR,
+    "sub_metadata_present": BOOL,
+    "amount": INT,
+    "tax": INT,
+    "currency": STR,
+    "is_recurring": BOOL,
+    "sale_type": STR,
+    "refund_id": STR,
+    "lead_status": STR,
+    "stripe_account": STR,
+    "body": STR,
+}
+
+PROGRAM_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "commission_type": STR,
+    "commission_bps": INT,
+    "commission_flat": INT,
+    "recurring_months": INT,
+    "platform_fee_bps": INT,
+    "holding_days": INT,
+    "requires_server_side_leads": BOOL,
+    "stripe_account_id": STR,
+}
+
+# Defaults for settings a program does not set (CONTRACT section 6). `recurring_months` null
+# means lifetime.
+PROGRAM_DEFAULTS: dict[str, object] = {
+    "commission_type": "percent",
+    "commission_bps": 0,
+    "commission_flat": 0,
+    "platform_fee_bps": 0,
+    "holding_days": 30,
+    "requires_server_side_leads": False,
+}
+
+PARTNER_SCHEMA: dict[str, pl.DataType] = {"program_id": STR, "code": STR, "email": STR}
+
+SALES_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "sale_id": STR,
+    "transaction_id": STR,
+    "source": STR,
+    "amount": INT,
+    "gross_amount": INT,
+    "tax": INT,
+    "currency": STR,
+    "is_recurring": BOOL,
+    "test_mode": BOOL,
+    "customer_key": STR,
+    "processor_customer_id": STR,
+    "email": STR,
+    "click_id": STR,
+    "subscription_id": STR,
+    "invoice_id": STR,
+    "payment_intent_id": STR,
+    "checkout_session_id": STR,
+    "charge_id": STR,
+    "metadata_source": STR,
+    "partner_code": STR,
+    "attribution_rule": STR,
+    "unattributed_reason": STR,
+    "warnings": STR_LIST,
+    "commission": INT,
+    "platform_fee": INT,
+    "commission_status": STR,
+    "refunded": INT,
+    "occurred_at": UTC,
+    "period": STR,
+    "record_ids": STR_LIST,
+}
+
+COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "sale_id": STR,
+    "transaction_id": STR,
+    "partner_code": STR,
+    "kind": STR,
+    "period": STR,
+    "sale_period": STR,
+    "currency": STR,
+    "amount": INT,
+    "reversed": INT,
+    "platform_fee": INT,
+    "platform_fee_reversed": INT,
+    "refunded": INT,
+    "status": STR,
+    "self_referral": BOOL,
+    "occurred_at": UTC,
+    "available_at": UTC,
+}
+
+REFUNDS_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "refund_id": STR,
+    "source": STR,
+    "event_id": STR,
+    "transaction_id": STR,
+    "charge_id": STR,
+    "sale_id": STR,
+    "sale_transaction_id": STR,
+    "amount": INT,
+    "applied_amount": INT,
+    "outcome": STR,
+    "commission_reversed": INT,
+    "platform_fee_reversed": INT,
+    "currency": STR,
+    "occurred_at": UTC,
+    "period": STR,
+}
+
+DOUBLE_COUNTS_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "kind": STR,
+    "transaction_id": STR,
+    "sale_id": STR,
+    "connect_record_ids": STR_LIST,
+    "duplicate_id": STR,
+    "duplicate_transaction_id": STR,
+    "matched_on": STR,
+    "amount": INT,
+    "currency": STR,
+    "occurred_at": UTC,
+}
+
+EXPLAIN_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "sale_id": STR,
+    "transaction_id": STR,
+    "step": INT,
+    "rule": STR,
+    "looked_up": STR,
+    "found": STR,
+    "result": STR,
+}
+
+UNROUTABLE_SCHEMA: dict[str, pl.DataType] = {
+    "event_id": STR,
+    "event_type": STR,
+    "object_id": STR,
+    "stripe_account": STR,
+    "meta_program_id": STR,
+    "livemode": BOOL,
+    "test_mode": BOOL,
+    "amount": INT,
+    "currency": STR,
+    "occurred_at": UTC,
+    "received_at": UTC,
+}
+
+
+def conform(frame: pl.LazyFrame, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    """Select exactly `schema`'s columns, in order, cast to its dtypes."""
+    return frame.select(pl.col(name).cast(dtype) for name, dtype in schema.items())
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def _coerce(frame: pl.LazyFrame, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    names = frame.collect_schema().names()
+    exprs: list[pl.Expr] = []
+    for name, dtype in schema.items():
+        if name not in names:
+            exprs.append(pl.lit(None, dtype).alias(name))
+        elif dtype == UTC:
+            exprs.append(_utc(pl.col(name), frame.collect_schema()[name]).alias(name))
+        else:
+            exprs.append(pl.col(name).cast(dtype))
+    return frame.select(exprs)
+
+
+def _utc(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    if isinstance(dtype, pl.Datetime):
+        if dtype.time_zone is None:
+            msg = "naive datetimes are not accepted: the raw log stores aware UTC times"
+            raise ValueError(msg)
+        return expr.dt.convert_time_zone("UTC").dt.cast_time_unit("us")
+    return expr.cast(UTC)
+
+
+def prepare_raw(raw: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """The raw log with the columns of RAW_SCHEMA (missing optional ones become null)."""
+    return _coerce(raw.lazy(), RAW_SCHEMA)
+
+
+def prepare_programs(programs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """Program settings with defaults filled in for anything a program leaves unset."""
+    frame = _coerce(programs.lazy(), PROGRAM_SCHEMA)
+    return frame.with_columns(
+        pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
+        for name, value in PROGRAM_DEFAULTS.items()
+    ).unique(subset=["program_id"], keep="first", maintain_order=True)
+
+
+def prepare_partners(partners: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    return _coerce(partners.lazy(), PARTNER_SCHEMA).unique(
+        subset=["program_id", "code"], keep="first", maintain_order=True
+    )
+
+
+def norm_email(expr: pl.Expr) -> pl.Expr:
+    """Emails compare case-insensitively and without surrounding blanks; empty means none."""
+    cleaned = expr.str.strip_chars().str.to_lowercase()
+    return pl.when(cleaned.str.len_bytes() > 0).then(cleaned)
+
+
+def period_of(expr: pl.Expr) -> pl.Expr:
+    """The 'YYYY-MM' month of an aware UTC timestamp."""
+    return expr.dt.strftime("%Y-%m")

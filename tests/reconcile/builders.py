@@ -1,0 +1,267 @@
+"""Raw-log rows for tests, shaped as ingest writes them (ingest/schema.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
+
+T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+PROGRAM = "prog_a"
+
+_POLARS_TYPES: dict[str, pl.DataType] = {
+    "BIGINT": pl.Int64(),
+    "TIMESTAMPTZ": pl.Datetime("us", "UTC"),
+    "VARCHAR": pl.String(),
+    "BOOLEAN": pl.Boolean(),
+}
+
+RAW_POLARS_SCHEMA: dict[str, pl.DataType] = {
+    name: _POLARS_TYPES[sql.split()[0]] for name, sql in RAW_EVENT_COLUMNS
+}
+
+
+def at(days: float = 0, hours: float = 0) -> datetime:
+    return T0 + timedelta(days=days, hours=hours)
+
+
+def row(**fields: Any) -> dict[str, Any]:
+    """A raw row with every RAW_EVENT_FIELDS key; unspecified columns are NULL / defaults."""
+    unknown = set(fields) - set(RAW_EVENT_FIELDS)
+    if unknown:
+        raise KeyError(f"not raw_events columns: {sorted(unknown)}")
+    base: dict[str, Any] = dict.fromkeys(RAW_EVENT_FIELDS)
+    base.update(
+        seq=0,
+        outcome="accepted",
+        test_mode=False,
+        program_id=PROGRAM,
+        body="{}",
+        headers="{}",
+    )
+    base.update(fields)
+    if base["occurred_at"] is None and base["kind"] not in ("metadata_fix", "backfill"):
+        base["occurred_at"] = T0
+    if base["received_at"] is None:
+        base["received_at"] = base["occurred_at"] or T0
+    return base
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Rows to a raw_events frame; seq numbered 1..n in list order (arrival order)."""
+    numbered = [{**r, "seq": i} for i, r in enumerate(rows, start=1)]
+    return pl.DataFrame(numbered, schema=RAW_POLARS_SCHEMA)
+
+
+def click(click_id: str, partner: str, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="track",
+        kind="click",
+        event_id=click_id,
+        event_type="track.click",
+        click_id=click_id,
+        partner_code=partner,
+        **kw,
+    )
+
+
+def lead(
+    lead_id: str,
+    customer_key: str | None,
+    *,
+    click_id: str | None = None,
+    email: str | None = None,
+    settled: bool = True,
+    **kw: Any,
+) -> dict[str, Any]:
+    return row(
+        source="track",
+        kind="lead",
+        event_id=lead_id,
+        event_type="track.lead",
+        customer_key=customer_key,
+        click_id=click_id,
+        email=email,
+        lead_status="settled" if settled else "provisional",
+        **kw,
+    )
+
+
+def track_sale(sale_id: str, transaction_id: str | None, amount: int | None, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("currency", "usd")
+    return row(
+        source="track",
+        kind="sale",
+        event_id=sale_id,
+        event_type="track.sale",
+        transaction_id=transaction_id,
+        amount=amount,
+        **kw,
+    )
+
+
+def track_refund(refund_id: str, transaction_id: str, amount: int, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="track",
+        kind="refund",
+        event_id=f"rfd_{refund_id}",
+        event_type="track.refund",
+        transaction_id=transaction_id,
+        refund_id=refund_id,
+        amount=amount,
+        **kw,
+    )
+
+
+def stripe_row(event_id: str, event_type: str, object_id: str, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("livemode", not kw.get("test_mode", False))
+    return row(
+        source="stripe",
+        kind="stripe",
+        event_id=event_id,
+        event_type=event_type,
+        object_id=object_id,
+        stripe_account="acct_1",
+        **kw,
+    )
+
+
+def session(
+    event_id: str,
+    session_id: str,
+    amount: int,
+    *,
+    mode: str = "payment",
+    event_type: str = "checkout.session.completed",
+    **kw: Any,
+) -> dict[str, Any]:
+    kw.setdefault("currency", "usd")
+    kw.setdefault(
+        "sub_metadata_present",
+        any(kw.get(k) is not None for k in ("click_id", "customer_key", "meta_program_id")),
+    )
+    return stripe_row(
+        event_id,
+        event_type,
+        session_id,
+        checkout_session_id=session_id,
+        checkout_mode=mode,
+        amount=amount,
+        **kw,
+    )
+
+
+def invoice(
+    event_id: str,
+    invoice_id: str,
+    amount: int,
+    *,
+    billing_reason: str = "subscription_cycle",
+    event_type: str = "invoice.payment_succeeded",
+    **kw: Any,
+) -> dict[str, Any]:
+    kw.setdefault("currency", "usd")
+    kw.setdefault(
+        "sub_metadata_present",
+        any(kw.get(k) is not None for k in ("click_id", "customer_key", "meta_program_id")),
+    )
+    return stripe_row(
+        event_id,
+        event_type,
+        invoice_id,
+        invoice_id=invoice_id,
+        billing_reason=billing_reason,
+        amount=amount,
+        **kw,
+    )
+
+
+def charge_refunded(event_id: str, charge_id: str, cumulative: int, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("currency", "usd")
+    return stripe_row(event_id, "charge.refunded", charge_id, charge_id=charge_id, amount=cumulative, **kw)
+
+
+def metadata_fix(fix_id: str, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="metadata_fix",
+        event_id=fix_id,
+        event_type="metadata_fix",
+        actor="operator",
+        **kw,
+    )
+
+
+def backfill(backfill_id: str, start: str, end: str, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="backfill",
+        event_id=backfill_id,
+        event_type="backfill",
+        actor="operator",
+        body=json.dumps({"from": start, "to": end}),
+        **kw,
+    )
+
+
+def period_close(close_id: str, period: str, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="period_close",
+        event_id=close_id,
+        event_type="period_close",
+        actor="operator",
+        body=json.dumps({"period": period}),
+        **kw,
+    )
+
+
+def programs(**settings: Any) -> pl.DataFrame:
+    """One program `prog_a` with the given settings (unset ones default in the reconciler)."""
+    base: dict[str, Any] = {
+        "program_id": PROGRAM,
+        "commission_type": "percent",
+        "commission_bps": 3000,
+        "commission_flat": 0,
+        "recurring_months": None,
+        "platform_fee_bps": 500,
+        "holding_days": 30,
+        "requires_server_side_leads": False,
+        "stripe_account_id": "acct_1",
+    }
+    base.update(settings)
+    return program_frame([base])
+
+
+PROGRAM_POLARS_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": pl.String(),
+    "commission_type": pl.String(),
+    "commission_bps": pl.Int64(),
+    "commission_flat": pl.Int64(),
+    "recurring_months": pl.Int64(),
+    "platform_fee_bps": pl.Int64(),
+    "holding_days": pl.Int64(),
+    "requires_server_side_leads": pl.Boolean(),
+    "stripe_account_id": pl.String(),
+}
+
+PARTNER_POLARS_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": pl.String(),
+    "code": pl.String(),
+    "email": pl.String(),
+}
+
+
+def program_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=PROGRAM_POLARS_SCHEMA)
+
+
+def partners(*entries: tuple[str, str | None], program: str = PROGRAM) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{"program_id": program, "code": c, "email": e} for c, e in entries],
+        schema=PARTNER_POLARS_SCHEMA,
+    )
