@@ -264,6 +264,8 @@ class DuckStore:
         if str(path) != ":memory:":
             target.parent.mkdir(parents=True, exist_ok=True)
         self._con = duckdb.connect(str(path))
+        # TIMESTAMPTZ values come back as aware datetimes in UTC, whatever the machine's zone.
+        self._con.execute("SET GLOBAL TimeZone = 'UTC'")
         self._local = threading.local()
         self._wcur: duckdb.DuckDBPyConnection | None = None
         self._con.execute(raw_events_ddl())

@@ -16,6 +16,7 @@ class TallyError(Exception):
         super().__init__(message)
         self.message = message
         self.extra: dict[str, Any] = extra
+        self.logged = False  # set once a tracking-log line recorded this refusal
 
 
 class InvalidJson(TallyError):

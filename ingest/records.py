@@ -91,7 +91,7 @@ class SaleLedger:
 class LogLine:
     log_id: int
     program_id: str
-    at: datetime
+    logged_at: datetime
     endpoint: str
     status: int
     outcome: str

@@ -235,7 +235,9 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
 
     partner = await writer.run(op)
     if partner is None:
-        raise DuplicateTransaction(f"transaction {txn} is already recorded for program {pid}")
+        dup = DuplicateTransaction(f"transaction {txn} is already recorded for program {pid}")
+        dup.logged = True
+        raise dup
     data: dict[str, Any] = {
         "sale_id": sale_id,
         "transaction_id": txn,
@@ -321,7 +323,9 @@ async def record_refund(store: Store, writer: Writer, call: Call, inp: RefundIn,
 
     outcome, known = await writer.run(op)
     if outcome == "duplicate":
-        raise DuplicateRefund(f"refund {inp.refund_id} is already recorded for program {pid}")
+        dup_refund = DuplicateRefund(f"refund {inp.refund_id} is already recorded for program {pid}")
+        dup_refund.logged = True
+        raise dup_refund
     warnings = []
     if not known:
         warnings.append(

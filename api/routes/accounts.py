@@ -9,6 +9,7 @@ from starlette.routing import Route
 from api.auth import account_program, require_account, state
 from api.http import body_model, ok
 from ingest import control
+from ingest.errors import ValidationFailed
 from ingest.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
 from ingest.records import Program
 
@@ -79,7 +80,61 @@ async def list_partners(request: Request) -> Response:
     return ok(request, [control.partner_view(p) for p in partners])
 
 
+CHECKLIST_STEPS = (
+    "api_key_generated",
+    "test_sale_received",
+    "click_received",
+    "lead_received",
+    "sale_received",
+    "processor_event_received",
+)
+
+
+async def checklist(request: Request) -> Response:
+    account = require_account(request)
+    program = account_program(request, account)
+    done = state(request).store.checklist(program.program_id)
+    steps = [{"key": k, "done": k in done, "done_at": done.get(k)} for k in CHECKLIST_STEPS]
+    return ok(request, {"steps": steps})
+
+
+def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ValidationFailed(
+            f"{name} must be an integer from {low} to {high}",
+            fields=[{"field": name, "message": f"integer from {low} to {high}"}],
+        )
+    return int(raw)
+
+
+async def tracking_log(request: Request) -> Response:
+    account = require_account(request)
+    program = account_program(request, account)
+    limit = _int_param(request, "limit", 50, 1, 500) or 50
+    before = _int_param(request, "before", None, 1, 2**62)
+    lines = state(request).store.tracking_log(program.program_id, limit, before)
+    entries = [
+        {
+            "id": line.log_id,
+            "at": line.logged_at,
+            "endpoint": line.endpoint,
+            "status": line.status,
+            "outcome": line.outcome,
+            "detail": line.detail,
+            "request_id": line.request_id,
+        }
+        for line in lines
+    ]
+    next_before = lines[-1].log_id if len(lines) == limit else None
+    return ok(request, {"entries": entries, "next_before": next_before})
+
+
 routes = [
+    Route("/api/v1/programs/{program_id}/checklist", checklist, methods=["GET"]),
+    Route("/api/v1/programs/{program_id}/tracking-log", tracking_log, methods=["GET"]),
     Route("/api/v1/workspaces/{workspace_id}/members", add_member, methods=["POST"]),
     Route("/api/v1/programs", list_programs, methods=["GET"]),
     Route("/api/v1/programs", create_program, methods=["POST"]),

@@ -52,7 +52,7 @@ async def _handle(
         outcome = await work()
     except TallyError as exc:
         program_id = getattr(request.state, "program_id", None)
-        if program_id is not None:
+        if program_id is not None and not exc.logged:
             await tracking.log_refusal(state(request).writer, _call(request, endpoint), program_id, exc)
         raise
     response = ok(request, outcome.data, status, outcome.warnings)

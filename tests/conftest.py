@@ -1,0 +1,178 @@
+"""Shared fixtures: a real app on a real DuckDB file, and a world of account/program/key/partner."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.settings import Settings, load_settings
+
+OPERATOR_TOKEN = "op-test-token-0123456789abcdef"
+WEBHOOK_SECRET = "whsec_test_primary"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return load_settings(
+        database=str(tmp_path / "tally.duckdb"),
+        operator_token=OPERATOR_TOKEN,
+        base_url="http://testserver",
+        stripe_webhook_secrets=f"{WEBHOOK_SECRET},whsec_test_rolled",
+        reconcile_interval_seconds=0,
+    )
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+OP = bearer(OPERATOR_TOKEN)
+
+
+@dataclass
+class World:
+    """An account owning a workspace with one program, its key and a partner."""
+
+    client: TestClient
+    account_token: str
+    workspace_id: str
+    program_id: str
+    api_key: str
+    partner_code: str = "alice"
+
+    @property
+    def owner(self) -> dict[str, str]:
+        return bearer(self.account_token)
+
+    @property
+    def key(self) -> dict[str, str]:
+        return bearer(self.api_key)
+
+    def sale(self, **body: Any) -> httpx.Response:
+        payload = {"transaction_id": "in_1", "customer_external_id": "cust_1", "amount": 1000}
+        payload.update(body)
+        return self.client.post("/api/v1/track/sale", json=payload, headers=self.key)
+
+    def member(self, role: str = "member") -> dict[str, str]:
+        r = self.client.post(
+            f"/api/v1/workspaces/{self.workspace_id}/members",
+            json={"email": f"{role}@example.com", "role": role},
+            headers=self.owner,
+        )
+        assert r.status_code == 201, r.text
+        return bearer(r.json()["data"]["token"])
+
+
+def make_world(client: TestClient, **settings: Any) -> World:
+    r = client.post(
+        "/api/v1/operator/accounts", json={"email": "owner@brand.test", "workspace_name": "Brand"}, headers=OP
+    )
+    assert r.status_code == 201, r.text
+    acct = r.json()["data"]
+    r = client.post(
+        "/api/v1/programs",
+        json={"workspace_id": acct["workspace_id"], "name": "Brand partners", **settings},
+        headers=bearer(acct["token"]),
+    )
+    assert r.status_code == 201, r.text
+    program_id = r.json()["data"]["program_id"]
+    r = client.post(f"/api/v1/programs/{program_id}/api-key", headers=bearer(acct["token"]))
+    assert r.status_code == 201, r.text
+    api_key = r.json()["data"]["api_key"]
+    r = client.post(
+        f"/api/v1/programs/{program_id}/partners",
+        json={"code": "alice", "name": "Alice", "email": "alice@partner.test"},
+        headers=bearer(acct["token"]),
+    )
+    assert r.status_code == 201, r.text
+    return World(client, acct["token"], acct["workspace_id"], program_id, api_key)
+
+
+@pytest.fixture
+def world(client: TestClient) -> World:
+    return make_world(client)
+
+
+# -- a real server process ---------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class LiveServer:
+    url: str
+    database: Path
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+
+
+def start_server(database: Path, port: int | None = None, **env: str) -> LiveServer:
+    port = port or free_port()
+    full_env = {
+        **os.environ,
+        "TALLY_DATABASE": str(database),
+        "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
+        "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
+        "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+        "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
+        **env,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=full_env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"tally serve exited early: {err}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return LiveServer(url, database, proc, full_env)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("tally serve did not become healthy in 60 s")
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    server = start_server(tmp_path / "live.duckdb")
+    try:
+        yield server
+    finally:
+        server.stop()
+        if server.process.stderr:
+            server.process.stderr.close()

@@ -1,0 +1,130 @@
+"""The storage contract every backend must pass (today: the embedded DuckDB file).
+
+A PostgreSQL backend joins by adding its factory to BACKENDS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ingest.duckdb_store import DuckStore
+from ingest.records import Credential, Partner, Program, ProgramSettings
+from ingest.store import Store
+from ingest.writer import Writer
+
+BACKENDS: dict[str, Callable[[Path], Store]] = {"duckdb": lambda p: DuckStore(p / "contract.duckdb")}
+AT = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    factory = BACKENDS[request.param]
+    return lambda: factory(tmp_path)
+
+
+def _seed(store: Store) -> None:
+    w = Writer(store)
+    w.start()
+    program = Program("prog_1", "ws_1", "P", ProgramSettings(stripe_account_id="acct_9"), AT, AT)
+
+    def op(tx):  # type: ignore[no-untyped-def]
+        tx.add_account("acc_1", "o@x.test", AT)
+        tx.add_workspace("ws_1", "W", AT)
+        tx.add_member("ws_1", "acc_1", "owner", AT)
+        tx.put_program(program)
+        tx.add_partner(Partner("ptn_1", "prog_1", "alice", "Alice", None, AT))
+        tx.add_credential(Credential("h1", "program", "prog_1", "aff_••••••••abcd", AT))
+        base = {
+            "received_at": AT,
+            "source": "track",
+            "program_id": "prog_1",
+            "outcome": "accepted",
+            "body": "{}",
+            "headers": "{}",
+        }
+        tx.append(
+            {**base, "kind": "click", "event_id": "clk_1", "click_id": "clk_1", "partner_code": "alice"}
+        )
+        tx.append(
+            {
+                **base,
+                "kind": "lead",
+                "event_id": "lead_1",
+                "customer_key": "c1",
+                "click_id": "clk_1",
+                "lead_status": "settled",
+            }
+        )
+        seq = tx.append(
+            {
+                **base,
+                "kind": "sale",
+                "event_id": "sale_1",
+                "transaction_id": "in_1",
+                "amount": 900,
+                "currency": "usd",
+                "customer_key": "c1",
+            }
+        )
+        tx.claim_keys("prog_1", ["in_1"], seq)
+        tx.append(
+            {
+                **base,
+                "kind": "refund",
+                "event_id": "rfd_1",
+                "transaction_id": "in_1",
+                "refund_id": "re_1",
+                "amount": 100,
+            }
+        )
+        tx.check("prog_1", "sale_received", AT)
+        tx.log("prog_1", AT, "track/sale", 200, "accepted", "ok", "req_1", seq)
+
+    w.run_sync(op)
+    w.stop()
+
+
+def test_everything_survives_reopen(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    _seed(store)
+    store.close()
+    store = open_store()
+    try:
+        program = store.program("prog_1")
+        assert program is not None and program.settings.stripe_account_id == "acct_9"
+        assert [p.program_id for p in store.programs_for_stripe_account("acct_9")] == ["prog_1"]
+        assert store.role("ws_1", "acc_1") == "owner"
+        assert store.workspaces_of("acc_1") == {"ws_1": "owner"}
+        assert store.partner("prog_1", "alice") is not None
+        cred = store.credential("h1")
+        assert cred is not None and cred.kind == "program" and cred.created_at == AT
+        assert store.click_partner("prog_1", "clk_1") == "alice"
+        binding = store.binding("prog_1", "c1")
+        assert binding is not None and binding.partner_code == "alice"
+        ledger = store.sale("prog_1", ["in_1"])
+        assert ledger is not None and (ledger.amount, ledger.refunded) == (900, 100)
+        assert store.refund_seen("prog_1", "re_1")
+        assert store.checklist("prog_1") == {"sale_received": AT}
+        [line] = store.tracking_log("prog_1", 10)
+        assert (line.endpoint, line.raw_seq, line.logged_at) == ("track/sale", 3, AT)
+        assert store.query("SELECT max(seq) FROM raw_events") == [(4,)]
+    finally:
+        store.close()
+
+
+def test_revoked_credentials_do_not_come_back(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    _seed(store)
+    w = Writer(store)
+    w.start()
+    w.run_sync(lambda tx: tx.revoke_credentials("program", "prog_1", AT))
+    w.stop()
+    assert store.credential("h1") is None
+    store.close()
+    store = open_store()
+    assert store.credential("h1") is None
+    assert store.program_credential("prog_1") is None
+    store.close()

@@ -1,0 +1,115 @@
+"""The group-commit writer: batching, isolation of a failing operation, and the duplicate race."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ingest.clock import utcnow
+from ingest.duckdb_store import DuckStore
+from ingest.errors import ValidationFailed
+from ingest.store import Tx
+from ingest.writer import Writer
+from tests.conftest import World
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[tuple[DuckStore, Writer]]:
+    store = DuckStore(tmp_path / "w.duckdb")
+    w = Writer(store)
+    w.start()
+    yield store, w
+    w.stop()
+    store.close()
+
+
+def _row(n: int) -> dict[str, object]:
+    return {
+        "received_at": utcnow(),
+        "source": "track",
+        "kind": "click",
+        "program_id": "p",
+        "outcome": "accepted",
+        "event_id": f"clk_{n}",
+        "click_id": f"clk_{n}",
+        "partner_code": "a",
+        "body": "{}",
+        "headers": "{}",
+    }
+
+
+def test_concurrent_operations_share_commits(writer: tuple[DuckStore, Writer]) -> None:
+    store, w = writer
+    gate = threading.Event()
+
+    def slow(tx: Tx) -> int:
+        gate.wait(5)
+        return tx.append(_row(0))
+
+    first = w.submit(slow)
+    rest = [w.submit(lambda tx, n=n: tx.append(_row(n))) for n in range(1, 50)]
+    gate.set()
+    seqs = [first.result(), *(f.result() for f in rest)]
+    assert seqs == list(range(1, 51))
+    assert w.commits <= 3  # the 49 queued behind the slow one commit together
+    assert store.query("SELECT count(*) FROM raw_events") == [(50,)]
+
+
+def test_domain_error_fails_only_its_operation(writer: tuple[DuckStore, Writer]) -> None:
+    _store, w = writer
+
+    def refuse(tx: Tx) -> None:
+        raise ValidationFailed("no")
+
+    futures = [
+        w.submit(lambda tx: tx.append(_row(1))),
+        w.submit(refuse),
+        w.submit(lambda tx: tx.append(_row(2))),
+    ]
+    assert futures[0].result() == 1 and futures[2].result() == 2
+    with pytest.raises(ValidationFailed):
+        futures[1].result()
+
+
+def test_unexpected_failure_is_isolated_and_rolled_back(writer: tuple[DuckStore, Writer]) -> None:
+    store, w = writer
+    gate = threading.Event()
+
+    def blocker(tx: Tx) -> int:
+        gate.wait(5)
+        return tx.append(_row(1))
+
+    def broken(tx: Tx) -> None:
+        tx.append(_row(99))
+        tx.execute("INSERT INTO no_such_table VALUES (1)")
+
+    f1 = w.submit(blocker)
+    f2 = w.submit(broken)
+    f3 = w.submit(lambda tx: tx.append(_row(3)))
+    gate.set()
+    assert f1.result() == 1
+    with pytest.raises(Exception, match="no_such_table"):
+        f2.result()
+    assert f3.result() == 2
+    assert store.query("SELECT event_id FROM raw_events ORDER BY seq") == [("clk_1",), ("clk_3",)]
+    assert ("p", "clk_99") not in store.index.clicks  # the index was rolled back with the database
+
+
+def test_concurrent_duplicate_sales_exactly_one_wins(world: World) -> None:
+    body = {"transaction_id": "in_race", "customer_external_id": "c", "amount": 100}
+
+    def post(_: int) -> int:
+        return world.client.post("/api/v1/track/sale", json=body, headers=world.key).status_code
+
+    with ThreadPoolExecutor(16) as pool:
+        codes = sorted(pool.map(post, range(40)))
+    assert codes == [200] + [409] * 39
+    store = world.client.app.state.tally.store  # type: ignore[attr-defined]
+    assert store.query(
+        "SELECT outcome, count(*) FROM raw_events WHERE kind='sale' GROUP BY 1 ORDER BY 1"
+    ) == [("accepted", 1), ("duplicate", 39)]
+    assert store.query("SELECT count(*) FROM idempotency_keys WHERE key = 'in_race'") == [(1,)]
