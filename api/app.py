@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 
 from api.errors import EXCEPTION_HANDLERS
 from api.http import RequestIdMiddleware
-from api.routes import accounts, agent, docs, operator, track
+from api.routes import accounts, agent, docs, operator, script, track, webhooks
 from api.settings import Settings
 from api.state import State
 from ingest.duckdb_store import DuckStore
@@ -36,6 +36,7 @@ def create_app(settings: Settings) -> Starlette:
             store.close()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes]
+    routes += [*webhooks.routes, *script.routes]
     return Starlette(
         routes=routes,
         middleware=[Middleware(RequestIdMiddleware)],

@@ -1,0 +1,35 @@
+"""Processor webhooks: `POST /webhooks/stripe` (the connect webhook, CONTRACT section 5)."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.auth import state
+from api.http import ok, read_body, request_id
+from ingest import deliveries
+from ingest.clock import utcnow
+
+KEPT_HEADERS = ("stripe-signature", "content-type", "user-agent")
+
+
+async def stripe_webhook(request: Request) -> Response:
+    received_at = utcnow()
+    body = await read_body(request)
+    st = state(request)
+    kept = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
+    delivery = deliveries.Delivery(
+        body=body,
+        signature=request.headers.get("stripe-signature"),
+        headers=json.dumps(kept, sort_keys=True),
+        received_at=received_at,
+        request_id=request_id(request),
+    )
+    verifier = deliveries.Verifier(st.settings.webhook_secrets(), st.settings.stripe_tolerance_seconds)
+    return ok(request, await deliveries.receive(st.store, st.writer, verifier, delivery))
+
+
+routes = [Route("/webhooks/stripe", stripe_webhook, methods=["POST"])]

@@ -1,0 +1,184 @@
+"""Connect webhook deliveries (CONTRACT section 5): verify, parse, route, then append.
+
+The signature is checked before anything else; a delivery that fails it is never stored, but
+leaves a tracking-log line (without its body) when its unverified `account`/metadata routes to a
+program, so a brand debugging its setup sees the refusals. A verified delivery is appended
+verbatim, whatever it holds: a repeated event id as `duplicate`, an event matching no program as
+`unroutable` (program NULL), anything else as `accepted`. The duplicate check runs inside the
+writer operation, so two concurrent deliveries of one event cannot both be accepted.
+
+A live processor sale claims the ids it is known by (invoice, payment intent, checkout session,
+charge) for its program, so a later self-hosted `track/sale` with one of them is a 409. An id a
+self-hosted sale already claimed is left as it is: the processor's event is never refused, and
+the reconciler reports the double count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ingest.duckdb_store import EVENT_KEY_SPACE
+from ingest.errors import InvalidJson, InvalidSignature, TallyError
+from ingest.index import PROCESSOR_SALE_TYPES
+from ingest.records import Program
+from ingest.store import Store, Tx
+from ingest.stripe import extract, parse_event, verify_signature
+from ingest.writer import Writer
+
+ENDPOINT = "webhooks/stripe"
+CHECKLIST_STEP = "processor_event_received"
+SALE_ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One POST to the webhook: the raw body and what the request said about it."""
+
+    body: bytes
+    signature: str | None  # the Stripe-Signature header
+    headers: str  # JSON object of the headers kept with the raw row
+    received_at: datetime
+    request_id: str | None
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """The signing secrets (any may match, so they can be rolled) and the timestamp tolerance."""
+
+    secrets: Sequence[str]
+    tolerance_seconds: int
+
+
+def route(store: Store, fields: Mapping[str, Any]) -> Program | None:
+    """The program a delivery belongs to, or None when it is unroutable.
+
+    The Connect `account` selects the programs connected to it; when several share it, the
+    metadata `program_id` must name one of them. Without an account, the metadata `program_id`
+    alone routes, if that program exists.
+    """
+    account = fields.get("stripe_account")
+    meta_program = fields.get("meta_program_id")
+    if isinstance(account, str):
+        candidates = store.programs_for_stripe_account(account)
+        if len(candidates) == 1:
+            return candidates[0]
+        return next((p for p in candidates if p.program_id == meta_program), None)
+    if isinstance(meta_program, str):
+        return store.program(meta_program)
+    return None
+
+
+def sale_keys(fields: Mapping[str, Any]) -> list[str]:
+    """The ids a live processor sale is known by (none for other events, test events, zero)."""
+    amount = fields.get("amount")
+    if fields.get("test_mode") or fields.get("event_type") not in PROCESSOR_SALE_TYPES:
+        return []
+    if not isinstance(amount, int) or amount <= 0:
+        return []
+    return list(dict.fromkeys(v for name in SALE_ID_FIELDS if isinstance(v := fields.get(name), str)))
+
+
+async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: Delivery) -> dict[str, Any]:
+    """Verify, parse and append one delivery; return the response `data`.
+
+    Raises `InvalidSignature` (nothing stored) or `InvalidJson` (signed, but not a JSON object).
+    """
+    try:
+        verify_signature(
+            delivery.body,
+            delivery.signature,
+            verifier.secrets,
+            verifier.tolerance_seconds,
+            delivery.received_at,
+        )
+    except InvalidSignature as exc:
+        await _log_refusal(store, writer, delivery, exc)
+        raise
+    try:
+        text = delivery.body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidJson("webhook body is not UTF-8 text") from None
+    fields = extract(parse_event(delivery.body))
+    program = route(store, fields)
+    event_id = fields["event_id"]
+
+    def op(tx: Tx) -> bool:
+        program_id = program.program_id if program else None
+        duplicate = isinstance(event_id, str) and store.event_seen(event_id)
+        outcome = "duplicate" if duplicate else "accepted" if program else "unroutable"
+        row = {
+            **fields,
+            "received_at": delivery.received_at,
+            "source": "stripe",
+            "kind": "stripe",
+            "program_id": program_id,
+            "outcome": outcome,
+            "body": text,
+            "headers": delivery.headers,
+        }
+        seq = tx.append(row)
+        if not duplicate and isinstance(event_id, str):
+            tx.claim_keys(EVENT_KEY_SPACE, [event_id], seq)
+        if program_id is None:
+            return duplicate
+        if not duplicate:
+            tx.claim_keys(program_id, sale_keys(fields), seq)
+            tx.check(program_id, CHECKLIST_STEP, delivery.received_at)
+        label = "duplicate" if duplicate else "test_mode" if fields["test_mode"] else "accepted"
+        tx.log(
+            program_id,
+            delivery.received_at,
+            ENDPOINT,
+            200,
+            label,
+            _detail(fields, duplicate),
+            delivery.request_id,
+            seq,
+        )
+        return duplicate
+
+    duplicate = await writer.run(op)
+    if duplicate:
+        return {"received": True, "duplicate": True}
+    if program is None:
+        return {"received": True, "routed": False}
+    return {
+        "received": True,
+        "event_id": event_id,
+        "program_id": program.program_id,
+        "duplicate": False,
+        "test_mode": fields["test_mode"],
+    }
+
+
+def _detail(fields: Mapping[str, Any], duplicate: bool) -> str:
+    parts = [str(fields["event_type"] or "event"), str(fields["event_id"] or "(no id)")]
+    if isinstance(fields.get("amount"), int) and fields.get("currency"):
+        parts.append(f"{fields['amount']} {fields['currency']}")
+    if fields["test_mode"]:
+        parts.append("(test mode)")
+    if duplicate:
+        parts.append("(event id already received)")
+    return " ".join(parts)
+
+
+async def _log_refusal(store: Store, writer: Writer, delivery: Delivery, error: TallyError) -> None:
+    """A refused delivery whose unverified payload names a program leaves a log line, no body."""
+    try:
+        fields = extract(parse_event(delivery.body))
+    except InvalidJson:
+        return
+    program = route(store, fields)
+    if program is None:
+        return
+    pid = program.program_id
+
+    def op(tx: Tx) -> None:
+        detail = f"refused {fields['event_type'] or 'delivery'}: {error.message}"
+        at, request_id = delivery.received_at, delivery.request_id
+        tx.log(pid, at, ENDPOINT, error.status, error.code, detail, request_id, None)
+
+    await writer.run(op)
