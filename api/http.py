@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ingest.clock import rfc3339, utcnow
 from ingest.errors import InvalidJson, PayloadTooLarge, ValidationFailed
 from ingest.records import Credential
-from ingest.tokens import random_base62
+from ingest.tokens import new_id
 
 MAX_BODY = 1024 * 1024
 M = TypeVar("M", bound=BaseModel)
@@ -65,7 +65,7 @@ class RequestIdMiddleware:
                     request_id = candidate
                 break
         if request_id is None:
-            request_id = "req_" + random_base62(20)
+            request_id = new_id("req")
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:

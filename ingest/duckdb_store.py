@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from ingest.index import Index, Undo
+from ingest.journal import Journal
 from ingest.records import (
     Binding,
     Credential,
@@ -102,13 +104,29 @@ def _json_set(raw: str) -> frozenset[str]:
     return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
 
 
+@dataclass
+class _Batch:
+    raw: list[tuple[Any, ...]]
+    logs: list[tuple[Any, ...]]
+    keys: list[tuple[Any, ...]]
+    checks: list[tuple[Any, ...]]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.raw or self.logs or self.keys or self.checks)
+
+    @property
+    def rows(self) -> int:
+        return len(self.raw) + len(self.logs) + len(self.keys) + len(self.checks)
+
+
 class DuckTx:
     """A write transaction on the writer's cursor (see `ingest.store.Tx`)."""
 
     def __init__(self, store: DuckStore) -> None:
         self._store = store
         self._cur = store._writer_cursor()
-        self._cur.execute("BEGIN TRANSACTION")
+        self._in_db_tx = False
         self.undo: Undo = []
         self._raw: list[tuple[Any, ...]] = []
         self._logs: list[tuple[Any, ...]] = []
@@ -120,6 +138,14 @@ class DuckTx:
     @property
     def index(self) -> Index:
         return self._store.index
+
+    def _sql(self) -> duckdb.DuckDBPyConnection:
+        """The writer's cursor inside a database transaction, begun on first use: batches of
+        track calls never open one (they go to the journal); control-plane changes do."""
+        if not self._in_db_tx:
+            self._cur.execute("BEGIN TRANSACTION")
+            self._in_db_tx = True
+        return self._cur
 
     def append(self, row: Mapping[str, Any]) -> int:
         seq = self._next_seq
@@ -156,17 +182,19 @@ class DuckTx:
             self._checks.append((program_id, step, at))
 
     def add_account(self, account_id: str, email: str, at: datetime) -> None:
-        self._cur.execute("INSERT INTO accounts VALUES (?, ?, ?)", [account_id, email, at])
+        self._sql().execute("INSERT INTO accounts VALUES (?, ?, ?)", [account_id, email, at])
 
     def add_workspace(self, workspace_id: str, name: str, at: datetime) -> None:
-        self._cur.execute("INSERT INTO workspaces VALUES (?, ?, ?)", [workspace_id, name, at])
+        self._sql().execute("INSERT INTO workspaces VALUES (?, ?, ?)", [workspace_id, name, at])
 
     def add_member(self, workspace_id: str, account_id: str, role: Role, at: datetime) -> None:
-        self._cur.execute("INSERT INTO memberships VALUES (?, ?, ?, ?)", [workspace_id, account_id, role, at])
+        self._sql().execute(
+            "INSERT INTO memberships VALUES (?, ?, ?, ?)", [workspace_id, account_id, role, at]
+        )
         self.index.put_role(workspace_id, account_id, role, self.undo)
 
     def put_program(self, program: Program) -> None:
-        self._cur.execute(
+        self._sql().execute(
             "INSERT OR REPLACE INTO programs VALUES (?, ?, ?, ?, ?, ?)",
             [
                 program.program_id,
@@ -180,7 +208,7 @@ class DuckTx:
         self.index.put_program(program, self.undo)
 
     def add_partner(self, partner: Partner) -> None:
-        self._cur.execute(
+        self._sql().execute(
             "INSERT INTO partners VALUES (?, ?, ?, ?, ?, ?)",
             [
                 partner.program_id,
@@ -194,7 +222,7 @@ class DuckTx:
         self.index.put_partner(partner, self.undo)
 
     def add_credential(self, cred: Credential) -> None:
-        self._cur.execute(
+        self._sql().execute(
             "INSERT INTO credentials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 cred.token_hash,
@@ -213,7 +241,7 @@ class DuckTx:
         self.index.put_credential(cred, self.undo)
 
     def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None:
-        self._cur.execute(
+        self._sql().execute(
             "UPDATE credentials SET revoked_at = ? WHERE kind = ? AND subject_id = ? AND revoked_at IS NULL",
             [at, kind, subject_id],
         )
@@ -222,7 +250,7 @@ class DuckTx:
                 self.index.put_credential(replace(cred, revoked_at=at), self.undo)
 
     def flag_credential(self, token_hash: str, flagged_at: datetime, deadline: datetime) -> None:
-        self._cur.execute(
+        self._sql().execute(
             "UPDATE credentials SET flagged_at = ?, rotation_deadline = ? WHERE token_hash = ?",
             [flagged_at, deadline, token_hash],
         )
@@ -230,26 +258,36 @@ class DuckTx:
         self.index.put_credential(replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._cur.execute(sql, list(params))
+        self._sql().execute(sql, list(params))
 
     @property
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        return self._cur
+        """The writer's cursor in this transaction (for bulk writes such as materialised tables)."""
+        return self._sql()
 
     def commit(self) -> None:
-        cur = self._cur
-        _bulk_insert(cur, "raw_events", self._raw, RAW_SCHEMA)
-        _bulk_insert(cur, "tracking_log", self._logs, LOG_SCHEMA)
-        _bulk_insert(cur, "idempotency_keys", self._keys, KEY_SCHEMA)
-        _bulk_insert(cur, "checklist", self._checks, CHECK_SCHEMA)
-        cur.execute("COMMIT")
-        self._store._seq = self._next_seq - 1
-        self._store._log_id = self._next_log - 1
+        """Commit control-plane changes (if any) to DuckDB, then make the batch's rows durable in
+        the journal (or, without one, in DuckDB directly)."""
+        batch = _Batch(self._raw, self._logs, self._keys, self._checks)
+        store = self._store
+        if store._journal is None:
+            store._pending.append(batch)
+            store._copy_pending(self._sql(), store._pending)
+            store._pending.clear()
+        if self._in_db_tx:
+            self._cur.execute("COMMIT")
+            self._in_db_tx = False
+        if store._journal is not None and not batch.empty:
+            store._journal_batch(batch)
+        store._seq = self._next_seq - 1
+        store._log_id = self._next_log - 1
         self.undo.clear()
 
     def rollback(self) -> None:
         try:
-            self._cur.execute("ROLLBACK")
+            if self._in_db_tx:
+                self._cur.execute("ROLLBACK")
+                self._in_db_tx = False
         finally:
             for step in reversed(self.undo):
                 step()
@@ -271,10 +309,99 @@ class DuckStore:
         self._con.execute(raw_events_ddl())
         for ddl in CONTROL_PLANE_DDL:
             self._con.execute(ddl)
+        self._con.execute("CREATE TABLE IF NOT EXISTS journal_state (last_batch BIGINT NOT NULL)")
+        if self._con.execute("SELECT count(*) FROM journal_state").fetchone() == (0,):
+            self._con.execute("INSERT INTO journal_state VALUES (0)")
         self.index = Index()
         self._seq = 0
         self._log_id = 0
+        self._pending: list[_Batch] = []
+        self._pending_rows = 0
+        self._pending_since = 0.0
+        self._journal: Journal | None = None
+        self._lock = threading.Lock()  # pending batches and the journal's current segment
+        self._copy_lock = threading.Lock()  # one copy into DuckDB at a time
+        self._ccur: duckdb.DuckDBPyConnection | None = None
+        row = self._con.execute("SELECT last_batch FROM journal_state").fetchone()
+        self._batch_no = int(row[0]) if row else 0
+        if str(path) != ":memory:":
+            self._journal = Journal(Path(f"{path}.journal"))
+            self._recover()
         self._load()
+
+    # -- the journal: durable group commits, copied into DuckDB in bulk ------------------------
+    def _recover(self) -> None:
+        assert self._journal is not None
+        done = self._batch_no
+        for record in self._journal.records():
+            number = int(record["batch"])
+            self._batch_no = max(self._batch_no, number)
+            if number > done:
+                parts = ([tuple(r) for r in record[part]] for part in ("raw", "logs", "keys", "checks"))
+                self._pending.append(_Batch(*parts))
+        self.flush()
+
+    def _journal_batch(self, batch: _Batch) -> None:
+        assert self._journal is not None
+        with self._lock:
+            self._batch_no += 1
+            self._journal.append(
+                {
+                    "batch": self._batch_no,
+                    "raw": batch.raw,
+                    "logs": batch.logs,
+                    "keys": batch.keys,
+                    "checks": batch.checks,
+                }
+            )
+            if not self._pending:
+                self._pending_since = time.monotonic()
+            self._pending.append(batch)
+            self._pending_rows += batch.rows
+
+    def _copy_pending(self, cur: duckdb.DuckDBPyConnection, batches: list[_Batch]) -> None:
+        """Insert `batches` inside the caller's open transaction."""
+        for table, part, schema in (
+            ("raw_events", "raw", RAW_SCHEMA),
+            ("tracking_log", "logs", LOG_SCHEMA),
+            ("idempotency_keys", "keys", KEY_SCHEMA),
+            ("checklist", "checks", CHECK_SCHEMA),
+        ):
+            rows = [row for batch in batches for row in getattr(batch, part)]
+            _bulk_insert(cur, table, rows, schema)
+
+    def flush(self) -> None:
+        """Copy every journaled batch into DuckDB, then drop the journal segments that held them.
+        Safe from any thread; the writer keeps journaling new batches meanwhile."""
+        with self._copy_lock:
+            with self._lock:
+                if not self._pending:
+                    return
+                batches, self._pending = self._pending, []
+                self._pending_rows = 0
+                last = self._batch_no
+                closed = self._journal.rotate() if self._journal is not None else []
+            cur = self._copier_cursor()
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                self._copy_pending(cur, batches)
+                cur.execute("UPDATE journal_state SET last_batch = ?", [last])
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                with self._lock:  # keep them for the next attempt, oldest first
+                    self._pending[:0] = batches
+                    self._pending_rows += sum(b.rows for b in batches)
+                raise
+            if self._journal is not None:
+                self._journal.remove(closed)
+
+    def backlog(self) -> tuple[int, float]:
+        """Rows journaled but not yet in DuckDB, and for how many seconds the oldest has waited."""
+        with self._lock:
+            if not self._pending:
+                return 0, 0.0
+            return self._pending_rows, time.monotonic() - self._pending_since
 
     # -- connections -------------------------------------------------------------------------
     def _reader(self) -> duckdb.DuckDBPyConnection:
@@ -289,6 +416,11 @@ class DuckStore:
             self._wcur = self._con.cursor()
         return self._wcur
 
+    def _copier_cursor(self) -> duckdb.DuckDBPyConnection:
+        if self._ccur is None:
+            self._ccur = self._con.cursor()
+        return self._ccur
+
     @contextmanager
     def snapshot(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A fresh cursor for a long read (reconcile, reports); closed afterwards."""
@@ -302,6 +434,9 @@ class DuckStore:
         return DuckTx(self)
 
     def close(self) -> None:
+        self.flush()
+        if self._journal is not None:
+            self._journal.close()
         self._con.close()
 
     # -- start-up: rebuild the index from the database --------------------------------------

@@ -76,6 +76,13 @@ class Store(Protocol):
 
     def begin(self) -> Tx: ...
 
+    def flush(self) -> None:
+        """Make everything committed visible to `query` (writer thread only); a no-op where
+        commits go straight to the database."""
+
+    def backlog(self) -> tuple[int, float]:
+        """Committed rows not yet visible to `query`, and the age in seconds of the oldest."""
+
     def close(self) -> None: ...
 
     def credential(self, token_hash: str) -> Credential | None: ...

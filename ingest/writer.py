@@ -28,15 +28,21 @@ T = TypeVar("T")
 log = logging.getLogger("tally.writer")
 
 MAX_BATCH = 256
+COPY_EVERY_SECONDS = 0.2  # how often the copier moves journaled rows into the database
 
 
 @dataclass
 class _Job(Generic[T]):
     op: Callable[[Tx], T]
     future: Future[T]
+    flush: bool = False
 
 
 _STOP = object()
+
+
+def _nothing(tx: Tx) -> None:
+    return None
 
 
 class Writer:
@@ -46,6 +52,8 @@ class Writer:
         self._store = store
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="tally-writer", daemon=True)
+        self._copier = threading.Thread(target=self._copy_loop, name="tally-copier", daemon=True)
+        self._stopping = threading.Event()
         self._running = False
         self.commits = 0
         self.operations = 0
@@ -57,29 +65,45 @@ class Writer:
     def start(self) -> None:
         self._running = True
         self._thread.start()
+        self._copier.start()
 
     def stop(self) -> None:
         if self._running:
             self._running = False
             self._queue.put(_STOP)
             self._thread.join()
+            self._stopping.set()
+            self._copier.join()
+            self._flush()
 
-    def submit(self, op: Callable[[Tx], T]) -> Future[T]:
+    def submit(self, op: Callable[[Tx], T], flush: bool = False) -> Future[T]:
         future: Future[T] = Future()
         if not self._running:
             future.set_exception(ServiceUnavailable("tally is not accepting writes right now"))
             return future
-        self._queue.put(_Job(op, future))
+        self._queue.put(_Job(op, future, flush))
         return future
 
-    async def run(self, op: Callable[[Tx], T]) -> T:
-        """Run `op` in the writer and wait (without blocking the event loop) for its commit."""
-        return await asyncio.wrap_future(self.submit(op))
+    async def run(self, op: Callable[[Tx], T], flush: bool = False) -> T:
+        """Run `op` in the writer and wait (without blocking the event loop) until it is durable.
+        With `flush`, also wait until the store's reads (`query`) see it."""
+        return await asyncio.wrap_future(self.submit(op, flush))
 
-    def run_sync(self, op: Callable[[Tx], T]) -> T:
-        return self.submit(op).result()
+    def run_sync(self, op: Callable[[Tx], T], flush: bool = False) -> T:
+        return self.submit(op, flush).result()
+
+    async def sync(self) -> None:
+        """Wait until everything committed so far is visible to the store's reads."""
+        await self.run(_nothing, flush=True)
+
+    def sync_blocking(self) -> None:
+        self.run_sync(_nothing, flush=True)
 
     # -- the writer thread ----------------------------------------------------------------------
+    def _copy_loop(self) -> None:
+        while not self._stopping.wait(COPY_EVERY_SECONDS):
+            self._flush()
+
     def _loop(self) -> None:
         while True:
             item = self._queue.get()
@@ -99,6 +123,12 @@ class Writer:
             self._commit(batch)
             if stop:
                 return
+
+    def _flush(self) -> None:
+        try:
+            self._store.flush()
+        except Exception:  # the journal still holds everything; the next flush retries
+            log.exception("copying the journal into the database failed; will retry")
 
     def _commit(self, batch: list[_Job[Any]]) -> None:
         outcomes: list[tuple[_Job[Any], bool, Any]] = []
@@ -122,6 +152,14 @@ class Writer:
             return
         self.commits += 1
         self.operations += len(batch)
+        if any(job.flush for job in batch):
+            try:
+                self._store.flush()
+            except Exception as exc:
+                for job in batch:
+                    if job.flush:
+                        job.future.set_exception(exc)
+                outcomes = [o for o in outcomes if not o[0].flush]
         for job, ok, value in outcomes:
             if ok:
                 job.future.set_result(value)

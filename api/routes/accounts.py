@@ -115,6 +115,7 @@ async def tracking_log(request: Request) -> Response:
     program = account_program(request, account)
     limit = _int_param(request, "limit", 50, 1, 500) or 50
     before = _int_param(request, "before", None, 1, 2**62)
+    await state(request).writer.sync()
     lines = state(request).store.tracking_log(program.program_id, limit, before)
     entries = [
         {

@@ -11,8 +11,9 @@ from tests.conftest import World, bearer, make_world
 
 
 def _raw(client: TestClient, sql: str) -> list[tuple[Any, ...]]:
-    store = client.app.state.tally.store  # type: ignore[attr-defined]
-    rows: list[tuple[Any, ...]] = store.query(sql)
+    state = client.app.state.tally  # type: ignore[attr-defined]
+    state.writer.sync_blocking()
+    rows: list[tuple[Any, ...]] = state.store.query(sql)
     return rows
 
 

@@ -59,8 +59,10 @@ def test_earlier_rows_never_change_as_traffic_flows(world: World) -> None:
             "/api/v1/track/lead", json={"customer_external_id": "c"}, headers=world.key
         ),
     ]
+    writer = world.client.app.state.tally.writer  # type: ignore[attr-defined]
     for step in steps:
         step()
+        writer.sync_blocking()
         snapshots.append(store.query("SELECT * FROM raw_events ORDER BY seq"))
     for before, after in itertools.pairwise(snapshots):
         assert after[: len(before)] == before

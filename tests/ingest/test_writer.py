@@ -56,6 +56,7 @@ def test_concurrent_operations_share_commits(writer: tuple[DuckStore, Writer]) -
     seqs = [first.result(), *(f.result() for f in rest)]
     assert seqs == list(range(1, 51))
     assert w.commits <= 3  # the 49 queued behind the slow one commit together
+    w.sync_blocking()
     assert store.query("SELECT count(*) FROM raw_events") == [(50,)]
 
 
@@ -95,6 +96,7 @@ def test_unexpected_failure_is_isolated_and_rolled_back(writer: tuple[DuckStore,
     with pytest.raises(Exception, match="no_such_table"):
         f2.result()
     assert f3.result() == 2
+    w.sync_blocking()
     assert store.query("SELECT event_id FROM raw_events ORDER BY seq") == [("clk_1",), ("clk_3",)]
     assert ("p", "clk_99") not in store.index.clicks  # the index was rolled back with the database
 
@@ -108,6 +110,7 @@ def test_concurrent_duplicate_sales_exactly_one_wins(world: World) -> None:
     with ThreadPoolExecutor(16) as pool:
         codes = sorted(pool.map(post, range(40)))
     assert codes == [200] + [409] * 39
+    world.client.app.state.tally.writer.sync_blocking()  # type: ignore[attr-defined]
     store = world.client.app.state.tally.store  # type: ignore[attr-defined]
     assert store.query(
         "SELECT outcome, count(*) FROM raw_events WHERE kind='sale' GROUP BY 1 ORDER BY 1"

@@ -1,0 +1,20 @@
+"""`make bench`: run every benchmark and write bench/out/*.json."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import ingest
+
+
+def main() -> None:
+    selected = set(sys.argv[1:])
+    benches = {"ingest": ingest.main}
+    for name, run in benches.items():
+        if not selected or name in selected:
+            print(f"== bench/{name}", flush=True)
+            run()
+
+
+if __name__ == "__main__":
+    main()

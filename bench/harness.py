@@ -1,0 +1,199 @@
+"""Shared bench plumbing: start servers on loopback, run wrk, parse its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+OPERATOR_TOKEN = "bench-operator-token-0123456789"
+WEBHOOK_SECRET = "whsec_bench_secret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+@contextmanager
+def tally_server(database: Path | None = None) -> Iterator[str]:
+    port = free_port()
+    tmp = tempfile.mkdtemp(prefix="tally-bench-")
+    env = {
+        **os.environ,
+        "TALLY_DATABASE": str(database or Path(tmp) / "bench.duckdb"),
+        "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
+        "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
+        "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+        "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url + "/healthz", proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@contextmanager
+def ceiling_server() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.ceiling:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url + "/", proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@dataclass
+class WrkResult:
+    label: str
+    requests: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+    socket_errors: int
+
+
+def _ms(value: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", value)
+    if not m:
+        raise ValueError(value)
+    number, unit = float(m.group(1)), m.group(2)
+    return number / 1000 if unit == "us" else number * 1000 if unit == "s" else number
+
+
+def wrk(
+    label: str,
+    url: str,
+    script: Path,
+    duration: int,
+    connections: int,
+    threads: int = 2,
+    env: dict[str, str] | None = None,
+) -> WrkResult:
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t",
+            str(threads),
+            "-c",
+            str(connections),
+            "-d",
+            f"{duration}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
+    ).stdout
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    seconds = _ms(re.search(r"requests in ([\d.]+\w+),", out).group(1)) / 1000  # type: ignore[union-attr]
+    p50 = _ms(re.search(r"\s50%\s+([\d.]+\w+)", out).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"\s99%\s+([\d.]+\w+)", out).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return WrkResult(
+        label,
+        requests,
+        seconds,
+        requests / seconds,
+        p50,
+        p99,
+        int(non2xx.group(1)) if non2xx else 0,
+        sum(int(g) for g in errors.groups()) if errors else 0,
+    )
+
+
+def setup_program(url: str) -> tuple[str, str]:
+    """An account, a program and its key on a running tally; returns (program_id, api_key)."""
+    op = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "b@x.test", "workspace_name": "Bench"}, headers=op
+        ).json()["data"]
+        auth = {"Authorization": f"Bearer {acct['token']}"}
+        pid = c.post(
+            "/api/v1/programs",
+            json={"workspace_id": acct["workspace_id"], "name": "Bench", "stripe_account_id": "acct_bench"},
+            headers=auth,
+        ).json()["data"]["program_id"]
+        key = c.post(f"/api/v1/programs/{pid}/api-key", headers=auth).json()["data"]["api_key"]
+        return str(pid), str(key)
+
+
+def save(name: str, payload: dict[str, object]) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=asdict))
+    return path
+
+
+def table(rows: list[WrkResult]) -> str:
+    lines = [f"{'run':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}{'errors':>8}"]
+    for r in rows:
+        lines.append(
+            f"{r.label:<28}{r.rps:>10.0f}{r.p50_ms:>10.2f}{r.p99_ms:>10.2f}{r.non_2xx:>10}"
+            f"{r.socket_errors:>8}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""The write-ahead journal in front of the embedded database.
+
+A group commit is made durable by appending one record (the batch's raw-log, tracking-log,
+idempotency and checklist rows) to the current journal segment and fsyncing it: about 0.3 ms,
+where a DuckDB commit of the same rows costs several milliseconds. A copier thread moves journaled
+batches into DuckDB in large transactions (`DuckStore.flush`): it rotates to a fresh segment,
+copies the batches of the closed ones, records the last batch number copied in the same DuckDB
+transaction, and only then deletes the closed segments. At start, batches the database has not
+got yet (by batch number) are copied in before anything else happens.
+
+Record format: 4-byte big-endian length, 4-byte CRC-32, JSON payload. A torn or corrupt tail (a
+crash in the middle of a write, before its fsync returned and so before anyone was answered) is
+ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_HEADER = struct.Struct(">II")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"$t": value.isoformat()}
+    raise TypeError(f"cannot journal {type(value).__name__}")
+
+
+def _hook(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and "$t" in obj:
+        return datetime.fromisoformat(obj["$t"])
+    return obj
+
+
+def read_segment(path: Path) -> Iterator[dict[str, Any]]:
+    data = path.read_bytes()
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, crc = _HEADER.unpack_from(data, offset)
+        start = offset + _HEADER.size
+        payload = data[start : start + length]
+        if len(payload) < length or zlib.crc32(payload) != crc:
+            return
+        record: dict[str, Any] = json.loads(payload, object_hook=_hook)
+        yield record
+        offset = start + length
+
+
+class Journal:
+    """A directory of append-only segment files of batch records, fsynced on every append."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        existing = self.segments()
+        self._number = int(existing[-1].stem) if existing else 0
+        self._fd = self._open_next()
+
+    def segments(self) -> list[Path]:
+        return sorted(self.directory.glob("*.log"))
+
+    def _open_next(self) -> int:
+        self._number += 1
+        path = self.directory / f"{self._number:012d}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the new file's name is durable before anything relies on it
+        finally:
+            os.close(dir_fd)
+        return fd
+
+    def append(self, record: dict[str, Any]) -> None:
+        payload = json.dumps(record, default=_default, separators=(",", ":")).encode()
+        os.write(self._fd, _HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
+        os.fsync(self._fd)
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        for path in self.segments():
+            yield from read_segment(path)
+
+    def rotate(self) -> list[Path]:
+        """Start a new segment; return the closed ones (everything appended so far)."""
+        closed = self.segments()
+        old = self._fd
+        self._fd = self._open_next()
+        os.close(old)
+        return closed
+
+    @staticmethod
+    def remove(paths: list[Path]) -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        os.close(self._fd)

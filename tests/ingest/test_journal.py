@@ -1,0 +1,115 @@
+"""The write-ahead journal: acknowledged batches survive a crash before they reach DuckDB."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ingest.duckdb_store import DuckStore
+from ingest.journal import Journal
+from ingest.store import Tx
+from ingest.writer import Writer
+
+AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+def _click(n: int) -> dict[str, object]:
+    return {
+        "received_at": AT,
+        "source": "track",
+        "kind": "click",
+        "program_id": "p",
+        "outcome": "accepted",
+        "event_id": f"clk_{n}",
+        "click_id": f"clk_{n}",
+        "partner_code": "a",
+        "occurred_at": AT,
+        "body": f'{{"n": {n}}}',
+        "headers": "{}",
+    }
+
+
+def test_records_round_trip_and_torn_tail_is_ignored(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j")
+    journal.append({"batch": 1, "raw": [[1, AT, "x", None, True]]})
+    journal.append({"batch": 2, "raw": []})
+    journal.close()
+    [segment] = journal.segments()
+    with segment.open("ab") as fh:
+        fh.write(b"\x00\x00\x01\x00garbage")  # a write cut short by a crash
+    reopened = Journal(tmp_path / "j")
+    assert list(reopened.records()) == [
+        {"batch": 1, "raw": [[1, AT, "x", None, True]]},
+        {"batch": 2, "raw": []},
+    ]
+    reopened.append({"batch": 3, "raw": []})  # appends go to a new segment, after the torn one
+    assert [r["batch"] for r in reopened.records()] == [1, 2, 3]
+    closed = reopened.rotate()
+    assert len(closed) == 2  # the segment with batches 1-2 and the one with batch 3
+    Journal.remove(closed)
+    assert list(reopened.records()) == []
+    reopened.close()
+
+
+def test_journaled_batches_are_recovered_after_a_crash(tmp_path: Path) -> None:
+    db = tmp_path / "crash.duckdb"
+    store = DuckStore(db)
+    for n in range(5):  # what the writer thread does for each group commit
+        tx = store.begin()
+        tx.append(_click(n))
+        tx.commit()
+    # acknowledged, journaled, not yet copied into DuckDB
+    assert store.backlog()[0] == 5
+    assert store.query("SELECT count(*) FROM raw_events") == [(0,)]
+    # crash: the process dies without flushing or closing anything
+    store._con.close()
+    reopened = DuckStore(db)
+    assert reopened.query("SELECT seq, event_id, received_at FROM raw_events ORDER BY seq") == [
+        (n + 1, f"clk_{n}", AT) for n in range(5)
+    ]
+    assert reopened.click_partner("p", "clk_4") == "a"
+    assert reopened.backlog() == (0, 0.0)
+    assert list(Journal(tmp_path / "crash.duckdb.journal").records()) == []
+    reopened.close()
+
+
+def test_batches_already_in_duckdb_are_not_copied_twice(tmp_path: Path) -> None:
+    db = tmp_path / "twice.duckdb"
+    store = DuckStore(db)
+    tx = store.begin()
+    tx.append(_click(1))
+    tx.commit()
+    store.flush()
+    # a crash between DuckDB's commit and the journal's truncation leaves the batch in both
+    journal = Journal(Path(f"{db}.journal"))
+    journal.append(
+        {
+            "batch": 1,
+            "raw": [list(store.query("SELECT * FROM raw_events")[0])],
+            "logs": [],
+            "keys": [],
+            "checks": [],
+        }
+    )
+    journal.close()
+    store._con.close()
+    reopened = DuckStore(db)
+    assert reopened.query("SELECT count(*) FROM raw_events") == [(1,)]
+    reopened.close()
+
+
+def test_control_plane_and_journal_commits_coexist(tmp_path: Path) -> None:
+    store = DuckStore(tmp_path / "cp.duckdb")
+    writer = Writer(store)
+    writer.start()
+    writer.run_sync(lambda tx: tx.append(_click(1)))
+
+    def control(tx: Tx) -> None:
+        tx.add_workspace("ws_1", "W", AT)
+
+    writer.run_sync(control)
+    writer.sync_blocking()
+    assert store.query("SELECT count(*) FROM raw_events") == [(1,)]
+    assert store.query("SELECT count(*) FROM workspaces") == [(1,)]
+    writer.stop()
+    store.close()
