@@ -12,6 +12,7 @@ from starlette.middleware import Middleware
 
 from api.errors import EXCEPTION_HANDLERS
 from api.http import RequestIdMiddleware
+from api.ratelimit import RateLimiter
 from api.routes import accounts, agent, docs, operator, script, track, webhooks
 from api.settings import Settings
 from api.state import State
@@ -27,7 +28,8 @@ def create_app(settings: Settings) -> Starlette:
         store = DuckStore(settings.database)
         writer = Writer(store)
         writer.start()
-        app.state.tally = State(settings, store, writer)
+        limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
+        app.state.tally = State(settings, store, writer, limiter)
         log.info("tally: database %s open, accepting writes", settings.database)
         try:
             yield

@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     stripe_webhook_secrets: SecretStr = SecretStr("")
     stripe_tolerance_seconds: int = Field(default=300, ge=1, le=86400)
     reconcile_interval_seconds: int = Field(default=60, ge=0)
+    public_rate_per_second: float = Field(default=20.0, ge=0)
+    public_rate_burst: int = Field(default=100, ge=1)
 
     @field_validator("base_url")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from api.ratelimit import RateLimiter
 from api.settings import Settings
 from ingest.duckdb_store import DuckStore
 from ingest.writer import Writer
@@ -14,3 +15,4 @@ class State:
     settings: Settings
     store: DuckStore
     writer: Writer
+    limiter: RateLimiter

@@ -166,13 +166,6 @@ class PayloadTooLarge(TallyError):
     status = 413
 
 
-class UnsupportedMediaType(TallyError):
-    """Raised by body parsing when a request body is not sent as application/json."""
-
-    code = "unsupported_media_type"
-    status = 415
-
-
 class ValidationFailed(TallyError):
     """Raised when a request body violates its schema; `fields` lists each violation."""
 

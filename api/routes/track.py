@@ -61,6 +61,10 @@ async def _handle(
     return response
 
 
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
 async def preflight(request: Request) -> Response:
     return Response(status_code=204, headers=CORS_HEADERS)
 
@@ -70,8 +74,9 @@ async def track_click(request: Request) -> Response:
         return await preflight(request)
 
     async def work() -> Outcome:
-        raw, inp = await body_model(request, ClickIn)
         st = state(request)
+        st.limiter.check(_client(request))
+        raw, inp = await body_model(request, ClickIn)
         if st.store.program(inp.program_id) is not None:
             request.state.program_id = inp.program_id
         return await tracking.record_click(st.store, st.writer, _call(request, "track/click", raw), inp)
@@ -86,6 +91,8 @@ async def track_lead(request: Request) -> Response:
     async def work() -> Outcome:
         st = state(request)
         token = bearer(request)
+        if token is None:
+            st.limiter.check(_client(request))
         program = program_from_key(request, token) if token is not None else None
         raw, inp = await body_model(request, LeadIn)
         if program is None and inp.program_id and st.store.program(inp.program_id) is not None:

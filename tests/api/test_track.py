@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from api.app import create_app
+from api.settings import Settings
 from tests.conftest import World, bearer, make_world
 
 
@@ -281,3 +283,20 @@ def test_unauthenticated_request_bodies_are_not_stored(world: World) -> None:
     assert rows == [(0,)]
     logs = _raw(world.client, "SELECT count(*) FROM tracking_log WHERE detail LIKE '%in_secret%'")
     assert logs == [(0,)]
+
+
+def test_public_endpoints_are_rate_limited_per_client(settings: Settings) -> None:
+    limited = settings.model_copy(update={"public_rate_per_second": 1.0, "public_rate_burst": 3})
+    with TestClient(create_app(limited)) as client:
+        world = make_world(client)
+        body = {"program_id": world.program_id, "partner_code": "alice"}
+        codes = [client.post("/api/v1/track/click", json=body).status_code for _ in range(4)]
+        assert codes == [201, 201, 201, 429]
+        r = client.post(
+            "/api/v1/track/lead", json={"customer_external_id": "u", "program_id": world.program_id}
+        )
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "rate_limited")
+        assert r.headers["Retry-After"] == "1"
+        assert r.headers["Access-Control-Allow-Origin"] == "*"
+        # keyed calls are not limited by the public bucket
+        assert world.sale().status_code == 200
