@@ -92,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         )
     # The writer thread wakes from fsync many times a second; with the default 5 ms GIL switch
     # interval every wake-up would wait behind the event loop. 0.5 ms keeps commits prompt.
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(float(os.environ.get("TALLY_SWITCH", "0.0005")))
     print(f"tally: listening on http://{args.host}:{args.port} (database {settings.database})", flush=True)
     uvicorn.run(
         create_app(settings),

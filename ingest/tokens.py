@@ -33,15 +33,10 @@ def new_token(prefix: str, length: int = 40) -> str:
 _fast = random.Random(secrets.randbits(128))  # noqa: S311 - identifiers, not secrets
 
 
-def new_id(prefix: str, length: int = 20) -> str:
-    """An opaque identifier such as `prog_...`, `clk_...`: unique (about 119 random bits), not a
-    secret, so it comes from a fast generator seeded once from the OS; credentials never do."""
-    number = _fast.getrandbits(8 * length)
-    chars = []
-    for _ in range(length):
-        number, digit = divmod(number, 62)
-        chars.append(_BASE62[digit])
-    return f"{prefix}_{''.join(chars)}"
+def new_id(prefix: str) -> str:
+    """An opaque identifier such as `prog_...`, `clk_...`: unique (96 random bits), not a secret,
+    so it comes from a fast generator seeded once from the OS; credentials never do."""
+    return f"{prefix}_{_fast.getrandbits(96):024x}"
 
 
 def token_hash(value: str) -> str:

@@ -28,7 +28,7 @@ T = TypeVar("T")
 log = logging.getLogger("tally.writer")
 
 MAX_BATCH = 256
-COPY_EVERY_SECONDS = 0.2  # how often the copier moves journaled rows into the database
+COPY_EVERY_SECONDS = 1.0  # how often the copier moves journaled rows into the database
 
 
 @dataclass

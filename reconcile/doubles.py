@@ -23,8 +23,9 @@ ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_i
 def id_map(connect: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None) -> pl.LazyFrame:
     """program_id, id -> sale_id, matched_on: every id a counted sale is known by.
 
-    Connect ids come first (in ID_FIELDS order), then self-hosted transaction ids; an id claimed
-    by several sales resolves to the first by that rank, then the smallest sale id.
+    Connect ids come first (in ID_FIELDS order), then self-hosted transaction ids of real sales,
+    then of test sales; an id claimed by several sales resolves to the first by that rank, then
+    the smallest sale id.
     """
     parts = [
         connect.select(
@@ -43,7 +44,7 @@ def id_map(connect: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None) -> pl
                 "sale_id",
                 id=pl.col("transaction_id"),
                 matched_on=pl.lit("transaction_id"),
-                rank=pl.lit(len(ID_FIELDS), pl.Int32),
+                rank=pl.lit(len(ID_FIELDS), pl.Int32) + pl.col("test_mode").cast(pl.Int32),
             )
         )
     return (
@@ -98,10 +99,14 @@ def split_self_hosted(connect: pl.LazyFrame, self_hosted: pl.LazyFrame) -> Split
         )
     )
     remaining = matched.filter(~pl.col("is_double")).drop("connect_sale_id", "matched_on", "is_double")
-    ranked = remaining.with_columns(
-        first_sale=pl.when(real).then(
-            pl.col("sale_id").sort_by("occurred_at", "sale_id").first().over("program_id", "transaction_id")
-        )
+    firsts = (
+        remaining.filter(real)
+        .sort("occurred_at", "sale_id")
+        .group_by("program_id", "transaction_id")
+        .agg(first_sale=pl.col("sale_id").first())
+    )
+    ranked = remaining.join(firsts, on=["program_id", "transaction_id"], how="left").with_columns(
+        first_sale=pl.when(real).then(pl.col("first_sale"))
     )
     repeat = pl.col("first_sale").is_not_null() & (pl.col("first_sale") != pl.col("sale_id"))
     repeats = ranked.filter(repeat).select(

@@ -20,8 +20,8 @@ MISSING = "subscription metadata missing"
 
 def _lead_found(prefix: str, what: str) -> pl.Expr:
     return (
-        pl.when(pl.col(f"{prefix}_settled").fill_null(False))
-        .then(pl.lit("no settled lead with a partner's click"))
+        pl.when(pl.col(f"{prefix}_lead").is_not_null())
+        .then(pl.format("settled lead {} has no partner's click", f"{prefix}_lead"))
         .when(pl.col(f"{prefix}_provisional").fill_null(False))
         .then(pl.lit("only provisional leads"))
         .otherwise(pl.lit(f"no lead with this {what}"))

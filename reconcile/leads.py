@@ -9,9 +9,10 @@
   settled lead's click is its own click id, or, when it carries none, the click of the customer's
   earliest provisional lead that has one, provided that provisional lead occurred no later than
   the settled one.
-- A settled lead *binds* its customer (and its email) to the partner of its click. The first
-  settled lead that has a partner binds, in the order (occurred_at, lead_id); later leads do not
-  rebind. A lead without a click, or with a click unknown to the program, binds nobody.
+- The first settled lead of a customer, in the order (occurred_at, lead_id), *binds* the
+  customer to the partner of its click; later leads do not rebind. When that lead has no click,
+  or a click unknown to the program, the customer is bound to no partner. The same holds for an
+  email: its earliest settled lead decides.
 
 `lookup(key)` gives, per program and customer key (or normalised email): the binding lead
 (lead id, click id, partner code) if any, and whether settled / provisional leads exist at all,
@@ -92,13 +93,13 @@ def leads(raw: pl.LazyFrame, click_table: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def lookup(lead_frame: pl.LazyFrame, key: LeadKey) -> pl.LazyFrame:
-    """Per (program_id, key): binding lead, its click and partner; has_settled/has_provisional."""
+    """Per (program_id, key): binding lead, its click and partner (may be null), has_provisional."""
     keyed = lead_frame.filter(pl.col(key).is_not_null())
     status = keyed.group_by("program_id", key).agg(
         has_settled=pl.col("settled").any(), has_provisional=(~pl.col("settled")).any()
     )
     binding = (
-        keyed.filter(pl.col("settled") & pl.col("lead_partner").is_not_null())
+        keyed.filter(pl.col("settled"))
         .sort("occurred_at", "lead_id")
         .group_by("program_id", key)
         .agg(

@@ -227,8 +227,13 @@ def _utc(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
 
 
 def prepare_raw(raw: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """The raw log with the columns of RAW_SCHEMA (missing optional ones become null)."""
-    return _coerce(raw.lazy(), RAW_SCHEMA)
+    """The raw log with the columns of RAW_SCHEMA (missing optional ones become null).
+
+    A row without business time (a processor event without `created`) takes its receive time.
+    """
+    return _coerce(raw.lazy(), RAW_SCHEMA).with_columns(
+        occurred_at=pl.coalesce("occurred_at", "received_at")
+    )
 
 
 def prepare_programs(programs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
