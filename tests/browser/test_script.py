@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 
 from ingest.duckdb_store import DuckStore
 from tests.browser.cdp import CHROMIUM, Chromium, Page
-from tests.conftest import OP, LiveServer, bearer, free_port, start_server
+from tests.conftest import LiveServer, bearer, free_port, make_world
 
 BRAND_HOST = "brand.test"
 NINETY_DAYS = 90 * 24 * 3600
@@ -80,32 +80,11 @@ class Tally:
 
 
 @pytest.fixture
-def tally(tmp_path: Path) -> Iterator[Tally]:
-    server = start_server(tmp_path / "browser.duckdb")
-    try:
-        with httpx.Client(base_url=server.url, timeout=10) as http:
-            acct = http.post(
-                "/api/v1/operator/accounts",
-                json={"email": "owner@brand.test", "workspace_name": "Brand"},
-                headers=OP,
-            ).json()["data"]
-            owner = bearer(acct["token"])
-            program = http.post(
-                "/api/v1/programs",
-                json={"workspace_id": acct["workspace_id"], "name": "Brand"},
-                headers=owner,
-            ).json()["data"]
-            pid = program["program_id"]
-            key = http.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
-            r = http.post(
-                f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner
-            )
-            assert r.status_code == 201, r.text
-        yield Tally(server, pid, acct["token"], key)
-    finally:
-        server.stop()
-        if server.process.stderr:
-            server.process.stderr.close()
+def tally(live_server: LiveServer) -> Tally:
+    """A live tally with an account, a program, its key and the partner `alice`."""
+    with httpx.Client(base_url=live_server.url, timeout=10) as http:
+        world = make_world(http)  # type: ignore[arg-type]  # an httpx.Client speaks like a TestClient
+    return Tally(live_server, world.program_id, world.account_token, world.api_key)
 
 
 class BrandSite:
