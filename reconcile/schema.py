@@ -231,9 +231,7 @@ def prepare_raw(raw: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
 
     A row without business time (a processor event without `created`) takes its receive time.
     """
-    return _coerce(raw.lazy(), RAW_SCHEMA).with_columns(
-        occurred_at=pl.coalesce("occurred_at", "received_at")
-    )
+    return _coerce(raw.lazy(), RAW_SCHEMA).with_columns(occurred_at=pl.coalesce("occurred_at", "received_at"))
 
 
 def prepare_programs(programs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:

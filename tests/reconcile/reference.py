@@ -1,0 +1,944 @@
+"""A small, obviously-correct reference reconciler: plain Python, dicts and loops.
+
+Written straight from the rules in the reconcile/ module docstrings (and SEED.md / CONTRACT.md
+section 7), one rule at a time, with no cleverness: the attribution ladder walks the sales in
+their total order and remembers attributed customers as it goes; refunds are applied one by one.
+The real, vectorised reconciler must agree with it exactly.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import date, datetime, timedelta
+from typing import Any
+
+Row = dict[str, Any]
+
+SESSION_EVENTS = {"checkout.session.completed", "checkout.session.async_payment_succeeded"}
+INVOICE_EVENTS = {"invoice.payment_succeeded", "invoice.paid"}
+RECURRING_REASONS = {"subscription_cycle", "subscription_update", "subscription_threshold"}
+ID_FIELDS = ["invoice_id", "payment_intent_id", "checkout_session_id", "charge_id"]
+VALUES = ["amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded"]
+DEFAULTS: dict[str, Any] = {
+    "commission_type": "percent",
+    "commission_bps": 0,
+    "commission_flat": 0,
+    "recurring_months": None,
+    "platform_fee_bps": 0,
+    "holding_days": 30,
+}
+
+
+# --- small helpers ---------------------------------------------------------------------------
+
+
+def round_half_even(numerator: int, denominator: int) -> int:
+    quotient, remainder = divmod(numerator, denominator)
+    if 2 * remainder > denominator or (2 * remainder == denominator and quotient % 2 == 1):
+        quotient += 1
+    return quotient
+
+
+def add_months(moment: datetime, months: int) -> datetime:
+    index = moment.month - 1 + months
+    year, month = moment.year + index // 12, index % 12 + 1
+    day = min(moment.day, calendar.monthrange(year, month)[1])
+    return moment.replace(year=year, month=month, day=day)
+
+
+def norm_email(email: str | None) -> str | None:
+    if email is None:
+        return None
+    cleaned = email.strip().lower()
+    return cleaned or None
+
+
+def first(values: Iterable[Any]) -> Any:
+    for value in values:
+        if value is not None:
+            return value
+    return None
+
+
+def period(moment: datetime) -> str:
+    return moment.strftime("%Y-%m")
+
+
+def is_test(r: Row) -> bool:
+    return bool(r["test_mode"]) or r["livemode"] is False
+
+
+def accepted(rows: list[Row], kind: str) -> list[Row]:
+    return [
+        r
+        for r in rows
+        if r["kind"] == kind
+        and r["outcome"] == "accepted"
+        and r["program_id"] is not None
+        and r["event_id"] is not None
+    ]
+
+
+def by_time(r: Row) -> tuple[datetime, str]:
+    return (r["occurred_at"], r["event_id"])
+
+
+# --- normalisation ---------------------------------------------------------------------------
+
+
+def stripe_events(rows: list[Row]) -> list[Row]:
+    seen: dict[tuple[str, str], Row] = {}
+    for r in accepted(rows, "stripe"):
+        seen.setdefault((r["program_id"], r["event_id"]), r)
+    return list(seen.values())
+
+
+def connect_sales(events: list[Row]) -> list[Row]:
+    records = []
+    for r in events:
+        if r["event_type"] in SESSION_EVENTS and r["checkout_mode"] in ("payment", "subscription"):
+            session_id = coalesce(r["object_id"], r["checkout_session_id"])
+            records.append({**r, "is_session": True, "checkout_session_id": session_id})
+        elif r["event_type"] in INVOICE_EVENTS:
+            records.append(
+                {**r, "is_session": False, "invoice_id": coalesce(r["object_id"], r["invoice_id"])}
+            )
+    create_invoice: dict[tuple[str, str], str] = {}
+    for r in records:
+        if not r["is_session"] and r["billing_reason"] == "subscription_create" and r["subscription_id"]:
+            key = (r["program_id"], r["subscription_id"])
+            if r["invoice_id"] is not None and (
+                key not in create_invoice or r["invoice_id"] < create_invoice[key]
+            ):
+                create_invoice[key] = r["invoice_id"]
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in records:
+        if not r["is_session"] or r["invoice_id"] is not None:
+            sale_key = r["invoice_id"]
+        elif (
+            r["checkout_mode"] == "subscription" and (r["program_id"], r["subscription_id"]) in create_invoice
+        ):
+            sale_key = create_invoice[(r["program_id"], r["subscription_id"])]
+        else:
+            sale_key = r["checkout_session_id"]
+        if sale_key is not None:
+            groups[(r["program_id"], sale_key)].append(r)
+    sales = []
+    for (program_id, sale_key), group in groups.items():
+        group.sort(key=by_time)
+        sessions = [r for r in group if r["is_session"]]
+        invoices = [r for r in group if not r["is_session"]]
+        source = invoices if invoices else sessions
+        meta = sessions if sessions else invoices
+        gross = first(r["amount"] for r in source)
+        if gross is None or gross <= 0:
+            continue
+        tax = first(r["tax"] for r in source) or 0
+        subscription_id = first(r["subscription_id"] for r in group)
+        if sessions:
+            metadata_source = "checkout_session"
+        elif subscription_id is not None:
+            metadata_source = "subscription"
+        else:
+            metadata_source = "invoice"
+        present = first(r["sub_metadata_present"] for r in invoices)
+        currency = first(r["currency"] for r in source)
+        if invoices and currency is None:
+            currency = first(r["currency"] for r in sessions)
+        ids = {f: first(r[f] for r in group) for f in ID_FIELDS}
+        reason = first(r["billing_reason"] for r in invoices)
+        sales.append(
+            {
+                "program_id": program_id,
+                "sale_id": sale_key,
+                "transaction_id": coalesce(
+                    ids["invoice_id"], ids["payment_intent_id"], ids["checkout_session_id"]
+                ),
+                "source": "connect",
+                "amount": max(gross - tax, 0),
+                "gross_amount": gross,
+                "tax": tax,
+                "currency": currency,
+                "is_recurring": not sessions and reason in RECURRING_REASONS,
+                "test_mode": any(is_test(r) for r in group),
+                "customer_key": first(r["customer_key"] for r in meta),
+                "processor_customer_id": coalesce(
+                    first(r["processor_customer_id"] for r in sessions),
+                    first(r["processor_customer_id"] for r in invoices),
+                ),
+                "email": coalesce(first(r["email"] for r in sessions), first(r["email"] for r in invoices)),
+                "click_id": first(r["click_id"] for r in meta),
+                "meta_program_id": first(r["meta_program_id"] for r in meta),
+                "metadata_source": metadata_source,
+                "metadata_missing": metadata_source == "subscription" and not present,
+                "subscription_id": subscription_id,
+                **ids,
+                "occurred_at": min(r["occurred_at"] for r in group),
+                "record_ids": sorted({r["event_id"] for r in group}),
+            }
+        )
+    return sales
+
+
+def self_hosted_sales(rows: list[Row]) -> list[Row]:
+    sales = []
+    for r in accepted(rows, "sale"):
+        if r["source"] != "track":
+            continue
+        test = is_test(r)
+        if not test and not (r["amount"] is not None and r["amount"] > 0):
+            continue
+        gross = r["amount"] or 0
+        tax = r["tax"] or 0
+        sales.append(
+            {
+                "program_id": r["program_id"],
+                "sale_id": r["event_id"],
+                "transaction_id": r["transaction_id"],
+                "source": "self_hosted",
+                "amount": max(gross - tax, 0),
+                "gross_amount": gross,
+                "tax": tax,
+                "currency": r["currency"] or "usd",
+                "is_recurring": bool(r["is_recurring"]),
+                "test_mode": test,
+                "customer_key": r["customer_key"],
+                "processor_customer_id": r["processor_customer_id"],
+                "email": r["email"],
+                "click_id": r["click_id"],
+                "meta_program_id": r["meta_program_id"],
+                "metadata_source": "track",
+                "metadata_missing": False,
+                "subscription_id": r["subscription_id"],
+                **dict.fromkeys(ID_FIELDS),
+                "occurred_at": r["occurred_at"],
+                "record_ids": [r["event_id"]],
+            }
+        )
+    return sales
+
+
+# --- double counting -------------------------------------------------------------------------
+
+
+def build_id_map(connect: list[Row], self_hosted: list[Row]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(program, id) -> (sale_id, matched_on): connect ids by field rank, then self-hosted."""
+    best: dict[tuple[str, str], tuple[int, str, str]] = {}
+    for rank, field in enumerate(ID_FIELDS):
+        for s in connect:
+            if s[field] is not None:
+                key = (s["program_id"], s[field])
+                if key not in best or (rank, s["sale_id"]) < best[key][:2]:
+                    best[key] = (rank, s["sale_id"], field)
+    for s in self_hosted:
+        if s["transaction_id"] is not None:
+            key = (s["program_id"], s["transaction_id"])
+            rank = len(ID_FIELDS) + (1 if s["test_mode"] else 0)
+            if key not in best or (rank, s["sale_id"]) < best[key][:2]:
+                best[key] = (rank, s["sale_id"], "transaction_id")
+    return {k: (v[1], v[2]) for k, v in best.items()}
+
+
+def split_doubles(connect: list[Row], self_hosted: list[Row]) -> tuple[list[Row], list[Row]]:
+    connect_ids = build_id_map(connect, [])
+    by_id = {(s["program_id"], s["sale_id"]): s for s in connect}
+    counted, report = [], []
+    for s in self_hosted:
+        hit = connect_ids.get((s["program_id"], s["transaction_id"]))
+        if not s["test_mode"] and s["transaction_id"] is not None and hit is not None:
+            winner = by_id[(s["program_id"], hit[0])]
+            report.append(
+                {
+                    "program_id": s["program_id"],
+                    "kind": "connect_and_self_hosted",
+                    "transaction_id": winner["transaction_id"],
+                    "sale_id": winner["sale_id"],
+                    "connect_record_ids": winner["record_ids"],
+                    "duplicate_id": s["sale_id"],
+                    "duplicate_transaction_id": s["transaction_id"],
+                    "matched_on": hit[1],
+                    "amount": s["gross_amount"],
+                    "currency": s["currency"],
+                    "occurred_at": s["occurred_at"],
+                }
+            )
+        else:
+            counted.append(s)
+    firsts: dict[tuple[str, str], Row] = {}
+    for s in counted:
+        if not s["test_mode"] and s["transaction_id"] is not None:
+            key = (s["program_id"], s["transaction_id"])
+            if key not in firsts or (s["occurred_at"], s["sale_id"]) < (
+                firsts[key]["occurred_at"],
+                firsts[key]["sale_id"],
+            ):
+                firsts[key] = s
+    kept = []
+    for s in counted:
+        winner = firsts.get((s["program_id"], s["transaction_id"])) if not s["test_mode"] else None
+        if winner is not None and winner is not s:
+            report.append(
+                {
+                    "program_id": s["program_id"],
+                    "kind": "self_hosted_repeat",
+                    "transaction_id": s["transaction_id"],
+                    "sale_id": winner["sale_id"],
+                    "connect_record_ids": None,
+                    "duplicate_id": s["sale_id"],
+                    "duplicate_transaction_id": s["transaction_id"],
+                    "matched_on": "transaction_id",
+                    "amount": s["gross_amount"],
+                    "currency": s["currency"],
+                    "occurred_at": s["occurred_at"],
+                }
+            )
+        else:
+            kept.append(s)
+    return kept, report
+
+
+def refused_duplicates(rows: list[Row], ids: dict[tuple[str, str], tuple[str, str]]) -> list[Row]:
+    out = []
+    for r in rows:
+        if r["kind"] == "sale" and r["outcome"] == "duplicate":
+            hit = ids.get((r["program_id"], r["transaction_id"]))
+            out.append(
+                {
+                    "program_id": r["program_id"],
+                    "kind": "ingest_refused",
+                    "transaction_id": r["transaction_id"],
+                    "sale_id": hit[0] if hit else None,
+                    "connect_record_ids": None,
+                    "duplicate_id": r["event_id"],
+                    "duplicate_transaction_id": r["transaction_id"],
+                    "matched_on": hit[1] if hit else None,
+                    "amount": r["amount"],
+                    "currency": r["currency"],
+                    "occurred_at": r["occurred_at"],
+                }
+            )
+    return out
+
+
+# --- metadata fixes --------------------------------------------------------------------------
+
+
+def parse_day(body: str | None, name: str) -> date | None:
+    try:
+        value = json.loads(body or "{}").get(name)
+        return date.fromisoformat(str(value)[:10]) if value is not None else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def apply_fixes(rows: list[Row], sales: list[Row]) -> None:
+    fixes = accepted_engineer(rows, "metadata_fix")
+    backfills = []
+    for b in accepted_engineer(rows, "backfill"):
+        try:
+            dry = json.loads(b["body"] or "{}").get("dry_run") is True
+        except (ValueError, AttributeError):
+            dry = False
+        if not dry:
+            backfills.append(
+                (b["program_id"], b["seq"], parse_day(b["body"], "from"), parse_day(b["body"], "to"))
+            )
+    for s in sales:
+        day = s["occurred_at"].date()
+        effective = []
+        for f in fixes:
+            if f["program_id"] != s["program_id"]:
+                continue
+            targets = (f["subscription_id"] is not None and f["subscription_id"] == s["subscription_id"]) or (
+                f["transaction_id"] is not None and f["transaction_id"] == s["transaction_id"]
+            )
+            covered = any(
+                program == s["program_id"]
+                and seq > f["seq"]
+                and (start is None or start <= day)
+                and (end is None or day <= end)
+                for program, seq, start, end in backfills
+            )
+            if targets and covered:
+                effective.append(f)
+        effective.sort(key=lambda f: f["seq"], reverse=True)
+        fix_click = first(f["click_id"] for f in effective)
+        fix_key = first(f["customer_key"] for f in effective)
+        s["fixed"] = fix_click is not None or fix_key is not None
+        if fix_click is not None:
+            s["click_id"] = fix_click
+        if fix_key is not None:
+            s["customer_key"] = fix_key
+        if s["fixed"]:
+            s["metadata_missing"] = False
+
+
+def accepted_engineer(rows: list[Row], kind: str) -> list[Row]:
+    return [
+        r for r in rows if r["kind"] == kind and r["outcome"] == "accepted" and r["program_id"] is not None
+    ]
+
+
+def coalesce(*values: Any) -> Any:
+    return first(values)
+
+
+# --- clicks and leads ------------------------------------------------------------------------
+
+
+def click_partners(rows: list[Row]) -> dict[tuple[str, str], str]:
+    partners: dict[tuple[str, str], str] = {}
+    clicks = [
+        r for r in accepted(rows, "click") if r["click_id"] is not None and r["partner_code"] is not None
+    ]
+    for r in sorted(clicks, key=by_time):
+        partners.setdefault((r["program_id"], r["click_id"]), r["partner_code"])
+    return partners
+
+
+def lead_records(rows: list[Row], clicks: dict[tuple[str, str], str]) -> list[Row]:
+    leads = [
+        {
+            "program_id": r["program_id"],
+            "lead_id": r["event_id"],
+            "customer_key": r["customer_key"],
+            "email_norm": norm_email(r["email"]),
+            "click_id": r["click_id"],
+            "settled": r["lead_status"] == "settled",
+            "occurred_at": r["occurred_at"],
+        }
+        for r in accepted(rows, "lead")
+    ]
+    for lead in leads:
+        lead["click"] = None
+        lead["partner"] = None
+        if not lead["settled"]:
+            continue
+        click = lead["click_id"]
+        if click is None:
+            provisional = sorted(
+                (
+                    other
+                    for other in leads
+                    if not other["settled"]
+                    and other["program_id"] == lead["program_id"]
+                    and other["customer_key"] is not None
+                    and other["customer_key"] == lead["customer_key"]
+                    and other["click_id"] is not None
+                ),
+                key=lambda other: (other["occurred_at"], other["lead_id"]),
+            )
+            if provisional and provisional[0]["occurred_at"] <= lead["occurred_at"]:
+                click = provisional[0]["click_id"]
+        lead["click"] = click
+        lead["partner"] = clicks.get((lead["program_id"], click)) if click is not None else None
+    return leads
+
+
+def lead_lookup(leads: list[Row], program_id: str, field: str, value: str | None) -> dict[str, Any]:
+    """The binding (first settled) lead for a customer key or email, and what else exists."""
+    if value is None:
+        return {"lead": None, "settled": None, "provisional": None}
+    mine = [lead for lead in leads if lead["program_id"] == program_id and lead[field] == value]
+    if not mine:
+        return {"lead": None, "settled": None, "provisional": None}
+    settled = sorted(
+        (lead for lead in mine if lead["settled"]), key=lambda lead: (lead["occurred_at"], lead["lead_id"])
+    )
+    return {
+        "lead": settled[0] if settled else None,
+        "settled": bool(settled),
+        "provisional": any(not lead["settled"] for lead in mine),
+    }
+
+
+# --- the ladder ------------------------------------------------------------------------------
+
+
+def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[Row]) -> None:
+    first_attributed: dict[tuple[str, bool, str], Row] = {}
+    for s in sorted(sales, key=lambda s: (s["occurred_at"], s["sale_id"])):
+        program = s["program_id"]
+        mismatch = s["meta_program_id"] is not None and s["meta_program_id"] != program
+        trusted = not mismatch and not s["metadata_missing"]
+        click = s["click_id"] if trusted else None
+        key = s["customer_key"] if trusted else None
+        email = norm_email(s["email"]) if not mismatch else None
+        customer = s["processor_customer_id"] if not mismatch else None
+        ev: dict[str, Any] = {"mismatch": mismatch, "click": click, "key": key, "email": email}
+        ev["click_partner"] = clicks.get((program, click)) if click is not None else None
+        ev["by_email"] = lead_lookup(leads, program, "email_norm", email)
+        ev["by_key"] = lead_lookup(leads, program, "customer_key", key)
+        earlier = first_attributed.get((program, s["test_mode"], customer)) if customer is not None else None
+        ev["earlier"] = earlier
+        email_lead = ev["by_email"]["lead"]
+        key_lead = ev["by_key"]["lead"]
+        partner, rule = None, None
+        if not mismatch:
+            if ev["click_partner"] is not None:
+                partner, rule = ev["click_partner"], "click"
+            elif email_lead is not None and email_lead["partner"] is not None:
+                partner, rule = email_lead["partner"], "email"
+            elif earlier is not None:
+                partner, rule = earlier["partner_code"], "processor_customer"
+            elif key_lead is not None and key_lead["partner"] is not None:
+                partner, rule = key_lead["partner"], "customer_key"
+        s["partner_code"], s["attribution_rule"] = partner, rule
+        click_unknown = click is not None and ev["click_partner"] is None
+        reason = None
+        if partner is None:
+            provisional_only = any(
+                lookup["provisional"] and not lookup["settled"] for lookup in (ev["by_key"], ev["by_email"])
+            )
+            if mismatch:
+                reason = "program_mismatch"
+            elif s["metadata_missing"]:
+                reason = "subscription_metadata_missing"
+            elif click_unknown:
+                reason = "click_not_found"
+            elif provisional_only:
+                reason = "lead_provisional"
+            elif email is not None or customer is not None or key is not None:
+                reason = "customer_not_found"
+            else:
+                reason = "no_attribution_data"
+        s["unattributed_reason"] = reason
+        warnings = []
+        if partner is not None and click_unknown:
+            warnings.append("click_not_found")
+        if partner is not None and s["metadata_missing"]:
+            warnings.append("subscription_metadata_missing")
+        if s.get("fixed"):
+            warnings.append("metadata_fixed")
+        s["warnings"] = warnings
+        s["evidence"] = ev
+        if partner is not None and customer is not None:
+            first_attributed.setdefault((program, s["test_mode"], customer), s)
+
+
+# --- commissions -----------------------------------------------------------------------------
+
+
+def window_key(s: Row) -> str:
+    if s["subscription_id"] is not None:
+        return "sub:" + s["subscription_id"]
+    if s["customer_key"] is not None:
+        return "key:" + s["customer_key"]
+    if s["processor_customer_id"] is not None:
+        return "pc:" + s["processor_customer_id"]
+    if norm_email(s["email"]) is not None:
+        return "email:" + str(norm_email(s["email"]))
+    return "sale:" + s["sale_id"]
+
+
+def value_commissions(
+    sales: list[Row], settings: dict[str, dict[str, Any]], partner_emails: dict[tuple[str, str], str | None]
+) -> None:
+    anchors: dict[tuple[str, str], Row] = {}
+    for s in sorted(sales, key=lambda s: (s["occurred_at"], s["sale_id"])):
+        if not s["test_mode"] and s["partner_code"] is not None:
+            anchors.setdefault((s["program_id"], window_key(s)), s)
+    for s in sales:
+        conf = {**DEFAULTS, **{k: v for k, v in settings.get(s["program_id"], {}).items() if v is not None}}
+        months = settings.get(s["program_id"], {}).get("recurring_months")
+        s["holding_days"] = conf["holding_days"]
+        s["commissionable"] = False
+        s["gross_commission"] = 0
+        s["gross_fee"] = 0
+        s["self_referral"] = False
+        if s["test_mode"] or s["partner_code"] is None:
+            continue
+        anchor = anchors[(s["program_id"], window_key(s))]
+        if months is None:
+            inside = True
+        elif months <= 0:
+            inside = s is anchor
+        else:
+            inside = s["occurred_at"] < add_months(anchor["occurred_at"], months)
+        if not inside:
+            continue
+        s["commissionable"] = True
+        if conf["commission_type"] == "flat":
+            s["gross_commission"] = conf["commission_flat"]
+        else:
+            s["gross_commission"] = round_half_even(s["amount"] * conf["commission_bps"], 10_000)
+        s["gross_fee"] = round_half_even(s["amount"] * conf["platform_fee_bps"], 10_000)
+        partner_email = norm_email(partner_emails.get((s["program_id"], s["partner_code"])))
+        email = norm_email(s["email"])
+        s["self_referral"] = email is not None and email == partner_email
+
+
+# --- refunds ---------------------------------------------------------------------------------
+
+
+def refund_rows(rows: list[Row], events: list[Row], ids: dict[tuple[str, str], tuple[str, str]]) -> list[Row]:
+    out = []
+    for r in accepted(rows, "refund"):
+        if r["source"] != "track" or r["amount"] is None or r["amount"] <= 0:
+            continue
+        hit = ids.get((r["program_id"], r["transaction_id"]))
+        out.append(
+            {
+                "program_id": r["program_id"],
+                "refund_id": coalesce(r["refund_id"], r["event_id"]),
+                "source": "self_hosted",
+                "event_id": r["event_id"],
+                "transaction_id": r["transaction_id"],
+                "charge_id": None,
+                "sale_id": hit[0] if hit else None,
+                "amount": r["amount"],
+                "occurred_at": r["occurred_at"],
+                "raw_currency": r["currency"],
+            }
+        )
+    charges: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in events:
+        if r["event_type"] == "charge.refunded" and coalesce(r["object_id"], r["charge_id"]) is not None:
+            charges[(r["program_id"], coalesce(r["object_id"], r["charge_id"]))].append(r)
+    for (program, charge), evs in charges.items():
+        evs.sort(key=by_time)
+        invoice_id = first(e["invoice_id"] for e in evs)
+        intent = first(e["payment_intent_id"] for e in evs)
+        hit = None
+        for candidate in (invoice_id, intent, charge):
+            if candidate is not None and (program, candidate) in ids:
+                hit = ids[(program, candidate)]
+                break
+        levels = sorted({e["amount"] for e in evs if e["amount"] is not None and e["amount"] > 0})
+        previous = 0
+        for level in levels:
+            at_level = [e for e in evs if e["amount"] == level]
+            out.append(
+                {
+                    "program_id": program,
+                    "refund_id": coalesce(first(e["refund_id"] for e in at_level), at_level[0]["event_id"]),
+                    "source": "connect",
+                    "event_id": at_level[0]["event_id"],
+                    "transaction_id": charge,
+                    "charge_id": charge,
+                    "sale_id": hit[0] if hit else None,
+                    "amount": level - previous,
+                    "occurred_at": at_level[0]["occurred_at"],
+                    "raw_currency": first(e["currency"] for e in evs),
+                }
+            )
+            previous = level
+    return out
+
+
+def apply_refunds(refunds: list[Row], sales: list[Row]) -> None:
+    by_sale = {(s["program_id"], s["sale_id"]): s for s in sales}
+    processor_refunded = {
+        (r["program_id"], r["sale_id"])
+        for r in refunds
+        if r["source"] == "connect" and r["sale_id"] is not None
+    }
+    for s in sales:
+        s["refunded"] = 0
+        s["reversed"] = 0
+        s["fee_reversed"] = 0
+    for r in refunds:
+        sale = by_sale.get((r["program_id"], r["sale_id"]))
+        r["sale_transaction_id"] = sale["transaction_id"] if sale else None
+        r["currency"] = coalesce(sale["currency"] if sale else None, r["raw_currency"])
+        r["period"] = period(r["occurred_at"])
+        r["applied_amount"] = 0
+        r["commission_reversed"] = 0
+        r["platform_fee_reversed"] = 0
+        if sale is None:
+            r["outcome"] = "sale_not_found"
+        elif r["source"] == "self_hosted" and (r["program_id"], r["sale_id"]) in processor_refunded:
+            r["outcome"] = "superseded_by_processor"
+        else:
+            r["outcome"] = "applied"
+    for r in sorted(
+        (r for r in refunds if r["outcome"] == "applied"), key=lambda r: (r["occurred_at"], r["event_id"])
+    ):
+        sale = by_sale[(r["program_id"], r["sale_id"])]
+        gross = sale["gross_amount"]
+        before = sale["refunded"]
+        sale["raw_refunded"] = sale.get("raw_refunded", 0) + r["amount"]
+        after = min(sale["raw_refunded"], gross)
+        r["applied_amount"] = after - before
+        sale["refunded"] = after
+        reversed_c = reverse(sale["gross_commission"], after, gross)
+        reversed_f = reverse(sale["gross_fee"], after, gross)
+        r["commission_reversed"] = reversed_c - sale["reversed"]
+        r["platform_fee_reversed"] = reversed_f - sale["fee_reversed"]
+        sale["reversed"], sale["fee_reversed"] = reversed_c, reversed_f
+
+
+def reverse(total: int, refunded: int, gross: int) -> int:
+    if gross <= 0 or refunded >= gross:
+        return total
+    return round_half_even(total * refunded, gross)
+
+
+def finish(sales: list[Row], now: datetime) -> None:
+    for s in sales:
+        s["period"] = period(s["occurred_at"])
+        s["available_at"] = s["occurred_at"] + timedelta(days=s["holding_days"])
+        s["commission"] = s["gross_commission"] - s["reversed"]
+        s["platform_fee"] = s["gross_fee"] - s["fee_reversed"]
+        if not s["commissionable"]:
+            s["commission_status"] = None
+        elif s["refunded"] >= s["gross_amount"]:
+            s["commission_status"] = "reversed"
+        elif s["self_referral"]:
+            s["commission_status"] = "held"
+        elif now >= s["available_at"]:
+            s["commission_status"] = "approved"
+        else:
+            s["commission_status"] = "pending"
+        if s["self_referral"]:
+            s["warnings"] = [*s["warnings"], "self_referral"]
+
+
+def commission_lines(sales: list[Row]) -> list[Row]:
+    return [
+        {
+            "program_id": s["program_id"],
+            "sale_id": s["sale_id"],
+            "transaction_id": s["transaction_id"],
+            "partner_code": s["partner_code"],
+            "kind": "commission",
+            "period": s["period"],
+            "sale_period": s["period"],
+            "currency": s["currency"],
+            "amount": s["commission"],
+            "reversed": s["reversed"],
+            "platform_fee": s["platform_fee"],
+            "platform_fee_reversed": s["fee_reversed"],
+            "refunded": s["refunded"],
+            "status": s["commission_status"],
+            "self_referral": s["self_referral"],
+            "occurred_at": s["occurred_at"],
+            "available_at": s["available_at"],
+        }
+        for s in sales
+        if s["commissionable"]
+    ]
+
+
+# --- explain ---------------------------------------------------------------------------------
+
+RULE_INDEX = {"click": 1, "email": 2, "processor_customer": 3, "customer_key": 4}
+
+
+def lead_not_found(lookup: dict[str, Any], what: str) -> str:
+    if lookup["lead"] is not None:
+        return f"settled lead {lookup['lead']['lead_id']} has no partner's click"
+    if lookup["provisional"]:
+        return "only provisional leads"
+    return f"no lead with this {what}"
+
+
+def lead_matched(lookup: dict[str, Any]) -> str | None:
+    lead = lookup["lead"]
+    if lead is None or lead["partner"] is None:
+        return None
+    return f"settled lead {lead['lead_id']} with click {lead['click']} of partner {lead['partner']}"
+
+
+def explain(s: Row) -> list[Row]:
+    ev = s["evidence"]
+    index = RULE_INDEX.get(s["attribution_rule"] or "", 9)
+    missing = "subscription metadata missing" if s["metadata_missing"] else None
+    earlier = ev["earlier"]
+    steps = [
+        (
+            "click",
+            ev["click"],
+            "svc_click_id",
+            ev["click_partner"],
+            f"click {ev['click']} of partner {ev['click_partner']}",
+            "no click with this id in the program",
+            missing,
+        ),
+        (
+            "email",
+            ev["email"],
+            "email",
+            lead_matched(ev["by_email"]),
+            lead_matched(ev["by_email"]),
+            lead_not_found(ev["by_email"], "email"),
+            None,
+        ),
+        (
+            "processor_customer",
+            s["processor_customer_id"],
+            "processor_customer_id",
+            earlier["partner_code"] if earlier else None,
+            f"earlier attributed sale {earlier['sale_id']} of partner {earlier['partner_code']}"
+            if earlier
+            else None,
+            "no earlier attributed sale of this customer",
+            None,
+        ),
+        (
+            "customer_key",
+            ev["key"],
+            "svc_customer_key",
+            lead_matched(ev["by_key"]),
+            lead_matched(ev["by_key"]),
+            lead_not_found(ev["by_key"], "customer key"),
+            missing,
+        ),
+    ]
+    out = []
+    for number, (rule, value, label, partner, matched, not_found, no_data) in enumerate(steps, start=1):
+        if ev["mismatch"]:
+            result = "skipped"
+        elif index < number:
+            result = "not_tried"
+        elif value is None:
+            result = "no_data"
+        elif partner is not None:
+            result = "matched"
+        else:
+            result = "not_found"
+        found = {"matched": matched, "not_found": not_found, "no_data": no_data}.get(result)
+        looked_up = f"{label}={value}" if result in ("matched", "not_found") else None
+        out.append({"step": number, "rule": rule, "looked_up": looked_up, "found": found, "result": result})
+    attributed = s["partner_code"] is not None
+    out.append(
+        {
+            "step": 5,
+            "rule": "result",
+            "looked_up": f"program_id={s['meta_program_id']}" if ev["mismatch"] else None,
+            "found": f"partner {s['partner_code']} by rule {s['attribution_rule']}"
+            if attributed
+            else s["unattributed_reason"],
+            "result": "attributed" if attributed else "unattributed",
+        }
+    )
+    return [
+        {"program_id": s["program_id"], "sale_id": s["sale_id"], "transaction_id": s["transaction_id"], **o}
+        for o in out
+    ]
+
+
+# --- one pass and periods --------------------------------------------------------------------
+
+
+def ledger(
+    rows: list[Row],
+    settings: dict[str, dict[str, Any]],
+    partner_emails: dict[tuple[str, str], str | None],
+    now: datetime,
+) -> dict[str, list[Row]]:
+    events = stripe_events(rows)
+    connect = connect_sales(events)
+    self_hosted, doubles = split_doubles(connect, self_hosted_sales(rows))
+    sales = connect + self_hosted
+    apply_fixes(rows, sales)
+    clicks = click_partners(rows)
+    attribute(sales, clicks, lead_records(rows, clicks))
+    value_commissions(sales, settings, partner_emails)
+    ids = build_id_map(connect, self_hosted)
+    refunds = refund_rows(rows, events, ids)
+    apply_refunds(refunds, sales)
+    finish(sales, now)
+    doubles += refused_duplicates(rows, ids)
+    return {
+        "sales": sales,
+        "lines": commission_lines(sales),
+        "refunds": refunds,
+        "double_counts": doubles,
+        "explain": [step for s in sales for step in explain(s)],
+    }
+
+
+def closes(rows: list[Row]) -> dict[tuple[str, str], int]:
+    found: dict[tuple[str, str], int] = {}
+    for r in accepted_engineer(rows, "period_close"):
+        try:
+            value = json.loads(r["body"] or "{}").get("period")
+        except (ValueError, AttributeError):
+            continue
+        valid = isinstance(value, str) and len(value) == 7 and value[4] == "-" and value[:4].isdigit()
+        if valid and value[5:].isdigit() and 1 <= int(value[5:]) <= 12:
+            key = (r["program_id"], value)
+            found[key] = min(found.get(key, r["seq"]), r["seq"])
+    return found
+
+
+def next_month(p: str) -> str:
+    year, month = int(p[:4]), int(p[5:])
+    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
+
+
+def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row]], list[Row]]) -> list[Row]:
+    closed = closes(rows)
+    programs = sorted({program for program, _ in closed})
+    out = [line for line in lines if line["program_id"] not in programs]
+    for program in programs:
+        close_at = {p: seq for (prog, p), seq in closed.items() if prog == program}
+        seqs = sorted(set(close_at.values()))
+        mine = [r for r in rows if r["program_id"] == program]
+        snapshots = [compute([r for r in mine if r["seq"] < t]) for t in seqs]
+        snapshots.append([line for line in lines if line["program_id"] == program])
+        indexed = [{(line["sale_id"], line["partner_code"]): line for line in snap} for snap in snapshots]
+        last = len(snapshots) - 1
+        keys = {key for snap in indexed for key in snap}
+        for key in keys:
+            latest = next(indexed[j][key] for j in range(last, -1, -1) if key in indexed[j])
+            sale_period = latest["sale_period"]
+            if sale_period not in close_at:
+                if key in indexed[last]:
+                    out.append(indexed[last][key])
+                continue
+            a = seqs.index(close_at[sale_period])
+            if key in indexed[a]:
+                out.append(indexed[a][key])
+            moved: dict[str, dict[str, int]] = {}
+            for j in range(a, last):
+                shut = {p for p, s in close_at.items() if s <= seqs[j]}
+                month = next_month(sale_period)
+                while month in shut:
+                    month = next_month(month)
+                bucket = moved.setdefault(month, dict.fromkeys(VALUES, 0))
+                for v in VALUES:
+                    after = indexed[j + 1][key][v] if key in indexed[j + 1] else 0
+                    before = indexed[j][key][v] if key in indexed[j] else 0
+                    bucket[v] += after - before
+            status = indexed[last][key]["status"] if key in indexed[last] else "reversed"
+            for month, values in moved.items():
+                if any(values.values()):
+                    out.append({**latest, **values, "kind": "adjustment", "period": month, "status": status})
+    return out
+
+
+def reconcile_reference(
+    rows: list[Row], programs: list[Row], partners: list[Row], now: datetime
+) -> dict[str, list[Row]]:
+    """The reference result: the same tables as reconcile.pipeline.Result, as lists of dicts."""
+    rows = [{**r, "occurred_at": coalesce(r["occurred_at"], r["received_at"])} for r in rows]
+    settings = {}
+    for p in programs:
+        settings.setdefault(p["program_id"], p)
+    partner_emails: dict[tuple[str, str], str | None] = {}
+    for p in partners:
+        partner_emails.setdefault((p["program_id"], p["code"]), p["email"])
+    current = ledger(rows, settings, partner_emails, now)
+    lines = apply_periods(
+        rows, current["lines"], lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"]
+    )
+    unroutable: dict[str, Row] = {}
+    for r in sorted(
+        (r for r in rows if r["outcome"] == "unroutable"),
+        key=lambda r: (r["occurred_at"], r["event_id"] or ""),
+    ):
+        kept = unroutable.setdefault(r["event_id"], {**r})
+        kept["received_at"] = min(kept["received_at"], r["received_at"])
+    return {
+        "sales": current["sales"],
+        "commissions": lines,
+        "refunds": current["refunds"],
+        "double_counts": current["double_counts"],
+        "explain": current["explain"],
+        "unroutable": list(unroutable.values()),
+    }

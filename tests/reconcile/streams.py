@@ -1,0 +1,312 @@
+"""Hypothesis strategies: random raw-log streams shaped like ingest writes them.
+
+Small id pools make collisions likely: the same customer across programs, sessions and invoices
+that share ids, self-hosted sales reusing connect ids, refunds of known and unknown sales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import polars as pl
+from hypothesis import strategies as st
+
+from tests.reconcile import builders as b
+
+PROGRAMS = ("prog_a", "prog_b")
+PARTNERS = ("p1", "p2", "p3")
+PARTNER_EMAILS = {"p1": "u1@x.com", "p2": "p2@x.com", "p3": None}
+CLICKS = tuple(f"clk_{i}" for i in range(1, 6))
+CUSTOMERS = (1, 2, 3, 4)
+AMOUNTS = (0, 1, 2, 5, 6, 10, 15, 999, 1000, 1001, 2500, 10_000, 33_333)
+ENGINEER = ("metadata_fix", "backfill", "period_close")
+SESSION_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stream:
+    rows: list[Row]
+    programs: pl.DataFrame
+    partners: pl.DataFrame
+    now: datetime
+
+    def frame(self) -> pl.DataFrame:
+        return b.frame(self.rows)
+
+    def __repr__(self) -> str:
+        skip = {"seq", "received_at", "headers", "source", "outcome", "test_mode", "body"}
+        lines = [repr({k: v for k, v in r.items() if v is not None and k not in skip}) for r in self.rows]
+        return f"Stream(now={self.now}, rows=[\n  " + ",\n  ".join(lines) + "])"
+
+
+def _maybe(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> Any:
+    return draw(st.one_of(st.none(), values))
+
+
+def _time(draw: st.DrawFn) -> datetime:
+    return b.at(days=draw(st.integers(0, 100)), hours=draw(st.sampled_from((0, 12))))
+
+
+def _email(draw: st.DrawFn, customer: int) -> str:
+    return draw(st.sampled_from((f"u{customer}@x.com", f" U{customer}@X.com")))
+
+
+def _customer_fields(draw: st.DrawFn) -> dict[str, Any]:
+    customer = draw(st.sampled_from(CUSTOMERS))
+    return {
+        "email": _maybe(draw, st.just(_email(draw, customer))),
+        "processor_customer_id": _maybe(draw, st.just(f"cus_{customer}")),
+    }
+
+
+def _sometimes(draw: st.DrawFn, value: Any, chance: int = 3) -> Any:
+    """`value` with probability (chance - 1) / chance, else None."""
+    return value if draw(st.integers(1, chance)) > 1 else None
+
+
+def _program(draw: st.DrawFn) -> str:
+    return draw(st.sampled_from(("prog_a", "prog_a", "prog_a", "prog_b")))
+
+
+def _metadata(draw: st.DrawFn, program: str) -> dict[str, Any]:
+    customer = draw(st.sampled_from(CUSTOMERS))
+    return {
+        "click_id": _maybe(draw, st.sampled_from(CLICKS)),
+        "customer_key": _sometimes(draw, f"ck_{customer}", 4),
+        "meta_program_id": draw(
+            st.sampled_from((None, None, program, next(p for p in PROGRAMS if p != program)))
+        ),
+    }
+
+
+def _live(draw: st.DrawFn) -> dict[str, Any]:
+    test = draw(st.sampled_from((False, False, False, True)))
+    return {"livemode": not test, "test_mode": test}
+
+
+def _session(draw: st.DrawFn, n: int, program: str) -> Row:
+    k = draw(st.integers(1, 6))
+    mode = draw(st.sampled_from(("payment", "subscription", "subscription", "setup")))
+    subscription = mode == "subscription"
+    return b.session(
+        f"evt_{n}",
+        f"cs_{k}",
+        draw(st.sampled_from(AMOUNTS)),
+        mode=mode,
+        event_type=draw(st.sampled_from(SESSION_TYPES)),
+        program_id=program,
+        occurred_at=_time(draw),
+        tax=_maybe(draw, st.sampled_from((0, 1, 100))),
+        invoice_id=_maybe(draw, st.just(f"in_{k}")) if subscription else None,
+        subscription_id=f"sub_{draw(st.integers(1, 3))}" if subscription else None,
+        payment_intent_id=None if subscription else _maybe(draw, st.just(f"pi_{k}")),
+        **_metadata(draw, program),
+        **_customer_fields(draw),
+        **_live(draw),
+    )
+
+
+def _invoice(draw: st.DrawFn, n: int, program: str) -> Row:
+    k = draw(st.integers(1, 8))
+    with_metadata = draw(st.booleans())
+    metadata = _metadata(draw, program) if with_metadata else {}
+    present = any(v is not None for v in metadata.values())
+    return b.invoice(
+        f"evt_{n}",
+        f"in_{k}",
+        draw(st.sampled_from(AMOUNTS)),
+        billing_reason=draw(
+            st.sampled_from(("subscription_create", "subscription_cycle", "subscription_cycle", "manual"))
+        ),
+        event_type=draw(st.sampled_from(("invoice.payment_succeeded", "invoice.paid"))),
+        program_id=program,
+        occurred_at=_time(draw),
+        tax=_maybe(draw, st.sampled_from((0, 1, 100))),
+        subscription_id=_maybe(draw, st.sampled_from(("sub_1", "sub_2", "sub_3"))),
+        payment_intent_id=_maybe(draw, st.just(f"pi_{k}")),
+        charge_id=_maybe(draw, st.just(f"ch_{k}")),
+        sub_metadata_present=present,
+        **metadata,
+        **_customer_fields(draw),
+        **_live(draw),
+    )
+
+
+def _track_sale(draw: st.DrawFn, n: int, program: str) -> Row:
+    test = draw(st.sampled_from((False, False, False, True)))
+    customer = draw(st.sampled_from(CUSTOMERS))
+    tx = draw(st.sampled_from((f"tx_{n}", "tx_shared", "in_1", "in_2", "pi_1", "pi_2", "cs_1", "ch_3", None)))
+    if not test and tx is None:
+        tx = f"tx_{n}"
+    return b.track_sale(
+        f"sale_{n}",
+        tx,
+        None if test and draw(st.booleans()) else draw(st.sampled_from(AMOUNTS[1:])),
+        program_id=program,
+        occurred_at=_time(draw),
+        test_mode=test,
+        outcome=draw(st.sampled_from(("accepted", "accepted", "accepted", "duplicate"))),
+        customer_key=_maybe(draw, st.just(f"ck_{customer}")),
+        email=_maybe(draw, st.just(_email(draw, customer))),
+        click_id=_maybe(draw, st.sampled_from(CLICKS)),
+        subscription_id=_maybe(draw, st.sampled_from(("sub_1", "sub_2"))),
+        is_recurring=draw(st.booleans()),
+    )
+
+
+def _lead(draw: st.DrawFn, n: int, program: str) -> Row:
+    customer = draw(st.sampled_from(CUSTOMERS))
+    return b.lead(
+        f"lead_{n}",
+        _sometimes(draw, f"ck_{customer}", 4),
+        click_id=_sometimes(draw, draw(st.sampled_from(CLICKS)), 4),
+        email=_maybe(draw, st.just(_email(draw, customer))),
+        settled=draw(st.sampled_from((True, True, False))),
+        program_id=program,
+        occurred_at=_time(draw),
+    )
+
+
+def _refund(draw: st.DrawFn, n: int, program: str) -> Row:
+    if draw(st.booleans()):
+        tx = draw(st.sampled_from(("in_1", "in_2", "in_3", "pi_1", "pi_2", "cs_1", "tx_shared", "nope")))
+        return b.track_refund(
+            f"re_{n}",
+            tx,
+            draw(st.sampled_from(AMOUNTS[1:])),
+            program_id=program,
+            occurred_at=_time(draw),
+        )
+    k = draw(st.integers(1, 8))
+    return b.charge_refunded(
+        f"evt_{n}",
+        f"ch_{k}",
+        draw(st.sampled_from(AMOUNTS)),
+        program_id=program,
+        occurred_at=_time(draw),
+        invoice_id=_maybe(draw, st.just(f"in_{k}")),
+        payment_intent_id=_maybe(draw, st.just(f"pi_{k}")),
+        refund_id=_maybe(draw, st.just(f"re_{n}")),
+    )
+
+
+def _fix(draw: st.DrawFn, n: int, program: str) -> Row:
+    target = draw(st.sampled_from(("subscription_id", "transaction_id")))
+    value = draw(
+        st.sampled_from(("sub_1", "sub_2", "sub_3"))
+        if target == "subscription_id"
+        else st.sampled_from(("in_1", "in_2", "in_3", "pi_1", "tx_shared"))
+    )
+    customer = draw(st.sampled_from(CUSTOMERS))
+    return b.metadata_fix(
+        f"fix_{n}",
+        program_id=program,
+        occurred_at=_time(draw),
+        customer_key=_maybe(draw, st.just(f"ck_{customer}")),
+        click_id=_maybe(draw, st.sampled_from(CLICKS)),
+        **{target: value},
+    )
+
+
+def _backfill(draw: st.DrawFn, n: int, program: str) -> Row:
+    start = b.at(days=draw(st.integers(-10, 60))).date()
+    end = start + timedelta(days=draw(st.integers(20, 120)))
+    return b.backfill(
+        f"bf_{n}", start.isoformat(), end.isoformat(), program_id=program, occurred_at=_time(draw)
+    )
+
+
+def _close(draw: st.DrawFn, n: int, program: str) -> Row:
+    period = draw(st.sampled_from(("2026-01", "2026-02", "2026-03", "2026-04")))
+    return b.period_close(f"close_{n}", period, program_id=program, occurred_at=_time(draw))
+
+
+def _unroutable(draw: st.DrawFn, n: int) -> Row:
+    return b.invoice(
+        f"evt_{n}",
+        f"in_u{n}",
+        draw(st.sampled_from(AMOUNTS)),
+        program_id=None,
+        outcome="unroutable",
+        occurred_at=_time(draw),
+    )
+
+
+MAKERS = {
+    "session": _session,
+    "invoice": _invoice,
+    "track_sale": _track_sale,
+    "lead": _lead,
+    "refund": _refund,
+    "metadata_fix": _fix,
+    "backfill": _backfill,
+    "period_close": _close,
+}
+
+
+@st.composite
+def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> Stream:
+    """A random raw log (clicks first so that ids are unique), with programs, partners, now."""
+    rows: list[Row] = []
+    for click_id in CLICKS:
+        if draw(st.integers(0, 5)) > 0:
+            rows.append(
+                b.click(
+                    click_id,
+                    draw(st.sampled_from(PARTNERS)),
+                    program_id=_program(draw),
+                    occurred_at=_time(draw),
+                )
+            )
+    kinds = [k for k in MAKERS if closes or k != "period_close"]
+    weights = st.sampled_from(
+        [k for k in kinds for _ in range(2 if k in ENGINEER else 4)] + ["retry", "copy", "unroutable"]
+    )
+    for n in range(draw(st.integers(0, max_events))):
+        kind = draw(weights)
+        stripe_rows = [r for r in rows if r["kind"] == "stripe" and r["outcome"] == "accepted"]
+        if kind in ("retry", "copy"):
+            if not stripe_rows:
+                continue
+            original = draw(st.sampled_from(stripe_rows))
+            if kind == "retry":
+                outcome = draw(st.sampled_from(("duplicate", "accepted")))
+                rows.append({**original, "outcome": outcome, "received_at": b.at(hours=n)})
+            else:
+                rows.append({**original, "event_id": f"evt_{n}", "occurred_at": _time(draw)})
+        elif kind == "unroutable":
+            rows.append(_unroutable(draw, n))
+        else:
+            rows.append(MAKERS[kind](draw, n, _program(draw)))
+    return Stream(rows=rows, programs=_programs(draw), partners=_partners(), now=_now(draw))
+
+
+def _programs(draw: st.DrawFn) -> pl.DataFrame:
+    rows = []
+    for program in PROGRAMS:
+        rows.append(
+            {
+                "program_id": program,
+                "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
+                "commission_bps": draw(st.sampled_from((0, 2500, 3000, 3333, 5000))),
+                "commission_flat": draw(st.sampled_from((0, 150, 999))),
+                "recurring_months": draw(st.sampled_from((None, 0, 1, 2, 12))),
+                "platform_fee_bps": draw(st.sampled_from((0, 500, 1250))),
+                "holding_days": draw(st.sampled_from((0, 7, 30))),
+                "requires_server_side_leads": False,
+                "stripe_account_id": "acct_1",
+            }
+        )
+    return b.program_frame(rows)
+
+
+def _partners() -> pl.DataFrame:
+    return pl.concat([b.partners(*PARTNER_EMAILS.items(), program=program) for program in PROGRAMS])
+
+
+def _now(draw: st.DrawFn) -> datetime:
+    return b.at(days=draw(st.sampled_from((0, 20, 45, 200))))
