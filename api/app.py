@@ -12,8 +12,9 @@ from starlette.middleware import Middleware
 
 from api.errors import EXCEPTION_HANDLERS
 from api.http import RequestIdMiddleware
+from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
-from api.routes import accounts, agent, docs, operator, script, track, webhooks
+from api.routes import accounts, agent, dashboard, docs, operator, reports, script, track, webhooks
 from api.settings import Settings
 from api.state import State
 from ingest.duckdb_store import DuckStore
@@ -29,16 +30,20 @@ def create_app(settings: Settings) -> Starlette:
         writer = Writer(store)
         writer.start()
         limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
-        app.state.tally = State(settings, store, writer, limiter)
+        reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds)
+        app.state.tally = State(settings, store, writer, limiter, reconciler)
+        reconciler.start()
         log.info("tally: database %s open, accepting writes", settings.database)
         try:
             yield
         finally:
+            reconciler.stop()
             writer.stop()
             store.close()
 
-    routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes]
+    routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes]
+    routes += dashboard.routes
     return Starlette(
         routes=routes,
         middleware=[Middleware(RequestIdMiddleware)],

@@ -76,6 +76,11 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+def kept_headers(request: Request, names: tuple[str, ...]) -> str:
+    """The headers worth keeping beside a raw body, as JSON (never credentials)."""
+    return json.dumps({k: request.headers[k] for k in names if k in request.headers}, sort_keys=True)
+
+
 def request_id(request: Request) -> str | None:
     return getattr(request.state, "request_id", None)
 

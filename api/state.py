@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
 from api.settings import Settings
 from ingest.duckdb_store import DuckStore
@@ -16,3 +17,4 @@ class State:
     store: DuckStore
     writer: Writer
     limiter: RateLimiter
+    reconciler: Reconciler

@@ -22,7 +22,7 @@ from typing import Any
 
 from ingest.duckdb_store import EVENT_KEY_SPACE
 from ingest.errors import InvalidJson, InvalidSignature, TallyError
-from ingest.index import PROCESSOR_SALE_TYPES
+from ingest.index import processor_sale_keys
 from ingest.records import Program
 from ingest.store import Store, Tx
 from ingest.stripe import extract, parse_event, verify_signature
@@ -30,7 +30,6 @@ from ingest.writer import Writer
 
 ENDPOINT = "webhooks/stripe"
 CHECKLIST_STEP = "processor_event_received"
-SALE_ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
 
 
 @dataclass(frozen=True)
@@ -69,16 +68,6 @@ def route(store: Store, fields: Mapping[str, Any]) -> Program | None:
     if isinstance(meta_program, str):
         return store.program(meta_program)
     return None
-
-
-def sale_keys(fields: Mapping[str, Any]) -> list[str]:
-    """The ids a live processor sale is known by (none for other events, test events, zero)."""
-    amount = fields.get("amount")
-    if fields.get("test_mode") or fields.get("event_type") not in PROCESSOR_SALE_TYPES:
-        return []
-    if not isinstance(amount, int) or amount <= 0:
-        return []
-    return list(dict.fromkeys(v for name in SALE_ID_FIELDS if isinstance(v := fields.get(name), str)))
 
 
 async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: Delivery) -> dict[str, Any]:
@@ -125,7 +114,7 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
         if program_id is None:
             return duplicate
         if not duplicate:
-            tx.claim_keys(program_id, sale_keys(fields), seq)
+            tx.claim_keys(program_id, processor_sale_keys(fields), seq)
             tx.check(program_id, CHECKLIST_STEP, delivery.received_at)
         label = "duplicate" if duplicate else "test_mode" if fields["test_mode"] else "accepted"
         tx.log(

@@ -7,7 +7,7 @@ when a transaction fails (`Undo`). Rebuilt from the database (raw log included) 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -184,18 +184,11 @@ class Index:
         self.put_sale(program_id, keys, ledger, undo)
 
     def _observe_processor(self, program_id: str, row: dict[str, object], undo: Undo) -> None:
-        ids: list[object] = [
-            row.get("invoice_id"),
-            row.get("payment_intent_id"),
-            row.get("checkout_session_id"),
-            row.get("charge_id"),
-            row.get("transaction_id"),
-        ]
-        event_type = row.get("event_type")
-        amount = row.get("amount")
-        if event_type in PROCESSOR_SALE_TYPES and isinstance(amount, int) and amount > 0:
-            self._observe_sale(program_id, row, ids, undo)
-        elif event_type == "charge.refunded" and isinstance(amount, int):
+        keys = processor_sale_keys(row)
+        if keys:
+            self._observe_sale(program_id, row, list(keys), undo)
+        elif row.get("event_type") == "charge.refunded" and isinstance(amount := row.get("amount"), int):
+            ids = [row.get(name) for name in (*PROCESSOR_ID_FIELDS, "transaction_id")]
             ledger = self.sale_for(program_id, [k for k in ids if isinstance(k, str)])
             if ledger is not None:
                 self.set_refunded_at_least(ledger, amount, undo)
@@ -209,3 +202,16 @@ PROCESSOR_SALE_TYPES = frozenset(
         "invoice.paid",
     }
 )
+
+PROCESSOR_ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
+
+
+def processor_sale_keys(fields: Mapping[str, object]) -> list[str]:
+    """The ids a live processor sale is known by: none for other events, test events or zero
+    amounts. A self-hosted sale with any of these transaction ids is the same sale."""
+    amount = fields.get("amount")
+    if fields.get("test_mode") or fields.get("event_type") not in PROCESSOR_SALE_TYPES:
+        return []
+    if not isinstance(amount, int) or amount <= 0:
+        return []
+    return list(dict.fromkeys(v for name in PROCESSOR_ID_FIELDS if isinstance(v := fields.get(name), str)))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import require_operator, state
 from api.http import body_model, ok
+from api.streaming import progress_stream, summary_view
 from ingest import control
 from ingest.errors import ProgramNotFound
 from ingest.inputs import AccountIn, AgentKeyIn, LegacyKeyIn, RotationIn
@@ -53,7 +56,17 @@ async def import_legacy_key(request: Request) -> Response:
     return ok(request, data, 201)
 
 
+async def reconcile(request: Request) -> Response:
+    require_operator(request)
+    reconciler = state(request).reconciler
+    if "application/x-ndjson" in request.headers.get("accept", ""):
+        return progress_stream(reconciler.run)
+    summary = await asyncio.to_thread(reconciler.run)
+    return ok(request, summary_view(summary))
+
+
 routes = [
+    Route("/api/v1/operator/reconcile", reconcile, methods=["POST"]),
     Route("/api/v1/operator/accounts", create_account, methods=["POST"]),
     Route("/api/v1/operator/agent-keys", create_agent_key, methods=["POST"]),
     Route("/api/v1/operator/programs/{program_id}/api-key/rotation", flag_rotation, methods=["POST"]),

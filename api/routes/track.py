@@ -3,7 +3,6 @@ need the program key."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -11,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import bearer, program_from_key, require_program_key, state
-from api.http import CORS_HEADERS, body_model, ok, request_id
+from api.http import CORS_HEADERS, body_model, kept_headers, ok, request_id
 from ingest import tracking
 from ingest.clock import utcnow
 from ingest.errors import TallyError
@@ -29,12 +28,11 @@ KEPT_HEADERS = (
 
 
 def _call(request: Request, endpoint: str, raw: bytes = b"") -> Call:
-    headers = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
     return Call(
         endpoint=endpoint,
         received_at=request.state.received_at,
         body=raw.decode("utf-8", errors="replace"),
-        headers=json.dumps(headers, sort_keys=True),
+        headers=kept_headers(request, KEPT_HEADERS),
         request_id=request_id(request),
     )
 

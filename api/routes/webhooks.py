@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import state
-from api.http import ok, read_body, request_id
+from api.http import kept_headers, ok, read_body, request_id
 from ingest import deliveries
 from ingest.clock import utcnow
 
@@ -20,11 +18,10 @@ async def stripe_webhook(request: Request) -> Response:
     received_at = utcnow()
     body = await read_body(request)
     st = state(request)
-    kept = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
     delivery = deliveries.Delivery(
         body=body,
         signature=request.headers.get("stripe-signature"),
-        headers=json.dumps(kept, sort_keys=True),
+        headers=kept_headers(request, KEPT_HEADERS),
         received_at=received_at,
         request_id=request_id(request),
     )
