@@ -21,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from reconcile.money import apply_bps
-from reconcile.schema import norm_email
+from reconcile.schema import PROGRAM_DEFAULTS, PROGRAM_SCHEMA, norm_email
 
 
 def window_key() -> pl.Expr:
@@ -41,11 +41,8 @@ def gross(sales: pl.LazyFrame, programs: pl.LazyFrame, partners: pl.LazyFrame) -
         sales.with_columns(email_norm=norm_email(pl.col("email")), window=window_key())
         .join(programs, on="program_id", how="left")
         .with_columns(
-            commission_type=pl.col("commission_type").fill_null("percent"),
-            commission_bps=pl.col("commission_bps").fill_null(0),
-            commission_flat=pl.col("commission_flat").fill_null(0),
-            platform_fee_bps=pl.col("platform_fee_bps").fill_null(0),
-            holding_days=pl.col("holding_days").fill_null(30),
+            pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
+            for name, value in PROGRAM_DEFAULTS.items()
         )
     )
     anchors = (

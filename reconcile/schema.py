@@ -69,11 +69,11 @@ PROGRAM_SCHEMA: dict[str, pl.DataType] = {
     "stripe_account_id": STR,
 }
 
-# Defaults for settings a program does not set (CONTRACT section 6). `recurring_months` null
-# means lifetime.
+# Defaults for settings a program does not set: those of ingest's ProgramSettings (CONTRACT
+# section 6; tests/reconcile/test_job.py keeps them equal). `recurring_months` null = lifetime.
 PROGRAM_DEFAULTS: dict[str, object] = {
     "commission_type": "percent",
-    "commission_bps": 0,
+    "commission_bps": 3000,
     "commission_flat": 0,
     "platform_fee_bps": 0,
     "holding_days": 30,

@@ -24,7 +24,7 @@ ID_FIELDS = ["invoice_id", "payment_intent_id", "checkout_session_id", "charge_i
 VALUES = ["amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded"]
 DEFAULTS: dict[str, Any] = {
     "commission_type": "percent",
-    "commission_bps": 0,
+    "commission_bps": 3000,
     "commission_flat": 0,
     "recurring_months": None,
     "platform_fee_bps": 0,

@@ -1,0 +1,129 @@
+"""The reconcile job against a real DuckDB file with the ingest schema."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+
+from ingest.records import ProgramSettings
+from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from reconcile import job
+from reconcile.schema import PROGRAM_DEFAULTS
+from tests.reconcile import builders as b
+from tests.reconcile.builders import at
+
+NOW = at(days=100)
+
+
+@pytest.fixture
+def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    connection = duckdb.connect(str(tmp_path / "tally.duckdb"))
+    connection.execute(raw_events_ddl())
+    for ddl in CONTROL_PLANE_DDL:
+        connection.execute(ddl)
+    connection.execute(
+        "INSERT INTO programs VALUES (?, 'ws_1', 'Program A', ?, ?, ?)",
+        ["prog_a", json.dumps({"commission_bps": 2000, "platform_fee_bps": 100}), b.T0, b.T0],
+    )
+    connection.execute(
+        "INSERT INTO partners VALUES ('prog_a', 'p1', 'ptr_1', 'Pat', 'pat@partner.test', ?)", [b.T0]
+    )
+    yield connection
+    connection.close()
+
+
+def append(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], first_seq: int = 1) -> None:
+    frame = b.frame(rows).with_columns(pl.col("seq") + (first_seq - 1))
+    con.register("incoming", frame.to_arrow())
+    con.execute("INSERT INTO raw_events SELECT * FROM incoming")
+    con.unregister("incoming")
+
+
+SALE = [
+    b.click("clk_1", "p1"),
+    b.lead("lead_1", "ck_1", click_id="clk_1"),
+    b.track_sale("sale_1", "tx_1", 10_000, customer_key="ck_1", occurred_at=at(2)),
+    b.track_sale("sale_2", "tx_1", 10_000, customer_key="ck_1", outcome="duplicate"),
+]
+
+
+def table(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
+    return con.sql(f"SELECT * FROM {name}").pl()
+
+
+def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    progress: list[tuple[str, int, int]] = []
+    summary = job.run(con, NOW, lambda stage, done, total: progress.append((stage, done, total)))
+    assert (summary.events_read, summary.sales, summary.commissions, summary.high_water_seq) == (4, 1, 1, 4)
+    assert summary.run_id.startswith("rcr_") and summary.duration_ms >= 0
+    assert [p[0] for p in progress] == ["read", "reconcile", "write", "done"]
+    sales = table(con, "rc_sales")
+    assert sales.select("sale_id", "partner_code", "commission", "platform_fee", "warnings").rows() == [
+        ("sale_1", "p1", 2_000, 100, [])
+    ]
+    assert table(con, "rc_commissions").select("amount", "status", "period").rows() == [
+        (2_000, "approved", "2026-01")
+    ]
+    assert table(con, "rc_double_counts")["kind"].to_list() == ["ingest_refused"]
+    assert table(con, "rc_explain").height == 5
+    for name in ("rc_refunds", "rc_unroutable"):
+        assert table(con, name).is_empty()
+    runs = table(con, "rc_runs")
+    assert runs.select("run_id", "high_water_seq", "events_read", "sales", "commissions").rows() == [
+        (summary.run_id, 4, 4, 1, 1)
+    ]
+    assert runs["started_at"].dt.convert_time_zone("UTC").to_list() == [NOW]
+
+
+def test_each_run_replaces_the_results_and_adds_a_run_row(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    job.run(con, NOW)
+    append(con, [b.track_refund("re_1", "tx_1", 2_500, occurred_at=at(3))], first_seq=5)
+    second = job.run(con, NOW)
+    assert second.high_water_seq == 5
+    assert table(con, "rc_sales").select("sale_id", "commission", "refunded").rows() == [
+        ("sale_1", 1_500, 2_500)
+    ]
+    assert table(con, "rc_refunds")["outcome"].to_list() == ["applied"]
+    assert table(con, "rc_runs").height == 2
+
+
+def test_a_failed_write_keeps_the_previous_results(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append(con, SALE)
+    job.run(con, NOW)
+    append(con, [b.track_sale("sale_3", "tx_3", 500, customer_key="ck_1")], first_seq=5)
+    monkeypatch.setattr(job, "TABLES", {"rc_sales": "sales", "rc broken": "sales"})
+    with pytest.raises(job.ReconcileFailed, match="rcr_"):
+        job.run(con, NOW)
+    assert table(con, "rc_sales")["sale_id"].to_list() == ["sale_1"]
+    assert table(con, "rc_runs").height == 1
+
+
+def test_times_are_utc_whatever_the_session_time_zone(con: duckdb.DuckDBPyConnection) -> None:
+    """A sale at 23:30 UTC on Jan 31 belongs to January even for a reader in Asia/Tokyo."""
+    con.execute("SET TimeZone = 'Asia/Tokyo'")
+    append(
+        con, [*SALE[:2], b.track_sale("sale_1", "tx_1", 100, customer_key="ck_1", occurred_at=at(21, 11.5))]
+    )
+    job.run(con, NOW)
+    assert table(con, "rc_sales")["period"].to_list() == ["2026-01"]
+
+
+def test_program_settings_default_like_ingest(con: duckdb.DuckDBPyConnection) -> None:
+    """Settings a program's JSON leaves out take ProgramSettings' defaults."""
+    defaults = ProgramSettings().model_dump()
+    assert {k: defaults[k] for k in PROGRAM_DEFAULTS} == PROGRAM_DEFAULTS
+    assert defaults["recurring_months"] is None
+    con.execute("UPDATE programs SET settings = '{}'")
+    append(con, SALE)
+    job.run(con, NOW)
+    assert table(con, "rc_sales").select("commission", "platform_fee").rows() == [(3_000, 0)]
