@@ -1,0 +1,283 @@
+"""The dashboard: server-rendered pages for account holders, who log in with their account token.
+
+Handlers are thin: check the session (and, on POST, the CSRF token), call the same services as
+the JSON API (`ingest/control.py`, the store's reads, `api/reconciled.py`), render a template.
+Without a session a page redirects (303) to the login form; errors are HTML pages that carry the
+contract's error code (a program of another workspace is a 404, a member's owner action a 403).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from api import reconciled
+from api.auth import Account, account_program, state
+from api.forms import partner_data, problems, query_int, read_form, settings_data
+from api.http import validate
+from api.pages import Viewer, error_page, render, stylesheet
+from api.routes.accounts import CHECKLIST_STEPS
+from api.session import (
+    SESSION_COOKIE,
+    CsrfRefused,
+    LoginRequired,
+    account_id_for_token,
+    check_csrf,
+    check_login_csrf,
+    clear_login_csrf_cookie,
+    clear_session_cookie,
+    current_session,
+    login_csrf_token,
+    sessions,
+    set_login_csrf_cookie,
+    set_session_cookie,
+)
+from ingest import control
+from ingest.errors import Conflict, SaleNotFound, TallyError, ValidationFailed
+from ingest.inputs import PartnerIn, SettingsPatch
+from ingest.records import Program
+
+Handler = Callable[[Request], Awaitable[Response]]
+HOME = "/dashboard"
+LOGIN = "/dashboard/login"
+LOG_PAGE_SIZE = 50
+SALES_PAGE_SIZE = 50
+
+
+def page(handler: Handler) -> Handler:
+    """Turn refusals into what a browser needs: a redirect to log in, or an HTML error page."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except LoginRequired:
+            return RedirectResponse(LOGIN, 303)
+        except CsrfRefused as exc:
+            return error_page(403, "csrf_refused", exc.message)
+        except TallyError as exc:
+            return error_page(exc.status, exc.code, exc.message)
+
+    return wrapped
+
+
+def viewer(request: Request) -> Viewer:
+    session_id, session = current_session(request)
+    roles = state(request).store.workspaces_of(session.account_id)
+    return Viewer(session_id, session, Account(session.account_id, roles))
+
+
+async def posted(request: Request) -> tuple[Viewer, dict[str, str]]:
+    """The viewer of a dashboard POST and its form, once the CSRF checks pass."""
+    who = viewer(request)
+    form = await read_form(request)
+    check_csrf(request, who.session, form)
+    return who, form
+
+
+def program_url(program: Program, suffix: str = "") -> str:
+    return f"{HOME}/programs/{quote(program.program_id, safe='')}{suffix}"
+
+
+# -- login and logout ----------------------------------------------------------------------------
+def login_page(request: Request, status: int = 200, error: str | None = None) -> Response:
+    token = login_csrf_token(request)
+    response = render("login.html", status, csrf_token=token, error=error)
+    set_login_csrf_cookie(request, response, token)
+    return response
+
+
+@page
+async def login_form(request: Request) -> Response:
+    try:
+        current_session(request)
+    except LoginRequired:
+        return login_page(request)
+    return RedirectResponse(HOME, 303)
+
+
+@page
+async def login(request: Request) -> Response:
+    form = await read_form(request)
+    check_login_csrf(request, form)
+    st = state(request)
+    st.limiter.check(f"dashboard-login:{request.client.host if request.client else '?'}")
+    account_id = account_id_for_token(st.store, form.get("token", "").strip())
+    if account_id is None:
+        return login_page(request, 401, "That is not a valid account token (acct_...).")
+    previous = request.cookies.get(SESSION_COOKIE)
+    if previous:
+        sessions(request).end(previous)
+    session_id, _ = sessions(request).create(account_id)
+    response = RedirectResponse(HOME, 303)
+    set_session_cookie(request, response, session_id)
+    clear_login_csrf_cookie(request, response)
+    return response
+
+
+@page
+async def logout(request: Request) -> Response:
+    who, _ = await posted(request)
+    sessions(request).end(who.session_id)
+    response = RedirectResponse(LOGIN, 303)
+    clear_session_cookie(request, response)
+    return response
+
+
+# -- programs --------------------------------------------------------------------------------------
+@page
+async def programs(request: Request) -> Response:
+    who = viewer(request)
+    store = state(request).store
+    rows = [
+        {**control.program_view(store, p), "role": who.account.roles[p.workspace_id]}
+        for p in store.programs_in(sorted(who.account.workspace_ids))
+    ]
+    return render("programs.html", viewer=who, programs=rows)
+
+
+def program_page(
+    request: Request, who: Viewer, program: Program, status: int = 200, **extra: Any
+) -> Response:
+    store = state(request).store
+    done = store.checklist(program.program_id)
+    return render(
+        "program.html",
+        status,
+        who,
+        program=control.program_view(store, program),
+        is_owner=who.is_owner(program.workspace_id),
+        checklist=[(key, done.get(key)) for key in CHECKLIST_STEPS],
+        key_generated="api_key_generated" in done,
+        partners=[control.partner_view(p) for p in store.partners(program.program_id)],
+        **extra,
+    )
+
+
+def owned_program(request: Request, who: Viewer) -> Program:
+    program = account_program(request, who.account)
+    control.require_owner(state(request).store, program.workspace_id, who.account.account_id)
+    return program
+
+
+@page
+async def program_settings(request: Request) -> Response:
+    who = viewer(request)
+    saved = request.query_params.get("saved") == "1"
+    return program_page(request, who, account_program(request, who.account), saved=saved)
+
+
+@page
+async def regenerate_key(request: Request) -> Response:
+    who, _ = await posted(request)
+    program = owned_program(request, who)
+    st = state(request)
+    issued = await control.regenerate_key(st.store, st.writer, program)
+    return program_page(request, who, program, new_key=issued["api_key"])
+
+
+@page
+async def add_partner(request: Request) -> Response:
+    who, form = await posted(request)
+    program = owned_program(request, who)
+    fields, data = partner_data(form)
+    st = state(request)
+    try:
+        await control.add_partner(st.store, st.writer, program, validate(PartnerIn, data))
+    except (ValidationFailed, Conflict) as exc:
+        return program_page(
+            request, who, program, exc.status, partner_errors=problems(exc), partner_form=fields
+        )
+    return RedirectResponse(program_url(program, "#partners"), 303)
+
+
+@page
+async def update_settings(request: Request) -> Response:
+    who, form = await posted(request)
+    program = owned_program(request, who)
+    try:
+        inp = validate(SettingsPatch, settings_data(form))
+        await control.update_program(state(request).writer, program, inp)
+    except ValidationFailed as exc:
+        return program_page(
+            request, who, program, exc.status, settings_errors=problems(exc), settings_form=form
+        )
+    return RedirectResponse(program_url(program, "?saved=1#settings"), 303)
+
+
+# -- tracking log, sales, explain -----------------------------------------------------------------
+@page
+async def tracking_log(request: Request) -> Response:
+    who = viewer(request)
+    program = account_program(request, who.account)
+    before = query_int(request, "before")
+    st = state(request)
+    await st.writer.sync()
+    lines = st.store.tracking_log(program.program_id, LOG_PAGE_SIZE, before)
+    next_before = lines[-1].log_id if len(lines) == LOG_PAGE_SIZE else None
+    view = control.program_view(st.store, program)
+    return render("log.html", viewer=who, program=view, lines=lines, before=before, next_before=next_before)
+
+
+@page
+async def sales(request: Request) -> Response:
+    who = viewer(request)
+    program = account_program(request, who.account)
+    number = query_int(request, "page") or 1
+    attributed = {"yes": True, "no": False}.get(request.query_params.get("attributed", ""))
+    st = state(request)
+    await st.writer.sync()
+    offset = (number - 1) * SALES_PAGE_SIZE
+    rows = reconciled.sales(st.store, program.program_id, SALES_PAGE_SIZE + 1, offset, attributed)
+    return render(
+        "sales.html",
+        viewer=who,
+        program=control.program_view(st.store, program),
+        sales=None if rows is None else rows[:SALES_PAGE_SIZE],
+        more=rows is not None and len(rows) > SALES_PAGE_SIZE,
+        page_number=number,
+        attributed=request.query_params.get("attributed", ""),
+    )
+
+
+@page
+async def explain(request: Request) -> Response:
+    who = viewer(request)
+    program = account_program(request, who.account)
+    transaction_id = request.path_params["transaction_id"]
+    st = state(request)
+    await st.writer.sync()
+    sale = reconciled.sale(st.store, program.program_id, transaction_id)
+    if sale is None:
+        raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
+    steps = reconciled.explain(st.store, program.program_id, sale["sale_id"])
+    view = control.program_view(st.store, program)
+    return render("explain.html", viewer=who, program=view, sale=sale, steps=steps)
+
+
+async def css(request: Request) -> Response:
+    headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
+    return Response(stylesheet(), media_type="text/css", headers=headers)
+
+
+PROGRAM = "/dashboard/programs/{program_id}"
+routes = [
+    Route("/dashboard", programs, methods=["GET"]),
+    Route("/dashboard/static/dashboard.css", css, methods=["GET"]),
+    Route(LOGIN, login_form, methods=["GET"]),
+    Route(LOGIN, login, methods=["POST"]),
+    Route("/dashboard/logout", logout, methods=["POST"]),
+    Route(PROGRAM, program_settings, methods=["GET"]),
+    Route(PROGRAM + "/settings", update_settings, methods=["POST"]),
+    Route(PROGRAM + "/api-key", regenerate_key, methods=["POST"]),
+    Route(PROGRAM + "/partners", add_partner, methods=["POST"]),
+    Route(PROGRAM + "/log", tracking_log, methods=["GET"]),
+    Route(PROGRAM + "/sales", sales, methods=["GET"]),
+    Route(PROGRAM + "/sales/{transaction_id:path}", explain, methods=["GET"]),
+]

@@ -1,0 +1,205 @@
+"""Dashboard sessions and CSRF protection.
+
+A login exchanges an account token for a random session id in an `HttpOnly; SameSite=Lax;
+Path=/dashboard` cookie (`Secure` when `TALLY_BASE_URL` is https). The token itself is never kept:
+not in the cookie, not in a page, not in memory. Sessions live in memory in the app (the server is
+one process): they end when the server restarts, or after `SESSION_TTL`. The store is keyed by the
+hash of the session id, so it holds no usable cookie value.
+
+Every session has its own CSRF token, sent in a hidden field of every dashboard form; every
+dashboard POST compares it in constant time and, when the browser sent `Origin` or `Referer`,
+also requires our own origin. The login form, which has no session yet, uses a double-submit
+cookie (`LOGIN_CSRF_COOKIE`), so a forged login is refused too.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ingest.clock import utcnow
+from ingest.store import Store
+from ingest.tokens import token_hash
+
+SESSION_COOKIE = "tally_session"
+LOGIN_CSRF_COOKIE = "tally_login_csrf"
+CSRF_FIELD = "csrf_token"
+SESSION_TTL = timedelta(hours=12)
+LOGIN_CSRF_TTL = timedelta(hours=2)
+DASHBOARD_PATH = "/dashboard"
+LOGIN_PATH = "/dashboard/login"
+MAX_TOKEN_LENGTH = 255
+
+
+class LoginRequired(Exception):
+    """Raised by `current_session` when the request has no live dashboard session."""
+
+
+class CsrfRefused(Exception):
+    """Raised by the CSRF checks when a dashboard POST lacks our token or comes from elsewhere."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Session:
+    account_id: str
+    csrf_token: str
+    expires_at: datetime
+
+
+class SessionStore:
+    """Live sessions by the hash of their id; expired ones are dropped when met or on login."""
+
+    def __init__(self, ttl: timedelta = SESSION_TTL) -> None:
+        self._ttl = ttl
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def create(self, account_id: str) -> tuple[str, Session]:
+        """A new session for `account_id`: the id for the cookie, and the session."""
+        session_id = secrets.token_urlsafe(32)
+        now = utcnow()
+        session = Session(account_id, secrets.token_urlsafe(32), now + self._ttl)
+        with self._lock:
+            self._sessions = {k: s for k, s in self._sessions.items() if s.expires_at > now}
+            self._sessions[token_hash(session_id)] = session
+        return session_id, session
+
+    def get(self, session_id: str) -> Session | None:
+        key = token_hash(session_id)
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is not None and session.expires_at <= utcnow():
+                del self._sessions[key]
+                return None
+            return session
+
+    def end(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(token_hash(session_id), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+
+def sessions(request: Request) -> SessionStore:
+    """The app's session store (created with the app's first dashboard request)."""
+    found: SessionStore | None = getattr(request.app.state, "dashboard_sessions", None)
+    if found is None:
+        found = request.app.state.dashboard_sessions = SessionStore()
+    return found
+
+
+def account_id_for_token(store: Store, token: str) -> str | None:
+    """The account an account token (`acct_...`) belongs to; None for anything else."""
+    if not token or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    cred = store.credential(token_hash(token))
+    if cred is None or cred.kind != "account" or cred.revoked_at is not None:
+        return None
+    return cred.subject_id
+
+
+# -- cookies -----------------------------------------------------------------------------------
+def _secure(request: Request) -> bool:
+    base_url: str = request.app.state.tally.settings.base_url
+    return base_url.startswith("https://")
+
+
+def current_session(request: Request) -> tuple[str, Session]:
+    session_id = request.cookies.get(SESSION_COOKIE)
+    session = sessions(request).get(session_id) if session_id else None
+    if session_id is None or session is None:
+        raise LoginRequired
+    return session_id, session
+
+
+def set_session_cookie(request: Request, response: Response, session_id: str) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_id,
+        max_age=int(SESSION_TTL.total_seconds()),
+        path=DASHBOARD_PATH,
+        secure=_secure(request),
+        httponly=True,
+        samesite="lax",
+    )
+
+
+def clear_session_cookie(request: Request, response: Response) -> None:
+    response.delete_cookie(
+        SESSION_COOKIE, path=DASHBOARD_PATH, secure=_secure(request), httponly=True, samesite="lax"
+    )
+
+
+def login_csrf_token(request: Request) -> str:
+    """The pre-session CSRF token: the browser's cookie when it has a sane one, else a new one."""
+    existing = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    return existing if 32 <= len(existing) <= 64 and existing.isascii() else secrets.token_urlsafe(32)
+
+
+def set_login_csrf_cookie(request: Request, response: Response, token: str) -> None:
+    response.set_cookie(
+        LOGIN_CSRF_COOKIE,
+        token,
+        max_age=int(LOGIN_CSRF_TTL.total_seconds()),
+        path=LOGIN_PATH,
+        secure=_secure(request),
+        httponly=True,
+        samesite="strict",
+    )
+
+
+def clear_login_csrf_cookie(request: Request, response: Response) -> None:
+    response.delete_cookie(
+        LOGIN_CSRF_COOKIE, path=LOGIN_PATH, secure=_secure(request), httponly=True, samesite="strict"
+    )
+
+
+# -- CSRF ----------------------------------------------------------------------------
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def check_origin(request: Request) -> None:
+    """When the browser says where a POST comes from, it must be this site."""
+    ours = {_origin(request.app.state.tally.settings.base_url)}
+    host = request.headers.get("host")
+    if host:
+        ours.add(f"{request.url.scheme}://{host}".lower())
+    origin = request.headers.get("origin")
+    if origin is not None:
+        if origin.lower() not in ours:
+            raise CsrfRefused("this form was posted from another site (Origin)")
+        return
+    referer = request.headers.get("referer")
+    if referer is not None and _origin(referer) not in ours:
+        raise CsrfRefused("this form was posted from another site (Referer)")
+
+
+def _same(sent: str, expected: str) -> bool:
+    return bool(sent) and bool(expected) and hmac.compare_digest(sent.encode(), expected.encode())
+
+
+def check_csrf(request: Request, session: Session, form: dict[str, str]) -> None:
+    check_origin(request)
+    if not _same(form.get(CSRF_FIELD, ""), session.csrf_token):
+        raise CsrfRefused("the form's CSRF token is missing or wrong; reload the page and try again")
+
+
+def check_login_csrf(request: Request, form: dict[str, str]) -> None:
+    check_origin(request)
+    if not _same(form.get(CSRF_FIELD, ""), request.cookies.get(LOGIN_CSRF_COOKIE, "")):
+        raise CsrfRefused("the login form expired or was not ours; reload the login page")

@@ -1,0 +1,529 @@
+"""The dashboard through the real app: login and its cookie, CSRF on every form, owner-only key
+regeneration that shows the new key once, partners, settings, tracking log, sales and explain."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import time_machine
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.settings import load_settings
+from ingest.store import Tx
+from ingest.tokens import mask
+from tests.conftest import OP, OPERATOR_TOKEN, World, bearer, make_world
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+MASKED = re.compile(r'<code id="api-key-masked">([^<]+)</code>')
+NEW_KEY = re.compile(r'<code id="new-api-key" class="secret">([^<]+)</code>')
+TEST_SALE = {"additional_data": {"test_mode": True}}
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+def login(client: TestClient, token: str) -> httpx.Response:
+    form = client.get("/dashboard/login")
+    assert form.status_code == 200
+    return client.post(
+        "/dashboard/login", data={"token": token, "csrf_token": csrf_of(form.text)}, follow_redirects=False
+    )
+
+
+def logged_in(client: TestClient, token: str) -> str:
+    """Log in; the CSRF token of the new session (from the programs page)."""
+    r = login(client, token)
+    assert r.status_code == 303, r.text
+    return csrf_of(client.get("/dashboard").text)
+
+
+def member_token(world: World, role: str = "member") -> str:
+    return world.member(role)["Authorization"].removeprefix("Bearer ")
+
+
+def program_path(world: World, suffix: str = "") -> str:
+    return f"/dashboard/programs/{world.program_id}{suffix}"
+
+
+def set_cookie_headers(response: httpx.Response) -> list[str]:
+    return response.headers.get_list("set-cookie")
+
+
+# -- login, cookie, logout -----------------------------------------------------------------------
+def test_login_with_an_account_token_sets_a_locked_down_session_cookie(world: World) -> None:
+    client = world.client
+    r = login(client, world.account_token)
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard"
+    session = next(h for h in set_cookie_headers(r) if h.startswith("tally_session="))
+    flags = [part.strip().lower() for part in session.split(";")]
+    assert "httponly" in flags and "samesite=lax" in flags and "path=/dashboard" in flags
+    assert "secure" not in flags  # TALLY_BASE_URL is http here
+    assert "max-age=43200" in flags
+    value = session.split(";", 1)[0].removeprefix("tally_session=")
+    assert len(value) >= 40 and world.account_token not in session
+    page = client.get("/dashboard")
+    assert page.status_code == 200
+    assert "Brand partners" in page.text and mask(world.api_key) in page.text
+    assert world.account_token not in page.text
+    assert page.headers["cache-control"] == "no-store"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+def test_login_page_when_logged_in_goes_to_the_programs(world: World) -> None:
+    logged_in(world.client, world.account_token)
+    r = world.client.get("/dashboard/login", follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/dashboard")
+
+
+@pytest.mark.parametrize("kind", ["unknown", "program_key", "operator", "empty"])
+def test_login_refuses_anything_but_an_account_token(world: World, kind: str) -> None:
+    token = {
+        "unknown": "acct_" + "x" * 40,
+        "program_key": world.api_key,
+        "operator": OPERATOR_TOKEN,
+        "empty": "",
+    }[kind]
+    r = login(world.client, token)
+    assert r.status_code == 401
+    assert "not a valid account token" in r.text
+    assert not any(h.startswith("tally_session=") for h in set_cookie_headers(r))
+    if token:
+        assert token not in r.text
+    assert world.client.get("/dashboard", follow_redirects=False).status_code == 303
+
+
+def test_login_csrf_is_refused_without_the_double_submit_cookie(world: World) -> None:
+    token = csrf_of(world.client.get("/dashboard/login").text)
+    world.client.cookies.clear()  # a browser that never loaded our login form, posting a seen token
+    r = world.client.post(
+        "/dashboard/login", data={"token": world.account_token, "csrf_token": token}, follow_redirects=False
+    )
+    assert r.status_code == 403 and "csrf_refused" in r.text
+    assert not any(h.startswith("tally_session=") for h in set_cookie_headers(r))
+    token = csrf_of(world.client.get("/dashboard/login").text)
+    r = world.client.post(
+        "/dashboard/login",
+        data={"token": world.account_token, "csrf_token": "not-the-cookie-value-0123456789abcdef"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403
+    r = world.client.post(
+        "/dashboard/login",
+        data={"token": world.account_token, "csrf_token": token},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "another site" in r.text
+    assert login(world.client, world.account_token).status_code == 303  # the real form still works
+
+
+def test_session_cookie_is_secure_when_the_base_url_is_https(tmp_path: Path) -> None:
+    settings = load_settings(
+        database=str(tmp_path / "s.duckdb"), operator_token=OPERATOR_TOKEN, base_url="https://tally.example"
+    )
+    with TestClient(create_app(settings), base_url="https://tally.example") as client:
+        world = make_world(client)
+        r = login(client, world.account_token)
+        assert r.status_code == 303
+        cookies = set_cookie_headers(r)
+        assert all("secure" in [p.strip().lower() for p in h.split(";")] for h in cookies)
+
+
+def test_logout_ends_the_session_server_side(world: World) -> None:
+    token = logged_in(world.client, world.account_token)
+    stolen = world.client.cookies["tally_session"]
+    refused = world.client.post("/dashboard/logout", data={}, follow_redirects=False)
+    assert refused.status_code == 403  # logging out is a form like any other
+    r = world.client.post("/dashboard/logout", data={"csrf_token": token}, follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/dashboard/login")
+    assert any(h.startswith('tally_session=""') or "max-age=0" in h.lower() for h in set_cookie_headers(r))
+    world.client.cookies.set("tally_session", stolen, path="/dashboard")  # replaying the old cookie
+    again = world.client.get("/dashboard", follow_redirects=False)
+    assert (again.status_code, again.headers["location"]) == (303, "/dashboard/login")
+
+
+def test_sessions_expire_after_twelve_hours_on_the_server(world: World) -> None:
+    with time_machine.travel(datetime.now(UTC), tick=True) as traveller:
+        logged_in(world.client, world.account_token)
+        kept = world.client.cookies["tally_session"]
+        traveller.shift(timedelta(hours=11, minutes=59))
+        assert world.client.get("/dashboard", follow_redirects=False).status_code == 200
+        traveller.shift(timedelta(minutes=2))
+        world.client.cookies.clear()
+        world.client.cookies.set("tally_session", kept, path="/dashboard")  # a browser ignoring Max-Age
+        r = world.client.get("/dashboard", follow_redirects=False)
+        assert (r.status_code, r.headers["location"]) == (303, "/dashboard/login")
+
+
+@pytest.mark.parametrize("path", ["", "/log", "/sales", "/sales/in_1"])
+def test_pages_without_a_session_redirect_to_login(world: World, path: str) -> None:
+    r = world.client.get(program_path(world, path), follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/dashboard/login")
+    assert world.client.get("/dashboard", follow_redirects=False).status_code == 303
+
+
+def test_a_program_of_another_workspace_is_a_404_page(world: World) -> None:
+    other = world.client.post(
+        "/api/v1/operator/accounts", json={"email": "x@other.test", "workspace_name": "Other"}, headers=OP
+    ).json()["data"]
+    logged_in(world.client, other["token"])
+    assert "Brand partners" not in world.client.get("/dashboard").text
+    for path in ("", "/log", "/sales", "/sales/in_1"):
+        r = world.client.get(program_path(world, path))
+        assert r.status_code == 404 and "program_not_found" in r.text, path
+        assert r.headers["content-type"].startswith("text/html")
+    assert world.client.get("/dashboard/programs/prog_nope").status_code == 404
+
+
+# -- the key: masked value, owner-only regenerate, shown once -------------------------------------
+def masked_on_page(client: TestClient, world: World) -> str:
+    found = MASKED.search(client.get(program_path(world)).text)
+    assert found
+    return found.group(1)
+
+
+def test_regenerate_shows_the_new_key_once_and_the_mask_follows_it(world: World) -> None:
+    token = logged_in(world.client, world.account_token)
+    page = world.client.get(program_path(world))
+    assert 'id="regenerate-key"' in page.text and "Regenerate API key" in page.text
+    assert masked_on_page(world.client, world) == mask(world.api_key)
+    assert world.api_key not in page.text
+
+    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token})
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+    found = NEW_KEY.search(r.text)
+    assert found and "will not be shown again" in r.text
+    new_key = found.group(1)
+    assert new_key.startswith("aff_") and new_key != world.api_key
+    assert MASKED.search(r.text).group(1) == mask(new_key)  # type: ignore[union-attr]
+
+    assert world.sale(**TEST_SALE).status_code == 401  # the old key stopped at once
+    sale = world.client.post("/api/v1/track/sale", json=TEST_SALE, headers=bearer(new_key))
+    assert sale.status_code == 200 and sale.json()["data"]["test_mode"] is True
+
+    again = world.client.get(program_path(world))
+    assert new_key not in again.text and 'id="new-api-key"' not in again.text
+    assert masked_on_page(world.client, world) == mask(new_key)
+    assert masked_on_page(world.client, world).endswith(new_key[-4:])
+    api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
+    assert api["api_token_masked"] == mask(new_key)
+
+
+def test_a_member_sees_no_regenerate_button_and_is_refused_by_the_server(world: World) -> None:
+    token = logged_in(world.client, member_token(world))
+    page = world.client.get(program_path(world))
+    assert page.status_code == 200
+    assert (
+        'id="regenerate-key"' not in page.text
+        and 'action="' + program_path(world, "/api-key") not in page.text
+    )
+    assert "Only a workspace owner" in page.text
+    assert masked_on_page(world.client, world) == mask(world.api_key)
+    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token})
+    assert r.status_code == 403 and "owner_required" in r.text
+    assert NEW_KEY.search(r.text) is None
+    assert world.sale(**TEST_SALE).status_code == 200  # the key did not change
+
+
+def test_an_owner_added_as_member_of_the_workspace_can_regenerate(world: World) -> None:
+    token = logged_in(world.client, member_token(world, "owner"))
+    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token})
+    assert r.status_code == 200 and NEW_KEY.search(r.text)
+
+
+@pytest.mark.parametrize(
+    ("data", "headers"),
+    [
+        ({}, {}),
+        ({"csrf_token": "wrong"}, {}),
+        ({"csrf_token": ""}, {}),
+        (None, {"Origin": "https://evil.example"}),  # right token, foreign origin
+        (None, {"Referer": "https://evil.example/page"}),
+        (None, {"Origin": "null"}),
+    ],
+)
+def test_posts_without_the_right_csrf_token_or_origin_change_nothing(
+    world: World, data: dict[str, str] | None, headers: dict[str, str]
+) -> None:
+    token = logged_in(world.client, world.account_token)
+    form = {"csrf_token": token} if data is None else data
+    r = world.client.post(program_path(world, "/api-key"), data=form, headers=headers)
+    assert r.status_code == 403 and "csrf_refused" in r.text
+    assert NEW_KEY.search(r.text) is None
+    assert world.sale(**TEST_SALE).status_code == 200
+    assert masked_on_page(world.client, world) == mask(world.api_key)
+    partner = dict(form, code="mallory", name="Mallory")
+    assert (
+        world.client.post(program_path(world, "/partners"), data=partner, headers=headers).status_code == 403
+    )
+    settings = dict(form, name="Hijacked", commission_type="percent", commission_bps="10000")
+    assert (
+        world.client.post(program_path(world, "/settings"), data=settings, headers=headers).status_code == 403
+    )
+    api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
+    assert api["name"] == "Brand partners" and api["commission_bps"] == 3000
+    codes = [
+        p["code"]
+        for p in world.client.get(
+            f"/api/v1/programs/{world.program_id}/partners", headers=world.owner
+        ).json()["data"]
+    ]
+    assert codes == ["alice"]
+
+
+def test_a_json_post_with_the_session_cookie_but_no_form_token_is_refused(world: World) -> None:
+    logged_in(world.client, world.account_token)
+    r = world.client.post(program_path(world, "/api-key"), json={"csrf_token": "x"})
+    assert r.status_code == 403
+    assert world.sale(**TEST_SALE).status_code == 200
+
+
+def test_the_csrf_token_of_one_session_does_not_work_in_another(world: World) -> None:
+    other_browser = TestClient(world.client.app)  # same app, its own cookie jar
+    first = logged_in(other_browser, world.account_token)
+    second = logged_in(world.client, world.account_token)
+    assert first != second
+    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": first})
+    assert r.status_code == 403
+    r = other_browser.post(program_path(world, "/api-key"), data={"csrf_token": second})
+    assert r.status_code == 403
+    assert world.sale(**TEST_SALE).status_code == 200
+
+
+# -- partners and settings -------------------------------------------------------------------------
+def test_owner_adds_partners_through_the_form(world: World) -> None:
+    token = logged_in(world.client, world.account_token)
+    r = world.client.post(
+        program_path(world, "/partners"),
+        data={"csrf_token": token, "code": "bob", "name": "Bob <b>", "email": ""},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and r.headers["location"].endswith("#partners")
+    page = world.client.get(program_path(world)).text
+    assert "<code>bob</code>" in page and "Bob &lt;b&gt;" in page and "Bob <b>" not in page
+    api = world.client.get(f"/api/v1/programs/{world.program_id}/partners", headers=world.owner).json()
+    assert {p["code"]: p["email"] for p in api["data"]} == {"alice": "alice@partner.test", "bob": None}
+
+    dup = world.client.post(
+        program_path(world, "/partners"), data={"csrf_token": token, "code": "bob", "name": "B"}
+    )
+    assert dup.status_code == 409 and "already exists" in dup.text
+    bad = world.client.post(
+        program_path(world, "/partners"), data={"csrf_token": token, "code": "no spaces", "name": "X"}
+    )
+    assert bad.status_code == 422 and "code:" in bad.text and 'value="no spaces"' in bad.text
+
+
+def test_members_see_partners_but_no_add_form_and_cannot_add(world: World) -> None:
+    token = logged_in(world.client, member_token(world))
+    page = world.client.get(program_path(world)).text
+    assert (
+        "<code>alice</code>" in page and 'id="partner-form"' not in page and 'id="settings-form"' not in page
+    )
+    r = world.client.post(
+        program_path(world, "/partners"), data={"csrf_token": token, "code": "m", "name": "M"}
+    )
+    assert r.status_code == 403 and "owner_required" in r.text
+    r = world.client.post(
+        program_path(world, "/settings"),
+        data={"csrf_token": token, "name": "M", "commission_type": "flat", "commission_bps": "1"},
+    )
+    assert r.status_code == 403
+
+
+def settings_form(token: str, **changes: str) -> dict[str, str]:
+    form = {
+        "csrf_token": token,
+        "name": "Brand partners",
+        "commission_type": "percent",
+        "commission_bps": "3000",
+        "commission_flat": "0",
+        "recurring_months": "",
+        "platform_fee_bps": "0",
+        "holding_days": "30",
+        "stripe_account_id": "",
+    }
+    form.update(changes)
+    return form
+
+
+def test_owner_updates_settings_through_the_form(world: World) -> None:
+    token = logged_in(world.client, world.account_token)
+    form = settings_form(
+        token, name="Renamed", commission_bps="2500", recurring_months="12", requires_server_side_leads="on"
+    )
+    r = world.client.post(program_path(world, "/settings"), data=form, follow_redirects=False)
+    assert r.status_code == 303
+    api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
+    assert (api["name"], api["commission_bps"], api["recurring_months"]) == ("Renamed", 2500, 12)
+    assert api["requires_server_side_leads"] is True and api["stripe_account_id"] is None
+    assert "Settings saved" in world.client.get(r.headers["location"]).text
+
+    bad = world.client.post(
+        program_path(world, "/settings"), data=settings_form(token, commission_bps="lots")
+    )
+    assert bad.status_code == 422 and "commission_bps" in bad.text and 'value="lots"' in bad.text
+    too_big = world.client.post(
+        program_path(world, "/settings"), data=settings_form(token, platform_fee_bps="10001")
+    )
+    assert too_big.status_code == 422
+    api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
+    assert (api["name"], api["commission_bps"], api["platform_fee_bps"]) == ("Renamed", 2500, 0)
+
+
+# -- checklist and tracking log ------------------------------------------------------------------
+def test_checklist_shows_done_and_not_done(world: World) -> None:
+    logged_in(world.client, world.account_token)
+    page = world.client.get(program_path(world)).text
+    assert re.search(r'class="done" data-step="api_key_generated"', page)
+    assert re.search(r'class="todo" data-step="test_sale_received"', page)
+    assert world.sale(**TEST_SALE).status_code == 200
+    page = world.client.get(program_path(world)).text
+    assert re.search(r'class="done" data-step="test_sale_received"', page)
+    assert re.search(r'class="todo" data-step="sale_received"', page)
+
+
+def test_tracking_log_is_newest_first_and_paginated(world: World) -> None:
+    for n in range(53):
+        assert world.sale(transaction_id=f"in_{n}", customer_external_id=f"c{n}").status_code == 200
+    assert world.client.post("/api/v1/track/sale", json={"amount": 5}, headers=world.key).status_code == 422
+    logged_in(world.client, world.account_token)
+    first = world.client.get(program_path(world, "/log"))
+    assert first.status_code == 200
+    ids = [int(i) for i in re.findall(r"<tr class=\"\w+\">\s*<td>(\d+)</td>", first.text)]
+    assert len(ids) == 50 and ids == sorted(ids, reverse=True)
+    assert 'class="bad"' in first.text.split("<tbody>")[1].split("</tr>")[0]  # the 422 is the newest
+    older = re.search(r'href="([^"]+)" id="older"', first.text)
+    assert older
+    second = world.client.get(older.group(1).replace("&amp;", "&"))
+    rest = [int(i) for i in re.findall(r"<tr class=\"\w+\">\s*<td>(\d+)</td>", second.text)]
+    assert rest and max(rest) < min(ids) and len(ids) + len(rest) == 54
+    assert world.client.get(program_path(world, "/log?before=abc")).status_code == 422
+
+
+# -- sales and explain (the reconciler's tables) --------------------------------------------------
+def test_sales_before_the_first_reconcile_run_show_an_empty_state(world: World) -> None:
+    logged_in(world.client, world.account_token)
+    r = world.client.get(program_path(world, "/sales"))
+    assert r.status_code == 200 and 'id="not-reconciled"' in r.text
+    explain = world.client.get(program_path(world, "/sales/in_1"))
+    assert explain.status_code == 404 and "sale_not_found" in explain.text
+
+
+SALE_SQL = """CREATE TABLE rc_sales (program_id VARCHAR, sale_id VARCHAR, transaction_id VARCHAR,
+source VARCHAR, amount BIGINT, currency VARCHAR, is_recurring BOOLEAN, test_mode BOOLEAN,
+partner_code VARCHAR, attribution_rule VARCHAR, unattributed_reason VARCHAR, warnings VARCHAR[],
+commission BIGINT, platform_fee BIGINT, refunded BIGINT, occurred_at TIMESTAMPTZ, period VARCHAR)"""
+EXPLAIN_SQL = """CREATE TABLE rc_explain (program_id VARCHAR, sale_id VARCHAR, transaction_id VARCHAR,
+step BIGINT, rule VARCHAR, looked_up VARCHAR, found VARCHAR, result VARCHAR)"""
+
+
+def materialise(world: World, sales: list[tuple[Any, ...]], steps: list[tuple[Any, ...]]) -> None:
+    def op(tx: Tx) -> None:
+        tx.execute(SALE_SQL)
+        tx.execute(EXPLAIN_SQL)
+        for row in sales:
+            tx.execute(f"INSERT INTO rc_sales VALUES ({', '.join('?' * len(row))})", row)
+        for row in steps:
+            tx.execute("INSERT INTO rc_explain VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    app: Any = world.client.app
+    app.state.tally.writer.run_sync(op, flush=True)
+
+
+def test_sales_and_explain_read_the_materialised_tables(world: World) -> None:
+    pid = world.program_id
+    at = datetime(2026, 3, 5, 10, tzinfo=UTC)
+    evil = "in_<script>x</script>"
+    materialise(
+        world,
+        [
+            (
+                pid,
+                "s1",
+                "in_1",
+                "connect",
+                10000,
+                "usd",
+                False,
+                False,
+                "alice",
+                "click",
+                None,
+                [],
+                3000,
+                200,
+                0,
+                at,
+                "2026-03",
+            ),
+            (
+                pid,
+                "s2",
+                evil,
+                "self_hosted",
+                500,
+                "jpy",
+                True,
+                True,
+                None,
+                None,
+                "click_not_found",
+                ["w_x"],
+                0,
+                0,
+                0,
+                at + timedelta(days=1),
+                "2026-03",
+            ),
+            (
+                "prog_other",
+                "s3",
+                "in_other",
+                "connect",
+                1,
+                "usd",
+                False,
+                False,
+                None,
+                None,
+                "no_attribution_data",
+                [],
+                0,
+                0,
+                0,
+                at,
+                "2026-03",
+            ),
+        ],
+        [
+            (pid, "s1", "in_1", 1, "click", "clk_1", "alice", "attributed"),
+            (pid, "s2", evil, 1, "click", "clk_gone", None, "click_not_found"),
+        ],
+    )
+    logged_in(world.client, world.account_token)
+    page = world.client.get(program_path(world, "/sales"))
+    assert page.status_code == 200 and 'id="not-reconciled"' not in page.text
+    assert "100.00 USD" in page.text and "30.00 USD" in page.text and "500 JPY" in page.text
+    assert "in_other" not in page.text and "<script>" not in page.text and "&lt;script&gt;" in page.text
+    assert page.text.index("click_not_found") < page.text.index("in_1")  # newest first
+    only = world.client.get(program_path(world, "/sales?attributed=yes")).text
+    assert "in_1" in only and "click_not_found" not in only
+
+    explain = world.client.get(program_path(world, "/sales/in_1"))
+    assert explain.status_code == 200
+    assert "Attributed to <code>alice</code> by rule <strong>click</strong>" in explain.text
+    assert "clk_1" in explain.text and 'id="ladder"' in explain.text
+    unattributed = world.client.get(program_path(world, "/sales/in_%3Cscript%3Ex%3C%2Fscript%3E"))
+    assert unattributed.status_code == 200 and "click_not_found" in unattributed.text
+    assert "<script>" not in unattributed.text
+    assert world.client.get(program_path(world, "/sales/in_other")).status_code == 404
