@@ -1,7 +1,7 @@
 """The dashboard: server-rendered pages for account holders, who log in with their account token.
 
 Handlers are thin: check the session (and, on POST, the CSRF token), call the same services as
-the JSON API (`ingest/control.py`, the store's reads, `api/reconciled.py`), render a template.
+the JSON API (`ingest/control.py`, the store's reads, `reports/reads.py`), render a template.
 Without a session a page redirects (303) to the login form; errors are HTML pages that carry the
 contract's error code (a program of another workspace is a 404, a member's owner action a 403).
 """
@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from api import reconciled
 from api.auth import Account, account_program, state
 from api.forms import partner_data, problems, query_int, read_form, settings_data
 from api.http import validate
@@ -42,6 +41,7 @@ from ingest import control
 from ingest.errors import Conflict, SaleNotFound, TallyError, ValidationFailed
 from ingest.inputs import PartnerIn, SettingsPatch
 from ingest.records import Program
+from reports import reads
 
 Handler = Callable[[Request], Awaitable[Response]]
 HOME = "/dashboard"
@@ -230,19 +230,24 @@ async def sales(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
     number = query_int(request, "page") or 1
-    attributed = {"yes": True, "no": False}.get(request.query_params.get("attributed", ""))
+    shown = request.query_params.get("attributed", "")
+    flt = reads.SaleFilter(
+        attributed={"yes": True, "no": False}.get(shown),
+        limit=SALES_PAGE_SIZE + 1,  # one more tells whether there is a next page
+        offset=(number - 1) * SALES_PAGE_SIZE,
+    )
     st = state(request)
-    await st.writer.sync()
-    offset = (number - 1) * SALES_PAGE_SIZE
-    rows = reconciled.sales(st.store, program.program_id, SALES_PAGE_SIZE + 1, offset, attributed)
+    with st.store.snapshot() as cur:
+        reconciled = reads.table_exists(cur, "rc_sales")
+        rows = reads.sales(cur, program.program_id, flt)
     return render(
         "sales.html",
         viewer=who,
         program=control.program_view(st.store, program),
-        sales=None if rows is None else rows[:SALES_PAGE_SIZE],
-        more=rows is not None and len(rows) > SALES_PAGE_SIZE,
+        sales=rows[:SALES_PAGE_SIZE] if reconciled else None,
+        more=len(rows) > SALES_PAGE_SIZE,
         page_number=number,
-        attributed=request.query_params.get("attributed", ""),
+        attributed=shown,
     )
 
 
@@ -252,13 +257,12 @@ async def explain(request: Request) -> Response:
     program = account_program(request, who.account)
     transaction_id = request.path_params["transaction_id"]
     st = state(request)
-    await st.writer.sync()
-    sale = reconciled.sale(st.store, program.program_id, transaction_id)
-    if sale is None:
+    with st.store.snapshot() as cur:
+        found = reads.explain(cur, program.program_id, transaction_id)
+    if found is None:
         raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
-    steps = reconciled.explain(st.store, program.program_id, sale["sale_id"])
     view = control.program_view(st.store, program)
-    return render("explain.html", viewer=who, program=view, sale=sale, steps=steps)
+    return render("explain.html", viewer=who, program=view, **found)
 
 
 async def css(request: Request) -> Response:

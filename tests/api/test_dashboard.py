@@ -15,7 +15,6 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import load_settings
-from ingest.store import Tx
 from ingest.tokens import mask
 from tests.conftest import OP, OPERATOR_TOKEN, World, bearer, make_world
 
@@ -419,111 +418,63 @@ def test_sales_before_the_first_reconcile_run_show_an_empty_state(world: World) 
     assert explain.status_code == 404 and "sale_not_found" in explain.text
 
 
-SALE_SQL = """CREATE TABLE rc_sales (program_id VARCHAR, sale_id VARCHAR, transaction_id VARCHAR,
-source VARCHAR, amount BIGINT, currency VARCHAR, is_recurring BOOLEAN, test_mode BOOLEAN,
-partner_code VARCHAR, attribution_rule VARCHAR, unattributed_reason VARCHAR, warnings VARCHAR[],
-commission BIGINT, platform_fee BIGINT, refunded BIGINT, occurred_at TIMESTAMPTZ, period VARCHAR)"""
-EXPLAIN_SQL = """CREATE TABLE rc_explain (program_id VARCHAR, sale_id VARCHAR, transaction_id VARCHAR,
-step BIGINT, rule VARCHAR, looked_up VARCHAR, found VARCHAR, result VARCHAR)"""
+def reconciled_world(world: World) -> dict[str, dict[str, Any]]:
+    """An attributed sale (click -> lead -> sale), an unattributed one whose id needs escaping, a
+    test sale; then a real reconcile run. The JSON API's view of the sales, by transaction id."""
+    click = world.client.post(
+        "/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "alice"}
+    ).json()["data"]["click_id"]
+    lead = {"customer_external_id": "cust_1", "email": "c1@buyer.test", "click_id": click}
+    assert world.client.post("/api/v1/track/lead", json=lead, headers=world.key).status_code == 200
+    assert world.sale(transaction_id="in_1", amount=10000).status_code == 200
+    assert world.sale(transaction_id=EVIL, customer_external_id="cust_2", amount=500).status_code == 200
+    assert world.client.post("/api/v1/track/sale", json=TEST_SALE, headers=world.key).status_code == 200
+    assert world.client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    r = world.client.get(f"/api/v1/programs/{world.program_id}/sales", headers=world.owner)
+    return {s["transaction_id"]: s for s in r.json()["data"] if not s["test_mode"]}
 
 
-def materialise(world: World, sales: list[tuple[Any, ...]], steps: list[tuple[Any, ...]]) -> None:
-    def op(tx: Tx) -> None:
-        tx.execute(SALE_SQL)
-        tx.execute(EXPLAIN_SQL)
-        for row in sales:
-            tx.execute(f"INSERT INTO rc_sales VALUES ({', '.join('?' * len(row))})", row)
-        for row in steps:
-            tx.execute("INSERT INTO rc_explain VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-
-    app: Any = world.client.app
-    app.state.tally.writer.run_sync(op, flush=True)
+EVIL = "in_<b>x</b>"
 
 
-def test_sales_and_explain_read_the_materialised_tables(world: World) -> None:
-    pid = world.program_id
-    at = datetime(2026, 3, 5, 10, tzinfo=UTC)
-    evil = "in_<script>x</script>"
-    materialise(
-        world,
-        [
-            (
-                pid,
-                "s1",
-                "in_1",
-                "connect",
-                10000,
-                "usd",
-                False,
-                False,
-                "alice",
-                "click",
-                None,
-                [],
-                3000,
-                200,
-                0,
-                at,
-                "2026-03",
-            ),
-            (
-                pid,
-                "s2",
-                evil,
-                "self_hosted",
-                500,
-                "jpy",
-                True,
-                True,
-                None,
-                None,
-                "click_not_found",
-                ["w_x"],
-                0,
-                0,
-                0,
-                at + timedelta(days=1),
-                "2026-03",
-            ),
-            (
-                "prog_other",
-                "s3",
-                "in_other",
-                "connect",
-                1,
-                "usd",
-                False,
-                False,
-                None,
-                None,
-                "no_attribution_data",
-                [],
-                0,
-                0,
-                0,
-                at,
-                "2026-03",
-            ),
-        ],
-        [
-            (pid, "s1", "in_1", 1, "click", "clk_1", "alice", "attributed"),
-            (pid, "s2", evil, 1, "click", "clk_gone", None, "click_not_found"),
-        ],
-    )
+def test_sales_and_explain_show_the_reconciled_attribution(world: World) -> None:
+    api = reconciled_world(world)
+    assert api["in_1"]["partner_code"] == "alice" and api[EVIL]["partner_code"] is None
     logged_in(world.client, world.account_token)
     page = world.client.get(program_path(world, "/sales"))
     assert page.status_code == 200 and 'id="not-reconciled"' not in page.text
-    assert "100.00 USD" in page.text and "30.00 USD" in page.text and "500 JPY" in page.text
-    assert "in_other" not in page.text and "<script>" not in page.text and "&lt;script&gt;" in page.text
-    assert page.text.index("click_not_found") < page.text.index("in_1")  # newest first
-    only = world.client.get(program_path(world, "/sales?attributed=yes")).text
-    assert "in_1" in only and "click_not_found" not in only
+    assert "100.00 USD" in page.text and api["in_1"]["attribution_rule"] in page.text
+    assert api["in_1"]["commission"] == 3000 and "30.00 USD" in page.text
+    assert api[EVIL]["unattributed_reason"] in page.text
+    assert "<b>x</b>" not in page.text and "in_&lt;b&gt;x&lt;/b&gt;" in page.text
+    only = world.client.get(program_path(world, "/sales?attributed=no")).text
+    assert (
+        "in_&lt;b&gt;" in only
+        and 'href="/dashboard/programs/' + world.program_id + '/sales/in_1"' not in only
+    )
 
     explain = world.client.get(program_path(world, "/sales/in_1"))
-    assert explain.status_code == 200
-    assert "Attributed to <code>alice</code> by rule <strong>click</strong>" in explain.text
-    assert "clk_1" in explain.text and 'id="ladder"' in explain.text
-    unattributed = world.client.get(program_path(world, "/sales/in_%3Cscript%3Ex%3C%2Fscript%3E"))
-    assert unattributed.status_code == 200 and "click_not_found" in unattributed.text
-    assert "<script>" not in unattributed.text
-    assert world.client.get(program_path(world, "/sales/in_other")).status_code == 404
+    assert explain.status_code == 200 and 'id="ladder"' in explain.text
+    assert f"attributed to alice by rule {api['in_1']['attribution_rule']}" in explain.text
+    json_explain = world.client.get(
+        f"/api/v1/programs/{world.program_id}/sales/in_1/explain", headers=world.owner
+    ).json()["data"]
+    assert json_explain["steps"] and all(step["rule"] in explain.text for step in json_explain["steps"])
+    link = re.search(r'href="([^"]+)">in_&lt;b&gt;', page.text)
+    assert link
+    unattributed = world.client.get(link.group(1))
+    assert unattributed.status_code == 200 and "not attributed" in unattributed.text
+    assert "<b>x</b>" not in unattributed.text
+    assert world.client.get(program_path(world, "/sales/in_nope")).status_code == 404
+    assert "/sales/None" not in page.text  # the test sale has no transaction id to open
+
+
+def test_sales_of_another_program_are_not_shown(world: World) -> None:
+    reconciled_world(world)
+    other = world.client.post(
+        "/api/v1/programs", json={"workspace_id": world.workspace_id, "name": "Second"}, headers=world.owner
+    ).json()["data"]["program_id"]
+    logged_in(world.client, world.account_token)
+    page = world.client.get(f"/dashboard/programs/{other}/sales")
+    assert page.status_code == 200 and "in_1" not in page.text and 'id="not-reconciled"' not in page.text
+    assert world.client.get(f"/dashboard/programs/{other}/sales/in_1").status_code == 404

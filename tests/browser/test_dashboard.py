@@ -15,7 +15,7 @@ import pytest
 
 from ingest.tokens import mask
 from tests.browser.cdp import CHROMIUM, Chromium, Page
-from tests.conftest import OP, LiveServer, bearer, start_server
+from tests.conftest import LiveServer, bearer, make_world
 
 TEST_SALE = {"additional_data": {"test_mode": True}}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -40,36 +40,12 @@ class Dashboard:
 
 
 @pytest.fixture
-def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
-    server = start_server(tmp_path / "dashboard.duckdb")
-    try:
-        with httpx.Client(base_url=server.url, timeout=10) as http:
-            acct = http.post(
-                "/api/v1/operator/accounts",
-                json={"email": "owner@brand.test", "workspace_name": "Brand"},
-                headers=OP,
-            ).json()["data"]
-            owner = bearer(acct["token"])
-            pid = http.post(
-                "/api/v1/programs",
-                json={"workspace_id": acct["workspace_id"], "name": "Brand"},
-                headers=owner,
-            ).json()["data"]["program_id"]
-            key = http.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
-            r = http.post(
-                f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner
-            )
-            assert r.status_code == 201, r.text
-            member = http.post(
-                f"/api/v1/workspaces/{acct['workspace_id']}/members",
-                json={"email": "member@brand.test", "role": "member"},
-                headers=owner,
-            ).json()["data"]["token"]
-        yield Dashboard(server, pid, acct["token"], member, key)
-    finally:
-        server.stop()
-        if server.process.stderr:
-            server.process.stderr.close()
+def dashboard(live_server: LiveServer) -> Dashboard:
+    """A live tally with an owner, a member, a program with its key and the partner `alice`."""
+    with httpx.Client(base_url=live_server.url, timeout=10) as http:
+        world = make_world(http)  # type: ignore[arg-type]  # an httpx.Client speaks like a TestClient
+        member = world.member()["Authorization"].removeprefix("Bearer ")
+    return Dashboard(live_server, world.program_id, world.account_token, member, world.api_key)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +152,7 @@ def test_member_sees_no_regenerate_button_and_a_forged_post_is_refused(
 ) -> None:
     log_in(page, dashboard, dashboard.member_token)
     page.navigate(dashboard.program_url)
-    assert text_of(page, "h1") == "Brand"
+    assert text_of(page, "h1") == "Brand partners"
     assert page.evaluate("document.getElementById('regenerate-key')") is None
     assert "Only a workspace owner" in text_of(page, "#api-key")
     assert text_of(page, "#api-key-masked") == mask(dashboard.api_key)
