@@ -26,6 +26,7 @@ from ingest.errors import (
     ProgramNotFound,
 )
 from ingest.records import Credential, Program, Role
+from ingest.store import Store
 from ingest.tokens import token_hash
 
 OPERATOR = "operator"
@@ -103,14 +104,22 @@ class Account:
         return set(self.roles)
 
 
+def account_id_for_token(store: Store, token: str) -> str | None:
+    """The account an account token (`acct_...`) belongs to; None for anything else. Shared by
+    the bearer-token API and the dashboard's login form."""
+    if not token or len(token) > 512:
+        return None
+    cred = store.credential(token_hash(token))
+    if cred is None or cred.kind != "account":
+        return None
+    return cred.subject_id
+
+
 def require_account(request: Request) -> Account:
-    found = _identify(request, _required(request))
-    if not isinstance(found, Credential) or found.kind != "account":
-        what = "no account" if found is None else "not an account token"
-        raise AccountTokenRequired(
-            f"this endpoint needs an account token (acct_...); the credential is {what}"
-        )
-    return Account(found.subject_id, state(request).store.workspaces_of(found.subject_id))
+    account_id = account_id_for_token(state(request).store, _required(request))
+    if account_id is None:
+        raise AccountTokenRequired("this endpoint needs an account token (acct_...) of an existing account")
+    return Account(account_id, state(request).store.workspaces_of(account_id))
 
 
 def account_program(request: Request, account: Account) -> Program:

@@ -25,7 +25,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ingest.clock import utcnow
-from ingest.store import Store
 from ingest.tokens import token_hash
 
 SESSION_COOKIE = "tally_session"
@@ -35,7 +34,6 @@ SESSION_TTL = timedelta(hours=12)
 LOGIN_CSRF_TTL = timedelta(hours=2)
 DASHBOARD_PATH = "/dashboard"
 LOGIN_PATH = "/dashboard/login"
-MAX_TOKEN_LENGTH = 255
 
 
 class LoginRequired(Exception):
@@ -99,16 +97,6 @@ def sessions(request: Request) -> SessionStore:
     if found is None:
         found = request.app.state.dashboard_sessions = SessionStore()
     return found
-
-
-def account_id_for_token(store: Store, token: str) -> str | None:
-    """The account an account token (`acct_...`) belongs to; None for anything else."""
-    if not token or len(token) > MAX_TOKEN_LENGTH:
-        return None
-    cred = store.credential(token_hash(token))
-    if cred is None or cred.kind != "account" or cred.revoked_at is not None:
-        return None
-    return cred.subject_id
 
 
 # -- cookies -----------------------------------------------------------------------------------

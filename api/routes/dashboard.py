@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from api.auth import Account, account_program, state
+from api.auth import Account, account_id_for_token, account_program, state
 from api.forms import partner_data, problems, query_int, read_form, settings_data
 from api.http import validate
 from api.pages import Viewer, error_page, render, stylesheet
@@ -26,7 +26,6 @@ from api.session import (
     SESSION_COOKIE,
     CsrfRefused,
     LoginRequired,
-    account_id_for_token,
     check_csrf,
     check_login_csrf,
     clear_login_csrf_cookie,
