@@ -14,7 +14,7 @@ from api.errors import EXCEPTION_HANDLERS
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
-from api.routes import accounts, agent, dashboard, docs, operator, reports, script, track, webhooks
+from api.routes import accounts, agent, backfill, dashboard, docs, operator, reports, script, track, webhooks
 from api.settings import Settings
 from api.state import State
 from ingest.duckdb_store import DuckStore
@@ -42,7 +42,7 @@ def create_app(settings: Settings) -> Starlette:
             store.close()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
-    routes += [*webhooks.routes, *script.routes]
+    routes += [*webhooks.routes, *script.routes, *backfill.routes]
     routes += dashboard.routes
     return Starlette(
         routes=routes,

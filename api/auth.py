@@ -49,13 +49,13 @@ def bearer(request: Request) -> str | None:
     return value
 
 
-def _is_operator(request: Request, token: str) -> bool:
+def is_operator(request: Request, token: str) -> bool:
     expected = state(request).settings.operator_token.get_secret_value()
     return hmac.compare_digest(token.encode(), expected.encode())
 
 
 def _identify(request: Request, token: str) -> Credential | str | None:
-    if _is_operator(request, token):
+    if is_operator(request, token):
         return OPERATOR
     return state(request).store.credential(token_hash(token))
 
@@ -143,5 +143,5 @@ def require_agent(request: Request, scope: str) -> Credential:
 # -- operator ----------------------------------------------------------------------------------
 def require_operator(request: Request) -> None:
     token = _required(request)
-    if not _is_operator(request, token):
+    if not is_operator(request, token):
         raise OperatorTokenRequired("operator endpoints need the operator token (TALLY_OPERATOR_TOKEN)")

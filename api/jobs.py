@@ -17,6 +17,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ingest.clock import utcnow
 from ingest.duckdb_store import DuckStore
 from ingest.writer import Writer
+from reconcile import backfill, job
+from reconcile.backfill import BackfillDiff
 
 log = logging.getLogger("tally.reconcile")
 
@@ -62,7 +64,6 @@ class Reconciler:
             log.exception("scheduled reconcile failed")
 
     def run(self, on_progress: Progress | None = None) -> Any:
-        from reconcile import job
 
         with self._lock:
             if on_progress:
@@ -70,3 +71,17 @@ class Reconciler:
             self._writer.sync_blocking()
             with self._store.snapshot() as cur:
                 return job.run(cur, utcnow(), on_progress)
+
+    def backfill(self, backfill_row: dict[str, Any], apply: bool) -> BackfillDiff:
+        """Preview (and with `apply`, append and reconcile) a backfill. The diff is computed on
+        the same snapshot the row is appended after, so the dry run is a true preview."""
+        with self._lock:
+            self._writer.sync_blocking()
+            with self._store.snapshot() as cur:
+                raw, programs, partners = job.read(cur)
+            result = backfill.preview(raw, programs, partners, backfill_row, utcnow())
+            if apply:
+                self._writer.run_sync(lambda tx: tx.append(backfill_row), flush=True)
+                with self._store.snapshot() as cur:
+                    job.run(cur, utcnow())
+            return result

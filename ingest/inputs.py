@@ -6,7 +6,7 @@ Processor payloads are not modelled here: they are read tolerantly by `ingest/st
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    model_validator,
 )
 
 from ingest.records import ProgramSettings
@@ -154,3 +155,36 @@ class LegacyKeyIn(Strict):
 
 def when(value: datetime | None, default: datetime) -> datetime:
     return value if value is not None else default
+
+
+class MetadataFixIn(Strict):
+    """One metadata fix: which sales (a subscription or a transaction) and the values to use."""
+
+    subscription_id: Id | None = None
+    transaction_id: Id | None = None
+    svc_customer_key: Id | None = None
+    svc_click_id: Id | None = None
+
+    @model_validator(mode="after")
+    def _targets_and_values(self) -> MetadataFixIn:
+        if (self.subscription_id is None) == (self.transaction_id is None):
+            raise ValueError("give exactly one of subscription_id or transaction_id")
+        if self.svc_customer_key is None and self.svc_click_id is None:
+            raise ValueError("give svc_customer_key, svc_click_id or both")
+        return self
+
+
+class MetadataFixesIn(Strict):
+    fixes: list[MetadataFixIn] = Field(min_length=1, max_length=10_000)
+
+
+class BackfillIn(Strict):
+    start: date | None = Field(default=None, validation_alias=AliasChoices("from", "start"))
+    end: date | None = Field(default=None, validation_alias=AliasChoices("to", "end"))
+    dry_run: StrictBool = True
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackfillIn:
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError("from must not be after to")
+        return self

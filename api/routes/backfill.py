@@ -1,0 +1,100 @@
+"""Engineer actions (a workspace owner or the operator): metadata fixes, backfill with a dry-run
+diff, and closing a month."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import polars as pl
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.auth import account_program, bearer, is_operator, require_account, state
+from api.http import body_model, ok
+from ingest import control, engineering
+from ingest.clock import utcnow
+from ingest.errors import MissingCredentials, ProgramNotFound, ValidationFailed
+from ingest.inputs import BackfillIn, MetadataFixesIn
+from ingest.records import Program
+from reconcile.backfill import BackfillDiff
+
+PERIOD = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+
+def _owner_or_operator(request: Request) -> tuple[Program, str]:
+    """The program and who acts: "operator", or the owner's account id."""
+    token = bearer(request)
+    if token is None:
+        raise MissingCredentials("this endpoint needs an owner's account token or the operator token")
+    if is_operator(request, token):
+        program = state(request).store.program(request.path_params["program_id"])
+        if program is None:
+            raise ProgramNotFound(f"program {request.path_params['program_id']} not found")
+        return program, "operator"
+    account = require_account(request)
+    program = account_program(request, account)
+    control.require_owner(state(request).store, program.workspace_id, account.account_id)
+    return program, account.account_id
+
+
+async def metadata_fixes(request: Request) -> Response:
+    program, actor = _owner_or_operator(request)
+    _, inp = await body_model(request, MetadataFixesIn)
+    fixes = await engineering.add_metadata_fixes(state(request).writer, program, inp, actor)
+    return ok(request, {"fixes": fixes, "count": len(fixes)}, 201)
+
+
+def diff_view(result: BackfillDiff) -> dict[str, Any]:
+    def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+        return frame.to_dicts()
+
+    return {
+        "changed_sales": rows(result.sales),
+        "partner_totals": rows(result.partners),
+        "adjustments": rows(result.adjustments),
+        "changes": result.sales.height,
+    }
+
+
+async def run_backfill(request: Request) -> Response:
+    program, actor = _owner_or_operator(request)
+    _, inp = await body_model(request, BackfillIn)
+    row = engineering.backfill_row(program, inp.start, inp.end, actor)
+    result = await asyncio.to_thread(state(request).reconciler.backfill, row, not inp.dry_run)
+    data = {
+        "program_id": program.program_id,
+        "from": inp.start,
+        "to": inp.end,
+        "dry_run": inp.dry_run,
+        **diff_view(result),
+    }
+    if not inp.dry_run:
+        data.update(
+            applied=True, applied_at=row["received_at"], applied_by=actor, backfill_id=row["event_id"]
+        )
+    return ok(request, data)
+
+
+async def close_period(request: Request) -> Response:
+    program, actor = _owner_or_operator(request)
+    period = request.path_params["period"]
+    if not PERIOD.match(period):
+        raise ValidationFailed("period must be YYYY-MM", fields=[{"field": "period", "message": "YYYY-MM"}])
+    if period > utcnow().strftime("%Y-%m"):
+        raise ValidationFailed(
+            f"{period} has not started yet", fields=[{"field": "period", "message": "a month that has begun"}]
+        )
+    st = state(request)
+    data = await engineering.close_period(st.writer, program, period, actor)
+    summary = await asyncio.to_thread(st.reconciler.run)
+    return ok(request, {**data, "reconcile_run_id": summary.run_id})
+
+
+routes = [
+    Route("/api/v1/programs/{program_id}/metadata-fixes", metadata_fixes, methods=["POST"]),
+    Route("/api/v1/programs/{program_id}/backfill", run_backfill, methods=["POST"]),
+    Route("/api/v1/programs/{program_id}/periods/{period}/close", close_period, methods=["POST"]),
+]

@@ -1,0 +1,93 @@
+"""Engineer actions on the raw log: metadata fixes, backfill applications and period closes.
+
+Each is appended as its own raw-log row (source `backfill`), never edited into earlier rows; the
+reconciler orders these human actions by `seq` (see reconcile/fixes.py and reconcile/periods.py).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from typing import Any
+
+from ingest.clock import utcnow
+from ingest.inputs import MetadataFixesIn
+from ingest.records import Program
+from ingest.store import Tx
+from ingest.tokens import new_id
+from ingest.writer import Writer
+
+
+def _row(program: Program, kind: str, actor: str, body: dict[str, Any], **typed: Any) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "received_at": now,
+        "source": "backfill",
+        "kind": kind,
+        "program_id": program.program_id,
+        "outcome": "accepted",
+        "event_type": kind,
+        "occurred_at": now,
+        "actor": actor,
+        "body": json.dumps(body, sort_keys=True),
+        "headers": "{}",
+        **typed,
+    }
+
+
+async def add_metadata_fixes(
+    writer: Writer, program: Program, inp: MetadataFixesIn, actor: str
+) -> list[dict[str, Any]]:
+    rows = []
+    for fix in inp.fixes:
+        fix_id = new_id("fix")
+        rows.append(
+            _row(
+                program,
+                "metadata_fix",
+                actor,
+                fix.model_dump(exclude_none=True),
+                event_id=fix_id,
+                subscription_id=fix.subscription_id,
+                transaction_id=fix.transaction_id,
+                customer_key=fix.svc_customer_key,
+                click_id=fix.svc_click_id,
+            )
+        )
+
+    def op(tx: Tx) -> None:
+        for row in rows:
+            tx.append(row)
+
+    await writer.run(op)
+    return [
+        {
+            "fix_id": row["event_id"],
+            **json.loads(row["body"]),
+            "recorded_at": row["received_at"],
+            "recorded_by": actor,
+        }
+        for row in rows
+    ]
+
+
+def backfill_row(program: Program, start: date | None, end: date | None, actor: str) -> dict[str, Any]:
+    """The raw-log row of a backfill application over [start, end] (dates inclusive, None = open).
+    A dry run previews with this row without appending it."""
+    body = {"from": start.isoformat() if start else None, "to": end.isoformat() if end else None}
+    return _row(program, "backfill", actor, body, event_id=new_id("bf"))
+
+
+async def close_period(writer: Writer, program: Program, period: str, actor: str) -> dict[str, Any]:
+    row = _row(program, "period_close", actor, {"period": period}, event_id=new_id("close"))
+
+    def op(tx: Tx) -> int:
+        return tx.append(row)
+
+    await writer.run(op, flush=True)
+    return {
+        "period": period,
+        "closed_at": row["received_at"],
+        "closed_by": actor,
+        "close_id": row["event_id"],
+    }

@@ -1,0 +1,89 @@
+"""Backfill previews: what applying a backfill over a date range would change. Pure.
+
+`preview` reconciles the log twice, as it is and with one more (hypothetical) `backfill` row for
+the range, and `diff` lists only the sales whose partner, rule, reason or commission would
+change, with before/after values, plus per-partner commission deltas (per currency, never summed
+across currencies) and the adjustment lines that closed months would receive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+
+from reconcile.pipeline import Result, reconcile
+
+COMPARED = ("partner_code", "attribution_rule", "unattributed_reason", "commission", "platform_fee")
+
+
+@dataclass(frozen=True)
+class BackfillDiff:
+    sales: pl.DataFrame  # one row per changed sale: before_* / after_* columns
+    partners: pl.DataFrame  # partner_code, currency, before, after, delta
+    adjustments: pl.DataFrame  # adjustment lines that appear or change
+
+
+def _with_row(raw: pl.DataFrame, row: dict[str, object]) -> pl.DataFrame:
+    extra = pl.DataFrame([{name: row.get(name) for name in raw.columns}], schema=raw.schema)
+    return pl.concat([raw, extra], how="vertical")
+
+
+def preview(
+    raw: pl.DataFrame,
+    programs: pl.DataFrame,
+    partners: pl.DataFrame,
+    backfill: dict[str, object],
+    now: datetime,
+) -> BackfillDiff:
+    """The diff of appending `backfill` (a raw-log row of kind `backfill`) to `raw`."""
+    program_id = backfill["program_id"]
+    mine = raw.filter(pl.col("program_id") == program_id)
+    progs = programs.filter(pl.col("program_id") == program_id)
+    people = partners.filter(pl.col("program_id") == program_id)
+    seq = int(mine.select(pl.col("seq").max()).item() or 0) + 1
+    before = reconcile(mine, progs, people, now)
+    after = reconcile(_with_row(mine, {**backfill, "seq": seq}), progs, people, now)
+    return diff(before, after)
+
+
+def diff(before: Result, after: Result) -> BackfillDiff:
+    keep = ["program_id", "sale_id", "transaction_id", "currency", "occurred_at", "period", *COMPARED]
+    b = before.sales.select(keep)
+    a = after.sales.select(["sale_id", *COMPARED])
+    joined = b.join(a, on="sale_id", how="full", suffix="_after", coalesce=True)
+    changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}_after")) for c in COMPARED])
+    sales = (
+        joined.filter(changed)
+        .rename({c: f"before_{c}" for c in COMPARED})
+        .rename({f"{c}_after": f"after_{c}" for c in COMPARED})
+        .sort("occurred_at", "sale_id")
+    )
+
+    def totals(result: Result, name: str) -> pl.DataFrame:
+        return (
+            result.sales.filter(pl.col("partner_code").is_not_null())
+            .group_by("partner_code", "currency")
+            .agg(pl.col("commission").sum().alias(name))
+        )
+
+    partners = (
+        totals(before, "before")
+        .join(totals(after, "after"), on=["partner_code", "currency"], how="full", coalesce=True)
+        .with_columns(pl.col("before").fill_null(0), pl.col("after").fill_null(0))
+        .with_columns(delta=pl.col("after") - pl.col("before"))
+        .filter(pl.col("delta") != 0)
+        .sort("partner_code", "currency")
+    )
+    line_key = ["sale_id", "partner_code", "kind", "period"]
+    adjustments = (
+        after.commissions.filter(pl.col("kind") == "adjustment")
+        .join(
+            before.commissions.filter(pl.col("kind") == "adjustment").select(line_key),
+            on=line_key,
+            how="anti",
+        )
+        .sort("period", "sale_id")
+    )
+    return BackfillDiff(sales, partners, adjustments)
