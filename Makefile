@@ -34,11 +34,15 @@ run: setup
 	@mkdir -p $(DATA)
 	@test -s $(DATA)/operator-token || { umask 077; $(BIN)/python -c "import secrets; print(secrets.token_urlsafe(32))" > $(DATA)/operator-token; }
 	@echo "tally: operator token is in $(DATA)/operator-token (send it as 'Authorization: Bearer <token>')"
-	TALLY_DATABASE=$(DATA)/tally.duckdb \
-	TALLY_OPERATOR_TOKEN="$$(cat $(DATA)/operator-token)" \
-	TALLY_BASE_URL=$${TALLY_BASE_URL:-http://127.0.0.1:$(PORT)} \
-	TALLY_STRIPE_WEBHOOK_SECRETS=$${TALLY_STRIPE_WEBHOOK_SECRETS:-whsec_local_demo_secret} \
-	$(BIN)/tally serve --host 127.0.0.1 --port $(PORT)
+	@export TALLY_DATABASE=$(DATA)/tally.duckdb \
+	  TALLY_OPERATOR_TOKEN="$$(cat $(DATA)/operator-token)" \
+	  TALLY_BASE_URL=$${TALLY_BASE_URL:-http://127.0.0.1:$(PORT)} \
+	  TALLY_STRIPE_WEBHOOK_SECRETS=$${TALLY_STRIPE_WEBHOOK_SECRETS:-whsec_local_demo_secret}; \
+	$(BIN)/tally serve --host 127.0.0.1 --port $(PORT) & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid' INT TERM; \
+	$(BIN)/tally demo --url http://127.0.0.1:$(PORT) --state $(DATA)/demo.json \
+	  || echo "tally: the demo traffic did not complete; the server keeps running"; \
+	wait $$pid
 
 lint: setup
 	$(BIN)/ruff check .

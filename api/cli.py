@@ -4,73 +4,14 @@ running server using the credential stored by `tally login` (they never open the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-import httpx
-
+from api.cli_http import CliError, call, emit, save_login
+from api.cli_ops import add_operations
 from api.settings import SettingsError, load_settings
-
-
-class CliError(Exception):
-    """Raised by a CLI command to stop with a one-line reason and a non-zero exit code."""
-
-
-# -- login storage -----------------------------------------------------------------------------
-def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "tally" / "credentials.json"
-
-
-def save_login(url: str, token: str) -> Path:
-    path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url.rstrip("/"), "token": token}, fh)
-    path.chmod(0o600)
-    return path
-
-
-def load_login() -> tuple[str, str]:
-    path = config_path()
-    try:
-        stored = json.loads(path.read_text())
-        return str(stored["url"]), str(stored["token"])
-    except (OSError, ValueError, KeyError):
-        raise CliError(f"not logged in: run `tally login --url URL --token acct_...` ({path})") from None
-
-
-# -- HTTP ----------------------------------------------------------------------------------------
-def call(
-    method: str, path: str, *, url: str | None = None, token: str | None = None, body: Any = None
-) -> Any:
-    if url is None or token is None:
-        url, token = load_login()
-    try:
-        response = httpx.request(
-            method, url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120
-        )
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach tally at {url}: {exc}") from None
-    try:
-        payload = response.json()
-    except ValueError:
-        raise CliError(f"{method} {path}: HTTP {response.status_code} without a JSON body") from None
-    if response.status_code >= 400:
-        err = payload.get("error", {}) if isinstance(payload, dict) else {}
-        raise CliError(f"{err.get('code', response.status_code)}: {err.get('message', 'request failed')}")
-    for warning in payload.get("warnings", []) or []:
-        print(f"warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
-    return payload.get("data")
-
-
-def emit(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True))
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -159,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     regen = keys.add_parser("regenerate")
     regen.add_argument("--program", required=True)
     regen.set_defaults(func=cmd_keys_regenerate)
+    add_operations(sub)
     return parser
 
 
