@@ -34,20 +34,49 @@ from __future__ import annotations
 
 import polars as pl
 
-from reconcile.schema import norm_email
+from reconcile.schema import materialise, norm_email
 
 RULES = ("click", "email", "processor_customer", "customer_key")
 
-# Evidence columns the ladder leaves on each sale for reconcile/explain.py.
+# The columns of a sale the ladder reads.
+INPUT = (
+    "program_id",
+    "sale_id",
+    "transaction_id",
+    "occurred_at",
+    "test_mode",
+    "click_id",
+    "customer_key",
+    "email",
+    "processor_customer_id",
+    "meta_program_id",
+    "metadata_missing",
+)
+
+# What the ladder leaves per sale: its answer, and the evidence reconcile/explain.py renders.
+OUTPUT = (
+    "partner_code",
+    "attribution_rule",
+    "unattributed_reason",
+    "click_unknown",
+)
 EVIDENCE = (
+    "program_id",
+    "sale_id",
+    "transaction_id",
     "mismatch",
+    "metadata_missing",
+    "meta_program_id",
+    "processor_customer_id",
+    "partner_code",
+    "attribution_rule",
+    "unattributed_reason",
     "eff_click",
     "click_partner",
     "email_norm",
     "e_lead",
     "e_click",
     "e_partner",
-    "e_settled",
     "e_provisional",
     "f_sale",
     "f_partner",
@@ -56,18 +85,17 @@ EVIDENCE = (
     "k_lead",
     "k_click",
     "k_partner",
-    "k_settled",
     "k_provisional",
 )
 
 
-def _lookup_columns(frame: pl.LazyFrame, prefix: str) -> pl.LazyFrame:
+def _prefixed(frame: pl.LazyFrame, key: str, prefix: str, column: str) -> pl.LazyFrame:
     return frame.rename(
         {
+            key: column,
             "bind_lead": f"{prefix}_lead",
             "bind_click": f"{prefix}_click",
             "bind_partner": f"{prefix}_partner",
-            "has_settled": f"{prefix}_settled",
             "has_provisional": f"{prefix}_provisional",
         }
     )
@@ -79,35 +107,43 @@ def attribute(
     by_key: pl.LazyFrame,
     by_email: pl.LazyFrame,
 ) -> pl.LazyFrame:
-    """Sales with partner_code, attribution_rule, unattributed_reason, warnings and evidence."""
+    """The ladder for each sale (columns INPUT), rows in input order: OUTPUT and EVIDENCE."""
     mismatch = pl.col("meta_program_id").is_not_null() & (pl.col("meta_program_id") != pl.col("program_id"))
     trusted = ~pl.col("mismatch") & ~pl.col("metadata_missing")
-    base = sales.with_columns(mismatch=mismatch, email_norm=norm_email(pl.col("email"))).with_columns(
-        eff_click=pl.when(trusted).then(pl.col("click_id")),
-        eff_key=pl.when(trusted).then(pl.col("customer_key")),
-        email_norm=pl.when(~pl.col("mismatch")).then(pl.col("email_norm")),
-        pc_id=pl.when(~pl.col("mismatch")).then(pl.col("processor_customer_id")),
+    base = (
+        sales.select(INPUT)
+        .with_columns(mismatch=mismatch)
+        .with_columns(
+            eff_click=pl.when(trusted).then(pl.col("click_id")),
+            eff_key=pl.when(trusted).then(pl.col("customer_key")),
+            email_norm=pl.when(~pl.col("mismatch")).then(norm_email(pl.col("email"))),
+            pc_id=pl.when(~pl.col("mismatch")).then(pl.col("processor_customer_id")),
+        )
     )
-    looked = (
+    looked = materialise(
         base.join(
             click_table.rename({"click_id": "eff_click", "partner_code": "click_partner"}),
             on=["program_id", "eff_click"],
             how="left",
+            maintain_order="left",
         )
         .join(
-            _lookup_columns(by_email, "e"),
+            _prefixed(by_email, "email_norm", "e", "email_norm"),
             on=["program_id", "email_norm"],
             how="left",
+            maintain_order="left",
         )
         .join(
-            _lookup_columns(by_key.rename({"customer_key": "eff_key"}), "k"),
+            _prefixed(by_key, "customer_key", "k", "eff_key"),
             on=["program_id", "eff_key"],
             how="left",
+            maintain_order="left",
         )
         .with_columns(static=pl.coalesce("click_partner", "e_partner", "k_partner"))
     )
     first_static = (
         looked.filter(pl.col("static").is_not_null() & pl.col("pc_id").is_not_null())
+        .select("program_id", "test_mode", "pc_id", "occurred_at", "sale_id", "static")
         .sort("occurred_at", "sale_id")
         .group_by("program_id", "test_mode", "pc_id")
         .agg(
@@ -119,9 +155,9 @@ def attribute(
     earlier = (pl.col("f_occurred") < pl.col("occurred_at")) | (
         (pl.col("f_occurred") == pl.col("occurred_at")) & (pl.col("f_sale") < pl.col("sale_id"))
     )
-    laddered = looked.join(first_static, on=["program_id", "test_mode", "pc_id"], how="left").with_columns(
-        pc_partner=pl.when(earlier).then(pl.col("f_partner"))
-    )
+    laddered = looked.join(
+        first_static, on=["program_id", "test_mode", "pc_id"], how="left", maintain_order="left"
+    ).with_columns(pc_partner=pl.when(earlier).then(pl.col("f_partner")))
     partner = pl.coalesce("click_partner", "e_partner", "pc_partner", "k_partner")
     rule = (
         pl.when(pl.col("click_partner").is_not_null())
@@ -133,9 +169,8 @@ def attribute(
         .when(pl.col("k_partner").is_not_null())
         .then(pl.lit("customer_key"))
     )
-    click_unknown = pl.col("eff_click").is_not_null() & pl.col("click_partner").is_null()
-    provisional_only = (pl.col("k_provisional").fill_null(False) & ~pl.col("k_settled").fill_null(False)) | (
-        pl.col("e_provisional").fill_null(False) & ~pl.col("e_settled").fill_null(False)
+    provisional_only = (pl.col("k_provisional").fill_null(False) & pl.col("k_lead").is_null()) | (
+        pl.col("e_provisional").fill_null(False) & pl.col("e_lead").is_null()
     )
     any_customer = (
         pl.col("email_norm").is_not_null() | pl.col("pc_id").is_not_null() | pl.col("eff_key").is_not_null()
@@ -147,7 +182,7 @@ def attribute(
         .then(pl.lit("program_mismatch"))
         .when(pl.col("metadata_missing"))
         .then(pl.lit("subscription_metadata_missing"))
-        .when(click_unknown)
+        .when(pl.col("click_unknown"))
         .then(pl.lit("click_not_found"))
         .when(provisional_only)
         .then(pl.lit("lead_provisional"))
@@ -155,17 +190,28 @@ def attribute(
         .then(pl.lit("customer_not_found"))
         .otherwise(pl.lit("no_attribution_data"))
     )
-    attributed = pl.col("partner_code").is_not_null()
-    warnings = pl.concat_list(
-        pl.when(attributed & click_unknown).then(pl.lit("click_not_found")),
-        pl.when(attributed & pl.col("metadata_missing")).then(pl.lit("subscription_metadata_missing")),
-        pl.when(pl.col("fixed")).then(pl.lit("metadata_fixed")),
-    ).list.drop_nulls()
     return (
         laddered.with_columns(
             partner_code=pl.when(~pl.col("mismatch")).then(partner),
             attribution_rule=pl.when(~pl.col("mismatch")).then(rule),
+            click_unknown=pl.col("eff_click").is_not_null() & pl.col("click_partner").is_null(),
         )
-        .with_columns(unattributed_reason=reason, warnings=warnings)
-        .drop("static", "f_occurred", "pc_id")
+        .with_columns(unattributed_reason=reason)
+        .select(*OUTPUT, *(c for c in EVIDENCE if c not in OUTPUT))
     )
+
+
+def warnings(
+    attributed: pl.Expr, click_unknown: pl.Expr, missing: pl.Expr, fixed: pl.Expr, self_referral: pl.Expr
+) -> pl.Expr:
+    """The sale's warnings, in this order: click_not_found and subscription_metadata_missing
+    (attributed sales only), metadata_fixed, self_referral."""
+    joined = pl.concat_str(
+        pl.when(attributed & click_unknown).then(pl.lit("click_not_found")),
+        pl.when(attributed & missing).then(pl.lit("subscription_metadata_missing")),
+        pl.when(fixed).then(pl.lit("metadata_fixed")),
+        pl.when(self_referral).then(pl.lit("self_referral")),
+        separator=",",
+        ignore_nulls=True,
+    )
+    return pl.when(joined != "").then(joined.str.split(",")).otherwise(pl.lit([], pl.List(pl.String)))

@@ -17,11 +17,29 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from reconcile.schema import distinct, materialise
+
 ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
 
 
-def id_map(connect: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None) -> pl.LazyFrame:
-    """program_id, id -> sale_id, matched_on: every id a counted sale is known by.
+def wanted_ids(raw: pl.LazyFrame, stripe: pl.LazyFrame) -> pl.LazyFrame:
+    """program_id, id: every id something in the log refers a sale by (self-hosted sales and
+    refunds, refused sale attempts, processor refunds). Only these need resolving."""
+    track = raw.filter(pl.col("kind").is_in(["sale", "refund"]) & pl.col("program_id").is_not_null()).select(
+        "program_id", id=pl.col("transaction_id")
+    )
+    refunds = stripe.filter(pl.col("event_type") == "charge.refunded")
+    processor = [
+        refunds.select("program_id", id=pl.col(column))
+        for column in ("invoice_id", "payment_intent_id", "object_id", "charge_id")
+    ]
+    return distinct(pl.concat([track, *processor]).drop_nulls(), ["program_id", "id"])
+
+
+def id_map(
+    connect: pl.LazyFrame, wanted: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
+    """program_id, id -> sale_id, matched_on, for the `wanted` ids a counted sale is known by.
 
     Connect ids come first (in ID_FIELDS order), then self-hosted transaction ids of real sales,
     then of test sales; an id claimed by several sales resolves to the first by that rank, then
@@ -34,7 +52,7 @@ def id_map(connect: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None) -> pl
             id=pl.col(field),
             matched_on=pl.lit(field),
             rank=pl.lit(rank, pl.Int32),
-        )
+        ).join(wanted, on=["program_id", "id"], how="semi")
         for rank, field in enumerate(ID_FIELDS)
     ]
     if self_hosted is not None:
@@ -45,11 +63,10 @@ def id_map(connect: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None) -> pl
                 id=pl.col("transaction_id"),
                 matched_on=pl.lit("transaction_id"),
                 rank=pl.lit(len(ID_FIELDS), pl.Int32) + pl.col("test_mode").cast(pl.Int32),
-            )
+            ).filter(pl.col("id").is_not_null())
         )
     return (
         pl.concat(parts)
-        .filter(pl.col("id").is_not_null())
         .sort("rank", "sale_id")
         .group_by("program_id", "id")
         .agg(pl.col("sale_id").first(), pl.col("matched_on").first())
@@ -66,13 +83,18 @@ class Split:
 
 def split_self_hosted(connect: pl.LazyFrame, self_hosted: pl.LazyFrame) -> Split:
     real = ~pl.col("test_mode") & pl.col("transaction_id").is_not_null()
-    connect_ids = id_map(connect)
-    matched = self_hosted.join(
-        connect_ids.rename({"sale_id": "connect_sale_id"}),
-        left_on=["program_id", "transaction_id"],
-        right_on=["program_id", "id"],
-        how="left",
-    ).with_columns(is_double=real & pl.col("connect_sale_id").is_not_null())
+    wanted = distinct(
+        self_hosted.filter(real).select("program_id", id=pl.col("transaction_id")), ["program_id", "id"]
+    )
+    connect_ids = id_map(connect, wanted)
+    matched = materialise(
+        self_hosted.join(
+            connect_ids.rename({"sale_id": "connect_sale_id"}),
+            left_on=["program_id", "transaction_id"],
+            right_on=["program_id", "id"],
+            how="left",
+        ).with_columns(is_double=real & pl.col("connect_sale_id").is_not_null())
+    )
     pairs = (
         matched.filter(pl.col("is_double"))
         .join(

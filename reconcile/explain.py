@@ -1,177 +1,127 @@
-"""explain: the ladder of every sale, step by step, as a long frame.
+"""explain: the ladder of a sale, step by step, rendered from the evidence the ladder left.
 
-Five rows per sale (step 1..5): the four rules in ladder order, then `result`.
+The reconciler keeps per sale only the evidence (`Result.evidence`, table `rc_evidence`; columns
+in reconcile/schema.py EVIDENCE_SCHEMA): what each rule looked up and what it found, as ids. One
+SQL query renders it as five rows per sale, the four rules in ladder order then `result`; it is
+both the view `rc_explain` the job creates over `rc_evidence` (so a read of one sale renders one
+sale) and, run on an in-memory DuckDB, `steps()` (so the two can never disagree).
 
 - `looked_up`: what the rule looked for (`svc_click_id=...`, `email=...`,
   `processor_customer_id=...`, `svc_customer_key=...`), null when the sale had nothing for it
   or the rule was not tried.
 - `found`: what the lookup found, in words.
 - `result`: `matched` | `not_found` | `no_data` (nothing to look up) | `not_tried` (an earlier
-  rule matched) | `skipped` (metadata of another program); for the last row `attributed` or
-  `unattributed`, with `found` saying by whom and which rule, or the reason.
+  rule matched) | `skipped` (metadata of another program). The last row (`rule` = `result`) has
+  `attributed` or `unattributed`, with `found` saying by whom and which rule, or the reason.
 """
 
 from __future__ import annotations
 
+import duckdb
 import polars as pl
 
-MISSING = "subscription metadata missing"
+from reconcile.schema import EXPLAIN_SCHEMA
 
+_LEAD_NOT_FOUND = """CASE WHEN {p}_lead IS NOT NULL
+            THEN 'settled lead ' || {p}_lead || ' has no partner''s click'
+            WHEN coalesce({p}_provisional, false) THEN 'only provisional leads'
+            ELSE 'no lead with this {what}' END"""
+_LEAD_MATCHED = "'settled lead ' || {p}_lead || ' with click ' || {p}_click || ' of partner ' || {p}_partner"
+_MISSING = "CASE WHEN metadata_missing THEN 'subscription metadata missing' END"
 
-def _lead_found(prefix: str, what: str) -> pl.Expr:
-    return (
-        pl.when(pl.col(f"{prefix}_lead").is_not_null())
-        .then(pl.format("settled lead {} has no partner's click", f"{prefix}_lead"))
-        .when(pl.col(f"{prefix}_provisional").fill_null(False))
-        .then(pl.lit("only provisional leads"))
-        .otherwise(pl.lit(f"no lead with this {what}"))
-    )
-
-
-def _step(
-    number: int,
-    rule: str,
-    value: pl.Expr,
-    label: str,
-    partner: pl.Expr,
-    matched_text: pl.Expr,
-    not_found_text: pl.Expr,
-    no_data_text: pl.Expr | None = None,
-) -> list[pl.Expr]:
-    earlier_rule = pl.col("rule_index") < number
-    result = (
-        pl.when(pl.col("mismatch"))
-        .then(pl.lit("skipped"))
-        .when(earlier_rule)
-        .then(pl.lit("not_tried"))
-        .when(value.is_null())
-        .then(pl.lit("no_data"))
-        .when(partner.is_not_null())
-        .then(pl.lit("matched"))
-        .otherwise(pl.lit("not_found"))
-    )
-    tried = pl.col("result").is_in(["matched", "not_found"])
-    no_data = pl.lit(None, pl.String) if no_data_text is None else no_data_text
-    found = (
-        pl.when(pl.col("result") == "matched")
-        .then(matched_text)
-        .when(pl.col("result") == "not_found")
-        .then(not_found_text)
-        .when(pl.col("result") == "no_data")
-        .then(no_data)
-    )
-    return [
-        pl.lit(number, pl.Int64).alias("step"),
-        pl.lit(rule).alias("rule"),
-        result.alias("result"),
-        pl.when(tried).then(pl.lit(f"{label}=") + value).alias("looked_up"),
-        found.alias("found"),
-    ]
-
-
-def steps(attributed: pl.LazyFrame) -> pl.LazyFrame:
-    """The explain frame for sales carrying the evidence of reconcile/attribution.py."""
-    rule_index = (
-        pl.when(pl.col("attribution_rule") == "click")
-        .then(1)
-        .when(pl.col("attribution_rule") == "email")
-        .then(2)
-        .when(pl.col("attribution_rule") == "processor_customer")
-        .then(3)
-        .when(pl.col("attribution_rule") == "customer_key")
-        .then(4)
-        .otherwise(9)
-    )
-    base = attributed.select(
-        "program_id",
-        "sale_id",
-        "transaction_id",
-        "mismatch",
-        "metadata_missing",
-        "meta_program_id",
-        "processor_customer_id",
-        "partner_code",
-        "attribution_rule",
-        "unattributed_reason",
+# (step, rule, value, label, partner, matched text, not-found text, no-data text)
+_STEPS = (
+    (
+        1,
+        "click",
         "eff_click",
+        "svc_click_id",
         "click_partner",
+        "'click ' || eff_click || ' of partner ' || click_partner",
+        "'no click with this id in the program'",
+        _MISSING,
+    ),
+    (
+        2,
+        "email",
         "email_norm",
-        "e_lead",
-        "e_click",
+        "email",
         "e_partner",
-        "e_settled",
-        "e_provisional",
-        "f_sale",
-        "f_partner",
+        _LEAD_MATCHED.format(p="e"),
+        _LEAD_NOT_FOUND.format(p="e", what="email"),
+        "NULL",
+    ),
+    (
+        3,
+        "processor_customer",
+        "processor_customer_id",
+        "processor_customer_id",
         "pc_partner",
+        "'earlier attributed sale ' || f_sale || ' of partner ' || f_partner",
+        "'no earlier attributed sale of this customer'",
+        "NULL",
+    ),
+    (
+        4,
+        "customer_key",
         "eff_key",
-        "k_lead",
-        "k_click",
+        "svc_customer_key",
         "k_partner",
-        "k_settled",
-        "k_provisional",
-        rule_index=rule_index,
-    )
-    missing = pl.when(pl.col("metadata_missing")).then(pl.lit(MISSING))
-    specs = [
-        _step(
-            1,
-            "click",
-            pl.col("eff_click"),
-            "svc_click_id",
-            pl.col("click_partner"),
-            pl.format("click {} of partner {}", "eff_click", "click_partner"),
-            pl.lit("no click with this id in the program"),
-            missing,
-        ),
-        _step(
-            2,
-            "email",
-            pl.col("email_norm"),
-            "email",
-            pl.col("e_partner"),
-            pl.format("settled lead {} with click {} of partner {}", "e_lead", "e_click", "e_partner"),
-            _lead_found("e", "email"),
-        ),
-        _step(
-            3,
-            "processor_customer",
-            pl.col("processor_customer_id"),
-            "processor_customer_id",
-            pl.col("pc_partner"),
-            pl.format("earlier attributed sale {} of partner {}", "f_sale", "f_partner"),
-            pl.lit("no earlier attributed sale of this customer"),
-        ),
-        _step(
-            4,
-            "customer_key",
-            pl.col("eff_key"),
-            "svc_customer_key",
-            pl.col("k_partner"),
-            pl.format("settled lead {} with click {} of partner {}", "k_lead", "k_click", "k_partner"),
-            _lead_found("k", "customer key"),
-            missing,
-        ),
-    ]
-    ids = ["program_id", "sale_id", "transaction_id"]
-    frames = []
-    for step, rule, result, looked_up, found in specs:
-        frames.append(
-            base.with_columns(step, rule, result)
-            .with_columns(looked_up, found)
-            .select(*ids, "step", "rule", "looked_up", "found", "result")
-        )
-    attributed_now = pl.col("partner_code").is_not_null()
-    frames.append(
-        base.select(
-            *ids,
-            step=pl.lit(5, pl.Int64),
-            rule=pl.lit("result"),
-            looked_up=pl.when(pl.col("mismatch")).then(pl.lit("program_id=") + pl.col("meta_program_id")),
-            found=pl.when(attributed_now)
-            .then(pl.format("partner {} by rule {}", "partner_code", "attribution_rule"))
-            .otherwise(pl.col("unattributed_reason")),
-            result=pl.when(attributed_now).then(pl.lit("attributed")).otherwise(pl.lit("unattributed")),
-        )
-    )
-    return pl.concat(frames)
+        _LEAD_MATCHED.format(p="k"),
+        _LEAD_NOT_FOUND.format(p="k", what="customer key"),
+        _MISSING,
+    ),
+)
+
+
+def _ladder_step(step: int, rule: str, value: str, label: str, partner: str, *texts: str) -> str:
+    matched, not_found, no_data = texts
+    return f"""SELECT program_id, sale_id, transaction_id, {step} AS step, '{rule}' AS rule,
+        CASE WHEN mismatch THEN 'skipped'
+             WHEN rule_index < {step} THEN 'not_tried'
+             WHEN {value} IS NULL THEN 'no_data'
+             WHEN {partner} IS NOT NULL THEN 'matched'
+             ELSE 'not_found' END AS result,
+        '{label}=' || {value} AS looked_up_text,
+        {matched} AS matched_text, {not_found} AS not_found_text, {no_data} AS no_data_text
+    FROM ranked"""
+
+
+def query(evidence: str) -> str:
+    """The explain steps of every sale in the table (or view) named `evidence`."""
+    ladder = "\n    UNION ALL ".join(_ladder_step(*spec) for spec in _STEPS)
+    return f"""WITH ranked AS (
+    SELECT *, CASE attribution_rule WHEN 'click' THEN 1 WHEN 'email' THEN 2
+        WHEN 'processor_customer' THEN 3 WHEN 'customer_key' THEN 4 ELSE 9 END AS rule_index
+    FROM {evidence}
+), ladder AS (
+    {ladder}
+)
+SELECT program_id, sale_id, transaction_id, CAST(step AS BIGINT) AS step, rule,
+    CASE WHEN result IN ('matched', 'not_found') THEN looked_up_text END AS looked_up,
+    CASE result WHEN 'matched' THEN matched_text WHEN 'not_found' THEN not_found_text
+        WHEN 'no_data' THEN no_data_text END AS found,
+    result
+FROM ladder
+UNION ALL
+SELECT program_id, sale_id, transaction_id, CAST(5 AS BIGINT) AS step, 'result' AS rule,
+    CASE WHEN mismatch THEN 'program_id=' || meta_program_id END AS looked_up,
+    CASE WHEN partner_code IS NOT NULL THEN 'partner ' || partner_code || ' by rule ' || attribution_rule
+        ELSE unattributed_reason END AS found,
+    CASE WHEN partner_code IS NOT NULL THEN 'attributed' ELSE 'unattributed' END AS result
+FROM ranked"""
+
+
+def view_ddl(evidence_table: str = "rc_evidence", view: str = "rc_explain") -> str:
+    """The view the job creates: explain steps over the materialised evidence."""
+    return f"CREATE OR REPLACE VIEW {view} AS {query(evidence_table)}"
+
+
+def steps(evidence: pl.DataFrame) -> pl.DataFrame:
+    """The explain steps (five rows per sale) of the sales in `evidence`, in order."""
+    with duckdb.connect() as con:
+        con.register("evidence", evidence.to_arrow())
+        frame: pl.DataFrame = con.sql(
+            f"SELECT * FROM ({query('evidence')}) ORDER BY program_id, sale_id, step"
+        ).pl()
+    return frame.select(pl.col(name).cast(dtype) for name, dtype in EXPLAIN_SCHEMA.items())

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from reconcile.schema import distinct
+
 
 def _engineer_rows(raw: pl.LazyFrame, kind: str) -> pl.LazyFrame:
     return raw.filter(
@@ -74,15 +76,12 @@ def effective_fixes(raw: pl.LazyFrame, sales: pl.LazyFrame) -> pl.LazyFrame:
     )
     columns = ["program_id", "sale_id", "day", "fix_id", "f_seq", "f_click", "f_key"]
     candidates = pl.concat([by_subscription.select(columns), by_transaction.select(columns)])
-    covered = (
-        candidates.join(backfills(raw), on="program_id")
-        .filter(
-            (pl.col("b_seq") > pl.col("f_seq"))
-            & (pl.col("b_from").is_null() | (pl.col("b_from") <= pl.col("day")))
-            & (pl.col("b_to").is_null() | (pl.col("day") <= pl.col("b_to")))
-        )
-        .unique(subset=["program_id", "sale_id", "fix_id"], keep="any")
+    covered = candidates.join(backfills(raw), on="program_id").filter(
+        (pl.col("b_seq") > pl.col("f_seq"))
+        & (pl.col("b_from").is_null() | (pl.col("b_from") <= pl.col("day")))
+        & (pl.col("b_to").is_null() | (pl.col("day") <= pl.col("b_to")))
     )
+    covered = distinct(covered, ["program_id", "sale_id", "fix_id"])
     return (
         covered.sort("f_seq", descending=True)
         .group_by("program_id", "sale_id")

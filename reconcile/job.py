@@ -7,7 +7,8 @@
    `programs` (settings JSON) and `partners`, inside one transaction so they are one snapshot;
 2. runs the pure pipeline (reconcile/pipeline.py) as of `now`;
 3. in ONE transaction, replaces `rc_sales`, `rc_commissions`, `rc_refunds`, `rc_double_counts`,
-   `rc_explain`, `rc_unroutable` and appends a row to `rc_runs`. Readers see either the previous
+   `rc_evidence`, `rc_unroutable`, (re)creates the view `rc_explain` (steps rendered from
+   `rc_evidence`, reconcile/explain.py) and appends a row to `rc_runs`. Readers see either the previous
    run or this one, never a mix; on any error the transaction is rolled back and the previous
    results stay.
 """
@@ -25,6 +26,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from reconcile import explain
 from reconcile.pipeline import Result, reconcile
 from reconcile.schema import PARTNER_SCHEMA, PROGRAM_SCHEMA, RAW_SCHEMA
 
@@ -36,7 +38,7 @@ TABLES: dict[str, str] = {
     "rc_commissions": "commissions",
     "rc_refunds": "refunds",
     "rc_double_counts": "double_counts",
-    "rc_explain": "explain",
+    "rc_evidence": "evidence",
     "rc_unroutable": "unroutable",
 }
 
@@ -104,6 +106,16 @@ def read(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame, pl
     return raw, _programs(programs), partners.cast(PARTNER_SCHEMA)
 
 
+def _replace_view(con: duckdb.DuckDBPyConnection, name: str, ddl: str) -> None:
+    kind = con.execute(
+        "SELECT table_type FROM information_schema.tables WHERE table_schema = 'main' AND table_name = ?",
+        [name],
+    ).fetchone()
+    if kind is not None and kind[0] == "BASE TABLE":
+        con.execute(f"DROP TABLE {name}")
+    con.execute(ddl)
+
+
 def write(
     con: duckdb.DuckDBPyConnection,
     result: Result,
@@ -125,6 +137,7 @@ def write(
                 con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {view}")
             finally:
                 con.unregister(view)
+        _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
         high_water = raw.get_column("seq").max()
         summary = RunSummary(
             run_id=run_id,

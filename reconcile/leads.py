@@ -15,8 +15,8 @@
   email: its earliest settled lead decides.
 
 `lookup(key)` gives, per program and customer key (or normalised email): the binding lead
-(lead id, click id, partner code) if any, and whether settled / provisional leads exist at all,
-which the ladder needs to name its reason (`lead_provisional`).
+(lead id, click id, partner code) if any settled lead exists, and whether provisional leads
+exist, which the ladder needs to name its reason (`lead_provisional`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Literal
 
 import polars as pl
 
-from reconcile.schema import norm_email
+from reconcile.schema import materialise, norm_email
 
 LeadKey = Literal["customer_key", "email_norm"]
 
@@ -46,66 +46,62 @@ def clicks(raw: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def leads(raw: pl.LazyFrame, click_table: pl.LazyFrame) -> pl.LazyFrame:
-    """Every accepted lead with its effective click and that click's partner (settled only)."""
-    base = raw.filter(
-        (pl.col("kind") == "lead")
-        & (pl.col("outcome") == "accepted")
-        & pl.col("program_id").is_not_null()
-        & pl.col("event_id").is_not_null()
-    ).select(
-        "program_id",
-        "customer_key",
-        "click_id",
-        "occurred_at",
-        lead_id=pl.col("event_id"),
-        email_norm=norm_email(pl.col("email")),
-        settled=(pl.col("lead_status") == "settled").fill_null(False),
+def leads(raw: pl.LazyFrame) -> pl.LazyFrame:
+    """Every accepted lead; settled ones with their effective click (`lead_click`)."""
+    base = materialise(
+        raw.filter(
+            (pl.col("kind") == "lead")
+            & (pl.col("outcome") == "accepted")
+            & pl.col("program_id").is_not_null()
+            & pl.col("event_id").is_not_null()
+        ).select(
+            "program_id",
+            "customer_key",
+            "occurred_at",
+            lead_id=pl.col("event_id"),
+            email_norm=norm_email(pl.col("email")),
+            settled=(pl.col("lead_status") == "settled").fill_null(False),
+            lead_click=pl.col("click_id"),
+        )
     )
     first_provisional = (
         base.filter(
-            ~pl.col("settled") & pl.col("click_id").is_not_null() & pl.col("customer_key").is_not_null()
+            ~pl.col("settled") & pl.col("lead_click").is_not_null() & pl.col("customer_key").is_not_null()
         )
         .sort("occurred_at", "lead_id")
         .group_by("program_id", "customer_key")
-        .agg(p_click=pl.col("click_id").first(), p_occurred=pl.col("occurred_at").first())
+        .agg(p_click=pl.col("lead_click").first(), p_occurred=pl.col("occurred_at").first())
     )
-    inherited = pl.when(pl.col("p_occurred") <= pl.col("occurred_at")).then(pl.col("p_click"))
-    return (
-        base.join(first_provisional, on=["program_id", "customer_key"], how="left")
-        .with_columns(lead_click=pl.when(pl.col("settled")).then(pl.coalesce(pl.col("click_id"), inherited)))
-        .join(
-            click_table.rename({"click_id": "lead_click"}),
-            on=["program_id", "lead_click"],
-            how="left",
+    inherits = pl.col("settled") & pl.col("lead_click").is_null() & pl.col("customer_key").is_not_null()
+    inherited = (
+        base.filter(inherits)
+        .join(first_provisional, on=["program_id", "customer_key"], how="left")
+        .with_columns(
+            lead_click=pl.when(pl.col("p_occurred") <= pl.col("occurred_at")).then(pl.col("p_click"))
         )
-        .select(
-            "program_id",
-            "lead_id",
-            "customer_key",
-            "email_norm",
-            "settled",
-            "occurred_at",
-            "lead_click",
-            lead_partner=pl.col("partner_code"),
-        )
+        .drop("p_click", "p_occurred")
     )
+    own = base.filter(~inherits).with_columns(
+        lead_click=pl.when(pl.col("settled")).then(pl.col("lead_click"))
+    )
+    return pl.concat([own, inherited])
 
 
-def lookup(lead_frame: pl.LazyFrame, key: LeadKey) -> pl.LazyFrame:
+def lookup(lead_frame: pl.LazyFrame, click_table: pl.LazyFrame, key: LeadKey) -> pl.LazyFrame:
     """Per (program_id, key): binding lead, its click and partner (may be null), has_provisional."""
-    keyed = lead_frame.filter(pl.col(key).is_not_null())
-    status = keyed.group_by("program_id", key).agg(
-        has_settled=pl.col("settled").any(), has_provisional=(~pl.col("settled")).any()
-    )
+    settled = pl.col("settled")
     binding = (
-        keyed.filter(pl.col("settled"))
+        lead_frame.filter(pl.col(key).is_not_null())
         .sort("occurred_at", "lead_id")
         .group_by("program_id", key)
         .agg(
-            bind_lead=pl.col("lead_id").first(),
-            bind_click=pl.col("lead_click").first(),
-            bind_partner=pl.col("lead_partner").first(),
+            bind_lead=pl.col("lead_id").filter(settled).first(),
+            bind_click=pl.col("lead_click").filter(settled).first(),
+            has_provisional=(~settled).any(),
         )
     )
-    return status.join(binding, on=["program_id", key], how="left")
+    return binding.join(
+        click_table.rename({"click_id": "bind_click", "partner_code": "bind_partner"}),
+        on=["program_id", "bind_click"],
+        how="left",
+    )

@@ -16,15 +16,18 @@ subscription checkout and its first invoice are one sale whichever arrived first
 delivered as both `invoice.paid` and `invoice.payment_succeeded` is one sale, and duplicate
 event objects (same object id and type) collapse into the sale they describe.
 
-Within a sale, each field is the first non-null value over its records in the record order
-(occurred_at, event_id). The sale's amount, tax and currency come from its invoice records when
-it has any, else from its session records; a sale whose gross amount is missing or not positive
+Records are ordered by (occurred_at, event_id). A sale has an invoice side and a session side,
+each read from its earliest record. Amount, tax and currency come from the invoice side when
+there is one, else from the session side; a sale whose gross amount is missing or not positive
 is no sale (zero-amount invoices, free trials). Amount is net of tax (gross - tax, never below
-zero). Attribution metadata comes from the session when the sale has one, else from the
-invoice's subscription metadata (`metadata_source` = `subscription`, or `invoice` for an invoice
-without subscription). `occurred_at` is the earliest record time; `test_mode` is set when any
-record is a test (`livemode: false`). A sale is recurring when it has no session and its invoice's
-billing reason is a subscription cycle, update or threshold.
+zero). Attribution metadata (click id, customer key, program id) comes from the session side when
+the sale has one, else from the invoice's subscription metadata (`metadata_source` =
+`subscription`, or `invoice` for an invoice without subscription). Email and processor customer:
+session side first. Ids (invoice, payment intent, charge, subscription): invoice side first;
+checkout session id: session side first. `occurred_at` is the earliest record time; `test_mode`
+is set when any record is a test (`livemode: false`); `record_ids` lists every record's event id
+in record order. A sale is recurring when it has no session and its invoice's billing reason is
+a subscription cycle, update or threshold.
 
 transaction_id = invoice id, else payment intent id, else checkout session id; sale_id = the sale
 key.
@@ -39,6 +42,8 @@ positive amount.
 from __future__ import annotations
 
 import polars as pl
+
+from reconcile.schema import distinct, materialise
 
 SESSION_EVENTS = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 INVOICE_EVENTS = ("invoice.payment_succeeded", "invoice.paid")
@@ -74,39 +79,84 @@ SALE_COLUMNS = (
 )
 
 
+STRIPE_COLUMNS = (
+    "program_id",
+    "event_id",
+    "event_type",
+    "object_id",
+    "livemode",
+    "test_mode",
+    "occurred_at",
+    "invoice_id",
+    "payment_intent_id",
+    "checkout_session_id",
+    "charge_id",
+    "subscription_id",
+    "billing_reason",
+    "checkout_mode",
+    "customer_key",
+    "processor_customer_id",
+    "email",
+    "click_id",
+    "meta_program_id",
+    "sub_metadata_present",
+    "amount",
+    "tax",
+    "currency",
+    "refund_id",
+)
+
+
 def accepted_stripe(raw: pl.LazyFrame) -> pl.LazyFrame:
     """Accepted, routed processor deliveries, each event id once (retries collapse)."""
-    return raw.filter(
+    accepted = raw.filter(
         (pl.col("kind") == "stripe")
         & (pl.col("outcome") == "accepted")
         & pl.col("program_id").is_not_null()
         & pl.col("event_id").is_not_null()
-    ).unique(subset=["program_id", "event_id"], keep="any")
+    ).select(STRIPE_COLUMNS)
+    return distinct(accepted, ["program_id", "event_id"])
 
 
 def is_test() -> pl.Expr:
     return pl.col("test_mode").fill_null(False) | (pl.col("livemode") == False).fill_null(False)  # noqa: E712
 
 
-def _first(name: str, where: pl.Expr | None = None) -> pl.Expr:
-    col = pl.col(name) if where is None else pl.col(name).filter(where)
-    return col.drop_nulls().first()
+SIDE_FIELDS = (
+    "amount",
+    "tax",
+    "currency",
+    "email",
+    "processor_customer_id",
+    "click_id",
+    "customer_key",
+    "meta_program_id",
+    "sub_metadata_present",
+    "billing_reason",
+    "invoice_id",
+    "payment_intent_id",
+    "checkout_session_id",
+    "charge_id",
+    "subscription_id",
+)
 
 
-def connect_sales(stripe: pl.LazyFrame) -> pl.LazyFrame:
-    """One typed sale per processor transaction (see the module docstring)."""
+def _sale_records(stripe: pl.LazyFrame) -> pl.LazyFrame:
+    """Sale-ish processor records with their sale key (see the module docstring)."""
     session = pl.col("event_type").is_in(SESSION_EVENTS)
-    records = stripe.filter(
-        (session & pl.col("checkout_mode").is_in(SALE_MODES)) | pl.col("event_type").is_in(INVOICE_EVENTS)
-    ).with_columns(
-        is_session=session,
-        test_mode=is_test(),
-        invoice_id=pl.when(session)
-        .then(pl.col("invoice_id"))
-        .otherwise(pl.coalesce("object_id", "invoice_id")),
-        checkout_session_id=pl.when(session)
-        .then(pl.coalesce("object_id", "checkout_session_id"))
-        .otherwise(pl.col("checkout_session_id")),
+    records = materialise(
+        stripe.filter(
+            (session & pl.col("checkout_mode").is_in(SALE_MODES)) | pl.col("event_type").is_in(INVOICE_EVENTS)
+        ).with_columns(
+            is_session=session,
+            test_mode=is_test(),
+            invoice_id=pl.when(session)
+            .then(pl.col("invoice_id"))
+            .otherwise(pl.coalesce("object_id", "invoice_id")),
+            checkout_session_id=pl.when(session)
+            .then(pl.coalesce("object_id", "checkout_session_id"))
+            .otherwise(pl.col("checkout_session_id")),
+        )
     )
     creates = (
         records.filter(
@@ -117,91 +167,97 @@ def connect_sales(stripe: pl.LazyFrame) -> pl.LazyFrame:
         .group_by("program_id", "subscription_id")
         .agg(create_invoice=pl.col("invoice_id").min())
     )
-    keyed = records.join(creates, on=["program_id", "subscription_id"], how="left").with_columns(
-        sale_key=pl.when(~pl.col("is_session"))
-        .then(pl.col("invoice_id"))
-        .when(pl.col("invoice_id").is_not_null())
-        .then(pl.col("invoice_id"))
-        .when((pl.col("checkout_mode") == "subscription") & pl.col("create_invoice").is_not_null())
-        .then(pl.col("create_invoice"))
-        .otherwise(pl.col("checkout_session_id"))
+    by_subscription = (
+        pl.col("is_session")
+        & pl.col("invoice_id").is_null()
+        & (pl.col("checkout_mode") == "subscription")
+        & pl.col("subscription_id").is_not_null()
     )
-    is_s = pl.col("is_session")
-    grouped = (
-        keyed.filter(pl.col("sale_key").is_not_null())
-        .sort("occurred_at", "event_id")
-        .group_by("program_id", "sale_key")
-        .agg(
-            has_session=is_s.any(),
-            has_invoice=(~is_s).any(),
-            s_gross=_first("amount", is_s),
-            s_tax=_first("tax", is_s),
-            s_currency=_first("currency", is_s),
-            s_email=_first("email", is_s),
-            s_customer=_first("processor_customer_id", is_s),
-            s_click=_first("click_id", is_s),
-            s_key=_first("customer_key", is_s),
-            s_meta_program=_first("meta_program_id", is_s),
-            i_gross=_first("amount", ~is_s),
-            i_tax=_first("tax", ~is_s),
-            i_currency=_first("currency", ~is_s),
-            i_email=_first("email", ~is_s),
-            i_customer=_first("processor_customer_id", ~is_s),
-            i_click=_first("click_id", ~is_s),
-            i_key=_first("customer_key", ~is_s),
-            i_meta_program=_first("meta_program_id", ~is_s),
-            i_meta_present=_first("sub_metadata_present", ~is_s),
-            i_reason=_first("billing_reason", ~is_s),
-            invoice_id=_first("invoice_id"),
-            payment_intent_id=_first("payment_intent_id"),
-            checkout_session_id=_first("checkout_session_id"),
-            charge_id=_first("charge_id"),
-            subscription_id=_first("subscription_id"),
-            occurred_at=pl.col("occurred_at").min(),
-            test_mode=pl.col("test_mode").any(),
-            record_ids=pl.col("event_id").unique().sort(),
+    direct = records.filter(~by_subscription).with_columns(
+        sale_key=pl.coalesce(pl.col("invoice_id"), pl.col("checkout_session_id"))
+    )
+    looked_up = (
+        records.filter(by_subscription)
+        .join(creates, on=["program_id", "subscription_id"], how="left")
+        .with_columns(sale_key=pl.coalesce("create_invoice", "checkout_session_id"))
+        .drop("create_invoice")
+    )
+    return pl.concat([direct, looked_up]).filter(pl.col("sale_key").is_not_null())
+
+
+def connect_sales(stripe: pl.LazyFrame) -> pl.LazyFrame:
+    """One typed sale per processor transaction (see the module docstring)."""
+    key = ["program_id", "sale_key"]
+    ordered = materialise(_sale_records(stripe).sort("occurred_at", "event_id"))
+    summary = ordered.group_by(key).agg(
+        occurred_at=pl.col("occurred_at").min(),
+        test_mode=pl.col("test_mode").any(),
+        record_ids=pl.col("event_id"),
+    )
+    earliest = materialise(distinct(ordered, [*key, "is_session"]))
+
+    def side(is_session: bool, prefix: str) -> pl.LazyFrame:
+        chosen = pl.col("is_session") if is_session else ~pl.col("is_session")
+        return earliest.filter(chosen).select(
+            *key,
+            pl.lit(True).alias(f"has_{prefix}"),
+            *(pl.col(f).alias(f"{prefix}_{f}") for f in SIDE_FIELDS),
         )
-    )
-    has_s = pl.col("has_session")
-    has_i = pl.col("has_invoice")
-    gross = pl.when(has_i).then(pl.col("i_gross")).otherwise(pl.col("s_gross"))
-    tax = pl.when(has_i).then(pl.col("i_tax")).otherwise(pl.col("s_tax")).fill_null(0)
+
+    grouped = summary.join(side(False, "i"), on=key, how="left").join(side(True, "s"), on=key, how="left")
+    has_s = pl.col("has_s").fill_null(False)
+    has_i = pl.col("has_i").fill_null(False)
+
+    def pick(field: str) -> pl.Expr:
+        """The sale's value of an amount/metadata field: invoice side when it has one."""
+        return pl.when(has_i).then(pl.col(f"i_{field}")).otherwise(pl.col(f"s_{field}"))
+
+    def meta(field: str) -> pl.Expr:
+        """Attribution metadata: the session's when the sale has one, else the invoice's."""
+        return pl.when(has_s).then(pl.col(f"s_{field}")).otherwise(pl.col(f"i_{field}"))
+
+    subscription_id = pl.coalesce("i_subscription_id", "s_subscription_id")
     meta_source = (
         pl.when(has_s)
         .then(pl.lit("checkout_session"))
-        .when(pl.col("subscription_id").is_not_null())
+        .when(subscription_id.is_not_null())
         .then(pl.lit("subscription"))
         .otherwise(pl.lit("invoice"))
     )
+    gross = pick("amount")
+    tax = pick("tax").fill_null(0)
+    invoice_id = pl.coalesce("i_invoice_id", "s_invoice_id")
+    intent_id = pl.coalesce("i_payment_intent_id", "s_payment_intent_id")
+    session_id = pl.coalesce("s_checkout_session_id", "i_checkout_session_id")
     return (
-        grouped.with_columns(gross_amount=gross, tax=tax, metadata_source=meta_source)
-        .filter(pl.col("gross_amount") > 0)
+        grouped.filter(gross > 0)
+        .with_columns(metadata_source=meta_source)
         .select(
             "program_id",
             sale_id=pl.col("sale_key"),
-            transaction_id=pl.coalesce("invoice_id", "payment_intent_id", "checkout_session_id"),
+            transaction_id=pl.coalesce(invoice_id, intent_id, session_id),
             source=pl.lit("connect"),
-            amount=pl.max_horizontal(pl.col("gross_amount") - pl.col("tax"), pl.lit(0)),
-            gross_amount="gross_amount",
-            tax="tax",
+            amount=pl.max_horizontal(gross - tax, pl.lit(0)),
+            gross_amount=gross,
+            tax=tax,
             currency=pl.when(has_i)
             .then(pl.coalesce("i_currency", "s_currency"))
             .otherwise(pl.col("s_currency")),
-            is_recurring=~has_s & pl.col("i_reason").is_in(RECURRING_REASONS).fill_null(False),
+            is_recurring=~has_s & pl.col("i_billing_reason").is_in(RECURRING_REASONS).fill_null(False),
             test_mode="test_mode",
-            customer_key=pl.when(has_s).then(pl.col("s_key")).otherwise(pl.col("i_key")),
-            processor_customer_id=pl.coalesce("s_customer", "i_customer"),
+            customer_key=meta("customer_key"),
+            processor_customer_id=pl.coalesce("s_processor_customer_id", "i_processor_customer_id"),
             email=pl.coalesce("s_email", "i_email"),
-            click_id=pl.when(has_s).then(pl.col("s_click")).otherwise(pl.col("i_click")),
-            meta_program_id=pl.when(has_s).then(pl.col("s_meta_program")).otherwise(pl.col("i_meta_program")),
+            click_id=meta("click_id"),
+            meta_program_id=meta("meta_program_id"),
             metadata_source="metadata_source",
             metadata_missing=(pl.col("metadata_source") == "subscription")
-            & ~pl.col("i_meta_present").fill_null(False),
-            subscription_id="subscription_id",
-            invoice_id="invoice_id",
-            payment_intent_id="payment_intent_id",
-            checkout_session_id="checkout_session_id",
-            charge_id="charge_id",
+            & ~pl.col("i_sub_metadata_present").fill_null(False),
+            subscription_id=subscription_id,
+            invoice_id=invoice_id,
+            payment_intent_id=intent_id,
+            checkout_session_id=session_id,
+            charge_id=pl.coalesce("i_charge_id", "s_charge_id"),
             occurred_at="occurred_at",
             record_ids="record_ids",
         )

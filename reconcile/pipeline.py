@@ -9,13 +9,14 @@ Stages (each module's docstring states its rules):
 5. reconcile/commissions.py: eligibility (real, attributed, recurring window), amounts.
 6. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
 7. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
-8. reconcile/explain.py: the ladder in words.
+8. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
 actions (metadata fixes, backfills, period closes), which are ordered by `seq`. Everything else
 is ordered by business time and stable ids: records by (occurred_at, event_id), sales by
 (occurred_at, sale_id), leads by (occurred_at, lead_id), refunds by (occurred_at, event_id).
-Outputs are sorted, so the same log gives the same frames whatever the order of its rows.
+The same log gives the same rows whatever the order of its rows (`Result.sorted()` puts them in
+a canonical order; the pipeline itself does not spend time sorting its outputs).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from reconcile import refunds as refund_rules
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
-    EXPLAIN_SCHEMA,
+    EVIDENCE_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
     UNROUTABLE_SCHEMA,
@@ -47,19 +48,40 @@ COMMISSIONS_ORDER = ("program_id", "period", "sale_id", "kind", "partner_code")
 REFUNDS_ORDER = ("program_id", "occurred_at", "event_id", "source")
 DOUBLES_ORDER = ("program_id", "kind", "transaction_id", "duplicate_id")
 EXPLAIN_ORDER = ("program_id", "sale_id", "step")
+EVIDENCE_ORDER = ("program_id", "sale_id")
 UNROUTABLE_ORDER = ("occurred_at", "event_id")
 
 
 @dataclass(frozen=True)
 class Result:
-    """The materialised results of one reconcile run (schemas in reconcile/schema.py)."""
+    """The materialised results of one reconcile run (schemas in reconcile/schema.py).
+
+    Rows come in no particular order (`sorted()` gives the canonical one). `evidence` is what
+    the ladder found per sale (table `rc_explain`); `explain` renders it as steps.
+    """
 
     sales: pl.DataFrame
     commissions: pl.DataFrame
     refunds: pl.DataFrame
     double_counts: pl.DataFrame
-    explain: pl.DataFrame
+    evidence: pl.DataFrame
     unroutable: pl.DataFrame
+
+    @property
+    def explain(self) -> pl.DataFrame:
+        """Every sale's ladder, step by step (reconcile/explain.py)."""
+        return explain.steps(self.evidence)
+
+    def sorted(self) -> Result:
+        """The same result with every table in its canonical row order."""
+        return Result(
+            sales=self.sales.sort(SALES_ORDER, nulls_last=True),
+            commissions=self.commissions.sort(COMMISSIONS_ORDER, nulls_last=True),
+            refunds=self.refunds.sort(REFUNDS_ORDER, nulls_last=True),
+            double_counts=self.double_counts.sort(DOUBLES_ORDER, nulls_last=True),
+            evidence=self.evidence.sort(EVIDENCE_ORDER, nulls_last=True),
+            unroutable=self.unroutable.sort(UNROUTABLE_ORDER, nulls_last=True),
+        )
 
 
 @dataclass(frozen=True)
@@ -70,7 +92,7 @@ class Ledger:
     lines: pl.DataFrame
     refunds: pl.DataFrame
     double_counts: pl.DataFrame
-    explain: pl.DataFrame
+    evidence: pl.DataFrame
 
 
 def reconcile(
@@ -83,68 +105,81 @@ def reconcile(
     if now.tzinfo is None or now.utcoffset() is None:
         msg = "reconcile needs an aware `now`"
         raise ValueError(msg)
-    log = prepare_raw(raw).collect().lazy()
-    settings = prepare_programs(programs).collect().lazy()
+    frame = raw if isinstance(raw, pl.DataFrame) else raw.collect()
+    log = prepare_raw(frame)
+    settings = prepare_programs(programs).collect()
     people = prepare_partners(partners).collect().lazy()
     current = ledger(log, settings, people, now)
     lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, settings, people, now).lines)
     return Result(
-        sales=_sorted(current.sales, SALES_SCHEMA, SALES_ORDER),
-        commissions=_sorted(lines, COMMISSIONS_SCHEMA, COMMISSIONS_ORDER),
-        refunds=_sorted(current.refunds, REFUNDS_SCHEMA, REFUNDS_ORDER),
-        double_counts=_sorted(current.double_counts, DOUBLE_COUNTS_SCHEMA, DOUBLES_ORDER),
-        explain=_sorted(current.explain, EXPLAIN_SCHEMA, EXPLAIN_ORDER),
-        unroutable=_sorted(unroutable(log).collect(), UNROUTABLE_SCHEMA, UNROUTABLE_ORDER),
+        sales=_conform(current.sales, SALES_SCHEMA),
+        commissions=_conform(lines, COMMISSIONS_SCHEMA),
+        refunds=_conform(current.refunds, REFUNDS_SCHEMA),
+        double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
+        evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
+        unroutable=_conform(unroutable(log).collect(), UNROUTABLE_SCHEMA),
     )
 
 
-def _sorted(frame: pl.DataFrame, schema: dict[str, pl.DataType], order: tuple[str, ...]) -> pl.DataFrame:
-    return conform(frame.lazy(), schema).sort(order, nulls_last=True).collect()
+def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return conform(frame.lazy(), schema).collect()
 
 
-def ledger(log: pl.LazyFrame, programs: pl.LazyFrame, partners: pl.LazyFrame, now: datetime) -> Ledger:
-    """One full pass: sales, commission lines (no period close), refunds, doubles, explain."""
+def ledger(log: pl.LazyFrame, programs: pl.DataFrame, partners: pl.LazyFrame, now: datetime) -> Ledger:
+    """One full pass: sales, commission lines (no period close), refunds, doubles, evidence."""
     stripe = normalise.accepted_stripe(log)
+    click_query = leads.clicks(log)
     connect, self_hosted, click_table, lead_frame = pl.collect_all(
-        [
-            normalise.connect_sales(stripe),
-            normalise.self_hosted_sales(log),
-            leads.clicks(log),
-            leads.leads(log, leads.clicks(log)),
-        ]
+        [normalise.connect_sales(stripe), normalise.self_hosted_sales(log), click_query, leads.leads(log)]
     )
     split = doubles.split_self_hosted(connect.lazy(), self_hosted.lazy())
-    counted, pairs = pl.collect_all([split.counted, split.pairs])
-    sales = pl.concat([connect.lazy(), counted.lazy().select(normalise.SALE_COLUMNS)], how="vertical")
-    sales = fixes.apply(sales, fixes.effective_fixes(log, sales))
-    lead_lazy = lead_frame.lazy()
+    counted, pairs = pl.collect_all([split.counted.select(normalise.SALE_COLUMNS), split.pairs])
+    combined = pl.concat([connect.lazy(), counted.lazy()], how="vertical")
+    sales = fixes.apply(combined, fixes.effective_fixes(log, combined)).collect()
+
+    clicks_lazy, leads_lazy = click_table.lazy(), lead_frame.lazy()
     attributed = attribution.attribute(
-        sales,
-        click_table.lazy(),
-        leads.lookup(lead_lazy, "customer_key"),
-        leads.lookup(lead_lazy, "email_norm"),
+        sales.lazy(),
+        clicks_lazy,
+        leads.lookup(leads_lazy, clicks_lazy, "customer_key"),
+        leads.lookup(leads_lazy, clicks_lazy, "email_norm"),
     ).collect()
-    ids = doubles.id_map(connect.lazy(), counted.lazy())
-    valued = commissions.gross(attributed.lazy(), programs, partners)
+    sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
+    evidence = attributed.select(attribution.EVIDENCE)
+    del attributed
+    sales = sales.hstack(commissions.gross(sales.lazy(), programs, partners).collect().get_columns())
+
+    ids = doubles.id_map(connect.lazy(), doubles.wanted_ids(log, stripe), counted.lazy())
     refund_rows = pl.concat(
         [refund_rules.track_refunds(log, ids), refund_rules.processor_refunds(stripe, ids)]
     )
-    valued_frame, refund_frame, id_frame = pl.collect_all([valued, refund_rows, ids])
-    applied = refund_rules.apply(refund_frame.lazy(), valued_frame.lazy())
+    refund_frame, id_frame = pl.collect_all([refund_rows, ids])
+    applied = refund_rules.apply(refund_frame.lazy(), sales.lazy())
     refund_report, totals = pl.collect_all([applied.rows, applied.totals])
-    final = commissions.finish(
-        valued_frame.lazy().with_columns(period=period_of(pl.col("occurred_at"))),
-        totals.lazy(),
-        pl.lit(now, UTC),
-    ).collect()
-    refused = doubles.refused(log, id_frame.lazy())
-    double_counts = pl.concat([pairs.lazy(), refused]).collect()
+    final = (
+        commissions.finish(
+            sales.lazy().with_columns(period=period_of(pl.col("occurred_at"))),
+            totals.lazy(),
+            pl.lit(now, UTC),
+        )
+        .with_columns(
+            warnings=attribution.warnings(
+                attributed=pl.col("partner_code").is_not_null(),
+                click_unknown=pl.col("click_unknown"),
+                missing=pl.col("metadata_missing"),
+                fixed=pl.col("fixed"),
+                self_referral=pl.col("self_referral"),
+            )
+        )
+        .collect()
+    )
+    double_counts = pl.concat([pairs.lazy(), doubles.refused(log, id_frame.lazy())]).collect()
     return Ledger(
         sales=final,
         lines=commissions.lines(final.lazy()).collect(),
         refunds=refund_report,
         double_counts=double_counts,
-        explain=explain.steps(attributed.lazy()).collect(),
+        evidence=evidence,
     )
 
 

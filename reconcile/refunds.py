@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from reconcile.money import pro_rata
-from reconcile.schema import period_of
+from reconcile.schema import distinct, materialise, period_of
 
 REFUND_ROW = (
     "program_id",
@@ -126,11 +126,10 @@ class Applied:
 
 def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
     """Apply refunds to `sales` (needs gross_amount, gross_commission, gross_fee)."""
-    processor_refunded = (
-        refund_rows.filter((pl.col("source") == "connect") & pl.col("sale_id").is_not_null())
-        .select("program_id", "sale_id", superseded=pl.lit(True))
-        .unique()
-    )
+    processor_refunded = refund_rows.filter(
+        (pl.col("source") == "connect") & pl.col("sale_id").is_not_null()
+    ).select("program_id", "sale_id", superseded=pl.lit(True))
+    processor_refunded = distinct(processor_refunded, ["program_id", "sale_id"])
     sale_cols = sales.select(
         "program_id",
         "sale_id",
@@ -140,7 +139,7 @@ def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
         sale_transaction_id=pl.col("transaction_id"),
         sale_currency=pl.col("currency"),
     )
-    rows = (
+    rows = materialise(
         refund_rows.join(sale_cols, on=["program_id", "sale_id"], how="left")
         .join(processor_refunded, on=["program_id", "sale_id"], how="left")
         .with_columns(
@@ -153,7 +152,7 @@ def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
     )
     group = ["program_id", "sale_id"]
     counted = pl.col("outcome") == "applied"
-    applied = (
+    applied = materialise(
         rows.filter(counted)
         .sort("occurred_at", "event_id")
         .with_columns(cumulative=pl.col("amount").cum_sum().over(group))

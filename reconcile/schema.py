@@ -180,6 +180,38 @@ EXPLAIN_SCHEMA: dict[str, pl.DataType] = {
     "result": STR,
 }
 
+# What the ladder found per sale (table rc_explain; rendered by reconcile/explain.py). Lead
+# lookups: `*_lead` the binding settled lead, `*_click` its click, `*_partner` that click's
+# partner, `*_provisional` whether provisional leads exist; prefix `e` by email, `k` by customer
+# key. `f_sale`/`f_partner`: the customer's first attributed sale; `pc_partner` set when earlier.
+EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "sale_id": STR,
+    "transaction_id": STR,
+    "mismatch": BOOL,
+    "metadata_missing": BOOL,
+    "meta_program_id": STR,
+    "processor_customer_id": STR,
+    "partner_code": STR,
+    "attribution_rule": STR,
+    "unattributed_reason": STR,
+    "eff_click": STR,
+    "click_partner": STR,
+    "email_norm": STR,
+    "e_lead": STR,
+    "e_click": STR,
+    "e_partner": STR,
+    "e_provisional": BOOL,
+    "f_sale": STR,
+    "f_partner": STR,
+    "pc_partner": STR,
+    "eff_key": STR,
+    "k_lead": STR,
+    "k_click": STR,
+    "k_partner": STR,
+    "k_provisional": BOOL,
+}
+
 UNROUTABLE_SCHEMA: dict[str, pl.DataType] = {
     "event_id": STR,
     "event_type": STR,
@@ -247,6 +279,17 @@ def prepare_partners(partners: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     return _coerce(partners.lazy(), PARTNER_SCHEMA).unique(
         subset=["program_id", "code"], keep="first", maintain_order=True
     )
+
+
+def materialise(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Compute `frame` now. Used where one intermediate result feeds several queries, so that
+    it is computed once (the optimiser does not always spot shared sub-plans)."""
+    return frame.collect().lazy()
+
+
+def distinct(frame: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
+    """The first row of each `keys` value, in frame order (nulls compare equal)."""
+    return frame.filter(pl.struct(keys).is_first_distinct())
 
 
 def norm_email(expr: pl.Expr) -> pl.Expr:

@@ -131,25 +131,27 @@ def connect_sales(events: list[Row]) -> list[Row]:
         group.sort(key=by_time)
         sessions = [r for r in group if r["is_session"]]
         invoices = [r for r in group if not r["is_session"]]
-        source = invoices if invoices else sessions
-        meta = sessions if sessions else invoices
-        gross = first(r["amount"] for r in source)
+        s = sessions[0] if sessions else dict.fromkeys(group[0])
+        i = invoices[0] if invoices else dict.fromkeys(group[0])
+        side = i if invoices else s  # amounts
+        meta = s if sessions else i  # attribution metadata
+        gross = side["amount"]
         if gross is None or gross <= 0:
             continue
-        tax = first(r["tax"] for r in source) or 0
-        subscription_id = first(r["subscription_id"] for r in group)
+        tax = side["tax"] or 0
+        subscription_id = coalesce(i["subscription_id"], s["subscription_id"])
         if sessions:
             metadata_source = "checkout_session"
         elif subscription_id is not None:
             metadata_source = "subscription"
         else:
             metadata_source = "invoice"
-        present = first(r["sub_metadata_present"] for r in invoices)
-        currency = first(r["currency"] for r in source)
-        if invoices and currency is None:
-            currency = first(r["currency"] for r in sessions)
-        ids = {f: first(r[f] for r in group) for f in ID_FIELDS}
-        reason = first(r["billing_reason"] for r in invoices)
+        ids = {
+            "invoice_id": coalesce(i["invoice_id"], s["invoice_id"]),
+            "payment_intent_id": coalesce(i["payment_intent_id"], s["payment_intent_id"]),
+            "checkout_session_id": coalesce(s["checkout_session_id"], i["checkout_session_id"]),
+            "charge_id": coalesce(i["charge_id"], s["charge_id"]),
+        }
         sales.append(
             {
                 "program_id": program_id,
@@ -161,23 +163,20 @@ def connect_sales(events: list[Row]) -> list[Row]:
                 "amount": max(gross - tax, 0),
                 "gross_amount": gross,
                 "tax": tax,
-                "currency": currency,
-                "is_recurring": not sessions and reason in RECURRING_REASONS,
+                "currency": coalesce(i["currency"], s["currency"]) if invoices else s["currency"],
+                "is_recurring": not sessions and i["billing_reason"] in RECURRING_REASONS,
                 "test_mode": any(is_test(r) for r in group),
-                "customer_key": first(r["customer_key"] for r in meta),
-                "processor_customer_id": coalesce(
-                    first(r["processor_customer_id"] for r in sessions),
-                    first(r["processor_customer_id"] for r in invoices),
-                ),
-                "email": coalesce(first(r["email"] for r in sessions), first(r["email"] for r in invoices)),
-                "click_id": first(r["click_id"] for r in meta),
-                "meta_program_id": first(r["meta_program_id"] for r in meta),
+                "customer_key": meta["customer_key"],
+                "processor_customer_id": coalesce(s["processor_customer_id"], i["processor_customer_id"]),
+                "email": coalesce(s["email"], i["email"]),
+                "click_id": meta["click_id"],
+                "meta_program_id": meta["meta_program_id"],
                 "metadata_source": metadata_source,
-                "metadata_missing": metadata_source == "subscription" and not present,
+                "metadata_missing": metadata_source == "subscription" and not i["sub_metadata_present"],
                 "subscription_id": subscription_id,
                 **ids,
                 "occurred_at": min(r["occurred_at"] for r in group),
-                "record_ids": sorted({r["event_id"] for r in group}),
+                "record_ids": [r["event_id"] for r in group],
             }
         )
     return sales

@@ -13,7 +13,7 @@ import pytest
 
 from ingest.records import ProgramSettings
 from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
-from reconcile import job
+from reconcile import explain, job
 from reconcile.schema import PROGRAM_DEFAULTS
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
@@ -72,7 +72,14 @@ def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyCo
         (2_000, "approved", "2026-01")
     ]
     assert table(con, "rc_double_counts")["kind"].to_list() == ["ingest_refused"]
-    assert table(con, "rc_explain").height == 5
+    evidence = table(con, "rc_evidence")
+    assert evidence.select("sale_id", "k_lead", "k_partner").rows() == [("sale_1", "lead_1", "p1")]
+    steps = con.sql(
+        "SELECT step, rule, looked_up, found, result FROM rc_explain"
+        " WHERE program_id = 'prog_a' AND sale_id = 'sale_1' ORDER BY step"
+    ).pl()
+    assert steps.equals(explain.steps(evidence).select(steps.columns))
+    assert steps["result"].to_list() == ["no_data", "no_data", "no_data", "matched", "attributed"]
     for name in ("rc_refunds", "rc_unroutable"):
         assert table(con, name).is_empty()
     runs = table(con, "rc_runs")

@@ -307,7 +307,8 @@ def test_retries_and_duplicate_event_objects_count_once() -> None:
     result = run(rows)
     assert result.sales.height == 1
     s = sale(result, "in_1")
-    assert (s["amount"], s["commission"], s["record_ids"]) == (10_000, 3_000, ["evt_1", "evt_2", "evt_3"])
+    # record_ids in record order: (occurred_at, event_id)
+    assert (s["amount"], s["commission"], s["record_ids"]) == (10_000, 3_000, ["evt_1", "evt_3", "evt_2"])
 
 
 def test_zero_amount_invoices_setup_sessions_and_free_trials_are_no_sale() -> None:
