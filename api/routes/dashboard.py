@@ -8,11 +8,13 @@ contract's error code (a program of another workspace is a 404, a member's owner
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -22,6 +24,7 @@ from api.forms import partner_data, problems, query_int, read_form, settings_dat
 from api.http import validate
 from api.pages import Viewer, error_page, render, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
+from api.routes.reports import finance_report, format_param, period_param, report_response
 from api.session import (
     SESSION_COOKIE,
     CsrfRefused,
@@ -36,11 +39,15 @@ from api.session import (
     set_login_csrf_cookie,
     set_session_cookie,
 )
+from api.state import State
 from ingest import control
+from ingest.clock import utcnow
 from ingest.errors import Conflict, SaleNotFound, TallyError, ValidationFailed
 from ingest.inputs import PartnerIn, SettingsPatch
 from ingest.records import Program
-from reports import reads
+from reports import load, reads
+from reports.html import REPORT_CSS, finance_body
+from reports.render import FINANCE_FORMATS
 
 Handler = Callable[[Request], Awaitable[Response]]
 HOME = "/dashboard"
@@ -264,15 +271,51 @@ async def explain(request: Request) -> Response:
     return render("explain.html", viewer=who, program=view, **found)
 
 
+# -- finance report ---------------------------------------------------------------------------------
+def _report_body(st: State, program: Program, period: str) -> Markup:
+    with st.store.snapshot() as cur:
+        return finance_body(load.finance(cur, program.program_id, period, program_name=program.name))
+
+
+@page
+async def finance(request: Request) -> Response:
+    """The finance report of a month (this month by default) with its charts, and its downloads."""
+    who = viewer(request)
+    program = account_program(request, who.account)
+    period = period_param(request) or utcnow().strftime("%Y-%m")
+    st = state(request)
+    body = await asyncio.to_thread(_report_body, st, program, period)
+    view = control.program_view(st.store, program)
+    return render("finance.html", viewer=who, program=view, period=period, report=body)
+
+
+@page
+async def finance_export(request: Request) -> Response:
+    """The finance report as a file (csv, xlsx, html) for the session's browser."""
+    who = viewer(request)
+    program = account_program(request, who.account)
+    period = period_param(request, required=True)
+    assert period is not None
+    fmt = format_param(request, tuple(f for f in FINANCE_FORMATS if f != "json"))
+    found = await finance_report(state(request), program.program_id, program.name, period, fmt)
+    return report_response(*found, fmt)
+
+
 async def css(request: Request) -> Response:
     headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
     return Response(stylesheet(), media_type="text/css", headers=headers)
+
+
+async def finance_css(request: Request) -> Response:
+    headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
+    return Response(REPORT_CSS, media_type="text/css", headers=headers)
 
 
 PROGRAM = "/dashboard/programs/{program_id}"
 routes = [
     Route("/dashboard", programs, methods=["GET"]),
     Route("/dashboard/static/dashboard.css", css, methods=["GET"]),
+    Route("/dashboard/static/finance.css", finance_css, methods=["GET"]),
     Route(LOGIN, login_form, methods=["GET"]),
     Route(LOGIN, login, methods=["POST"]),
     Route("/dashboard/logout", logout, methods=["POST"]),
@@ -283,4 +326,6 @@ routes = [
     Route(PROGRAM + "/log", tracking_log, methods=["GET"]),
     Route(PROGRAM + "/sales", sales, methods=["GET"]),
     Route(PROGRAM + "/sales/{transaction_id:path}", explain, methods=["GET"]),
+    Route(PROGRAM + "/finance", finance, methods=["GET"]),
+    Route(PROGRAM + "/finance/export", finance_export, methods=["GET"]),
 ]

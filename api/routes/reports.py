@@ -1,7 +1,9 @@
-"""Reads for finance and engineers (account token, any member): sales, explain, commissions."""
+"""Reads for finance and engineers (account token, any member): sales, explain, commissions, and
+the finance and double-counting reports in their formats (`?format=`, default json)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -11,8 +13,11 @@ from starlette.routing import Route
 
 from api.auth import account_program, require_account, state
 from api.http import ok
+from api.state import State
 from ingest.errors import SaleNotFound, ValidationFailed
-from reports import reads
+from reports import load, reads
+from reports.html import DOCUMENT_CSP
+from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
 
 PERIOD = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
@@ -98,8 +103,68 @@ async def list_commissions(request: Request) -> Response:
     return ok(request, rows)
 
 
+def format_param(request: Request, allowed: tuple[str, ...]) -> str:
+    raw = request.query_params.get("format") or "json"
+    if raw not in allowed:
+        raise _bad("format", f"must be one of {', '.join(allowed)}")
+    return raw
+
+
+def report_response(body: bytes, content_type: str, filename: str, fmt: str) -> Response:
+    """A rendered report: json as is; csv/xlsx as downloads; html inline under its own CSP."""
+    headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+    if fmt in ("csv", "xlsx"):
+        headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    elif fmt == "html":
+        headers["Content-Disposition"] = f'inline; filename="{filename}"'
+        headers["Content-Security-Policy"] = DOCUMENT_CSP
+    return Response(body, 200, headers, media_type=content_type)
+
+
+def _finance(st: State, program_id: str, name: str, period: str, fmt: str) -> tuple[bytes, str, str]:
+    with st.store.snapshot() as cur:
+        report = load.finance(cur, program_id, period, program_name=name)
+    return render(report, fmt)
+
+
+async def finance_report(
+    st: State, program_id: str, name: str, period: str, fmt: str
+) -> tuple[bytes, str, str]:
+    """Read and render off the event loop: a large month takes a moment (see bench/report.py)."""
+    return await asyncio.to_thread(_finance, st, program_id, name, period, fmt)
+
+
+async def get_finance_report(request: Request) -> Response:
+    program = account_program(request, require_account(request))
+    period = period_param(request, required=True)
+    assert period is not None
+    fmt = format_param(request, FINANCE_FORMATS)
+    body, content_type, filename = await finance_report(
+        state(request), program.program_id, program.name, period, fmt
+    )
+    return report_response(body, content_type, filename, fmt)
+
+
+def _double_counting(st: State, program_id: str, period: str | None, fmt: str) -> tuple[bytes, str, str]:
+    with st.store.snapshot() as cur:
+        report = load.double_counting(cur, program_id, period)
+    return render(report, fmt)
+
+
+async def get_double_counting_report(request: Request) -> Response:
+    program = account_program(request, require_account(request))
+    period = period_param(request)
+    fmt = format_param(request, DOUBLE_COUNTING_FORMATS)
+    found = await asyncio.to_thread(_double_counting, state(request), program.program_id, period, fmt)
+    return report_response(*found, fmt)
+
+
 routes = [
     Route("/api/v1/programs/{program_id}/sales", list_sales, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/sales/{transaction_id}/explain", explain_sale, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/commissions", list_commissions, methods=["GET"]),
+    Route("/api/v1/programs/{program_id}/reports/finance", get_finance_report, methods=["GET"]),
+    Route(
+        "/api/v1/programs/{program_id}/reports/double-counting", get_double_counting_report, methods=["GET"]
+    ),
 ]

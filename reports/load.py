@@ -1,0 +1,133 @@
+"""Reading the report inputs of one program from the materialised tables (a DuckDB cursor).
+
+Only the columns the builders use are read, straight into Arrow and Polars. Before the first
+reconcile run the tables do not exist: the inputs are empty and so is the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
+from reports.finance import DOUBLE_INPUT, LINE_INPUT, REFUND_INPUT, SALE_INPUT, FinanceReport, build_finance
+
+
+def month_bounds(period: str) -> tuple[datetime, datetime]:
+    """`2026-01` -> [2026-01-01T00:00Z, 2026-02-01T00:00Z)."""
+    year, month = int(period[:4]), int(period[5:7])
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+def table_exists(cur: duckdb.DuckDBPyConnection, name: str) -> bool:
+    rows = cur.execute("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]).fetchall()
+    return bool(rows)
+
+
+def _frame(
+    cur: duckdb.DuckDBPyConnection,
+    table: str,
+    columns: dict[str, pl.DataType],
+    sql: str,
+    params: list[Any],
+) -> pl.DataFrame:
+    if not table_exists(cur, table):
+        return pl.DataFrame(schema=columns)
+    frame: pl.DataFrame = cur.sql(sql, params=params).pl()
+    return frame.select(pl.col(name).cast(dtype) for name, dtype in columns.items())
+
+
+@contextmanager
+def _one_snapshot(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Several reads that see one reconcile run, even if another run replaces the tables meanwhile."""
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    finally:
+        cur.execute("ROLLBACK")
+
+
+def finance(
+    cur: duckdb.DuckDBPyConnection, program_id: str, period: str, program_name: str | None = None
+) -> FinanceReport:
+    """The finance report of `program_id` for `period` (YYYY-MM) from the rc_* tables."""
+    with _one_snapshot(cur):
+        sales, lines, refunds, doubles = _finance_inputs(cur, program_id, period)
+    return build_finance(
+        program_id=program_id,
+        period=period,
+        program_name=program_name,
+        sales=sales,
+        commissions=lines,
+        refunds=refunds,
+        double_counts=doubles,
+    )
+
+
+def _finance_inputs(
+    cur: duckdb.DuckDBPyConnection, program_id: str, period: str
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    start, end = month_bounds(period)
+    sales = _frame(
+        cur,
+        "rc_sales",
+        SALE_INPUT,
+        f"SELECT {', '.join(SALE_INPUT)} FROM rc_sales WHERE program_id = ? AND period = ?",
+        [program_id, period],
+    )
+    lines = _frame(
+        cur,
+        "rc_commissions",
+        LINE_INPUT,
+        "SELECT currency, partner_code, kind, status, amount, reversed, platform_fee, platform_fee_reversed,"
+        " sale_period, CASE WHEN kind = 'adjustment' THEN transaction_id END AS transaction_id"
+        " FROM rc_commissions WHERE program_id = ? AND period = ?",
+        [program_id, period],
+    )
+    refunds = pl.DataFrame(schema=REFUND_INPUT)
+    if table_exists(cur, "rc_sales"):
+        refunds = _frame(
+            cur,
+            "rc_refunds",
+            REFUND_INPUT,
+            "SELECT r.currency, r.amount, r.applied_amount, r.outcome, s.test_mode FROM rc_refunds r"
+            " LEFT JOIN rc_sales s ON s.program_id = r.program_id AND s.sale_id = r.sale_id"
+            " WHERE r.program_id = ? AND r.period = ?",
+            [program_id, period],
+        )
+    doubles = _frame(
+        cur,
+        "rc_double_counts",
+        DOUBLE_INPUT,
+        "SELECT currency, kind, amount FROM rc_double_counts"
+        " WHERE program_id = ? AND occurred_at >= ? AND occurred_at < ?",
+        [program_id, start, end],
+    )
+    return sales, lines, refunds, doubles
+
+
+def double_counting(
+    cur: duckdb.DuckDBPyConnection, program_id: str, period: str | None = None
+) -> DoubleCountingReport:
+    """Every double count of `program_id` (those whose record occurred in `period`, if given)."""
+    where = "program_id = ?"
+    params: list[Any] = [program_id]
+    if period is not None:
+        start, end = month_bounds(period)
+        where += " AND occurred_at >= ? AND occurred_at < ?"
+        params += [start, end]
+    rows = _frame(
+        cur,
+        "rc_double_counts",
+        DOUBLE_COUNT_FIELDS,
+        f"SELECT {', '.join(DOUBLE_COUNT_FIELDS)} FROM rc_double_counts WHERE {where}",
+        params,
+    )
+    return build_double_counting(rows, program_id=program_id, period=period)

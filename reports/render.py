@@ -1,0 +1,164 @@
+"""Rendering reports: `render(report, fmt) -> (body, content_type, filename)`.
+
+Formats (the same figures in each; nothing in a body depends on when it was rendered):
+
+- `json`: the contract's envelope, `{"data": ...}`; amounts are integer minor units.
+- `csv` (finance): one long table `section,row,currency,metric,value`. `section` is a key of the
+  JSON data (`report` for its scalar fields), `row` the 1-based index of the row in that JSON
+  array, `metric` a field of that row (every field but `currency`) and `value` its JSON value:
+  integers (minor units for money) as digits, booleans `true`/`false`, null empty. Grouping
+  the lines by (section, row) gives back the JSON rows exactly.
+- `csv` (double counting): one row per double count with the JSON fields as columns;
+  `connect_record_ids` space-separated, `occurred_at` RFC 3339.
+- `xlsx` (finance): see reports/xlsx.py; amounts are whole currency units there.
+- `html` (finance): a standalone page with its charts inline (reports/html.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from reports.double_counting import DoubleCountingReport
+from reports.finance import FinanceReport
+
+FINANCE_FORMATS = ("json", "csv", "html", "xlsx")
+DOUBLE_COUNTING_FORMATS = ("json", "csv")
+CONTENT_TYPES = {
+    "json": "application/json",
+    "csv": "text/csv; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+}
+# JSON key -> FinanceReport attribute, in the order every format shows them.
+SECTIONS = {
+    "summary": "summary",
+    "commissions_by_status": "by_status",
+    "commissions_by_partner": "by_partner",
+    "adjustments": "adjustments",
+    "unattributed_by_reason": "unattributed",
+    "double_counts": "double_counts",
+    "checks": "checks",
+}
+CSV_HEADER = ("section", "row", "currency", "metric", "value")
+
+
+class UnknownFormat(ValueError):
+    """Raised by `render` when a report has no renderer for the requested format."""
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in row.items()} for row in frame.iter_rows(named=True)]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value
+
+
+def finance_data(report: FinanceReport) -> dict[str, Any]:
+    """The JSON `data` of a finance report."""
+    data: dict[str, Any] = {
+        "program_id": report.program_id,
+        "program_name": report.program_name,
+        "period": report.period,
+        "currencies": list(report.currencies),
+        "reconciled": report.reconciled,
+    }
+    for key, attribute in SECTIONS.items():
+        data[key] = _rows(getattr(report, attribute))
+    return data
+
+
+def double_counting_data(report: DoubleCountingReport) -> dict[str, Any]:
+    return {
+        "program_id": report.program_id,
+        "period": report.period,
+        "summary": _rows(report.summary),
+        "double_counts": _rows(report.rows),
+    }
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    return json.dumps({"data": data}, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def csv_value(value: Any) -> str:
+    """A JSON value as a CSV cell (see the module docstring)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def finance_csv(report: FinanceReport) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(CSV_HEADER)
+    data = finance_data(report)
+    for metric in ("program_id", "program_name", "period", "reconciled"):
+        writer.writerow(("report", 1, "", metric, csv_value(data[metric])))
+    for section in SECTIONS:
+        for number, row in enumerate(data[section], start=1):
+            for metric, value in row.items():
+                if metric != "currency":
+                    writer.writerow((section, number, row["currency"], metric, csv_value(value)))
+    return out.getvalue().encode()
+
+
+def double_counting_csv(report: DoubleCountingReport) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    rows = _rows(report.rows)
+    writer.writerow(report.rows.columns)
+    for row in rows:
+        writer.writerow(csv_value(v) for v in row.values())
+    return out.getvalue().encode()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def filename(report: FinanceReport | DoubleCountingReport, fmt: str) -> str:
+    if isinstance(report, FinanceReport):
+        return f"finance-{_safe(report.program_id)}-{report.period}.{fmt}"
+    suffix = f"-{report.period}" if report.period else ""
+    return f"double-counting-{_safe(report.program_id)}{suffix}.{fmt}"
+
+
+def render(report: FinanceReport | DoubleCountingReport, fmt: str) -> tuple[bytes, str, str]:
+    """The report as `fmt`: (body, content type, file name)."""
+    body: bytes
+    if isinstance(report, DoubleCountingReport):
+        if fmt == "json":
+            body = _json(double_counting_data(report))
+        elif fmt == "csv":
+            body = double_counting_csv(report)
+        else:
+            raise UnknownFormat(f"the double-counting report has no {fmt} format")
+    elif fmt == "json":
+        body = _json(finance_data(report))
+    elif fmt == "csv":
+        body = finance_csv(report)
+    elif fmt == "xlsx":
+        from reports.xlsx import finance_xlsx
+
+        body = finance_xlsx(report)
+    elif fmt == "html":
+        from reports.html import finance_document
+
+        body = finance_document(report).encode()
+    else:
+        raise UnknownFormat(f"the finance report has no {fmt} format")
+    return body, CONTENT_TYPES[fmt], filename(report, fmt)

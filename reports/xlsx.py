@@ -1,0 +1,156 @@
+"""The finance report as an Excel workbook (xlsxwriter).
+
+Sheets: Summary (the figures per currency side by side, commissions by status, the checks),
+By partner (with a native bar chart per currency), Adjustments, Unattributed, Double counts.
+Amounts are numbers in whole currency units (the JSON's minor units / 10^decimals, exact to the
+currency's decimals) with a number format naming the currency; counts are integers. Currencies
+sit in separate columns or rows and are never added together. The file's creation date is the
+first day of the period, so the same figures give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+import xlsxwriter
+
+from reports.finance import FinanceReport
+from reports.labels import COLUMN_LABELS, COUNT_CHECKS, SUMMARY_LABELS, check_label, is_money
+from reports.money import excel_format, units
+
+SHEETS = ("Summary", "By partner", "Adjustments", "Unattributed", "Double counts")
+CHART_ROWS = 15
+
+
+class _Book:
+    """A workbook with one cached cell format per currency."""
+
+    def __init__(self, out: io.BytesIO) -> None:
+        # Strings stay strings: a transaction id like "=1+1" or "http://..." is not a formula or link.
+        options = {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False}
+        self.wb = xlsxwriter.Workbook(out, options)
+        self.bold = self.wb.add_format({"bold": True})
+        self.title = self.wb.add_format({"bold": True, "font_size": 14})
+        self.header = self.wb.add_format({"bold": True, "bg_color": "#F0F2F5", "bottom": 1})
+        self.bad = self.wb.add_format({"bold": True, "font_color": "#8A1C1C"})
+        self._money: dict[str, Any] = {}
+
+    def money(self, currency: str) -> Any:
+        if currency not in self._money:
+            self._money[currency] = self.wb.add_format({"num_format": excel_format(currency)})
+        return self._money[currency]
+
+    def cell(self, ws: Any, row: int, col: int, field: str, value: Any, currency: str) -> None:
+        if value is None:
+            return
+        if isinstance(value, (bool, str)):
+            ws.write_string(row, col, str(value).lower() if isinstance(value, bool) else value)
+        elif is_money(field):
+            ws.write_number(row, col, float(units(int(value), currency)), self.money(currency))
+        else:
+            ws.write_number(row, col, int(value))
+
+    def table(self, ws: Any, top: int, frame: pl.DataFrame, fields: list[str]) -> int:
+        """Header + rows of `frame` from row `top`; the next free row."""
+        for col, field in enumerate(fields):
+            ws.write(top, col, COLUMN_LABELS.get(field, field), self.header)
+        for i, row in enumerate(frame.iter_rows(named=True), start=top + 1):
+            for col, field in enumerate(fields):
+                self.cell(ws, i, col, field, row[field], row["currency"])
+        return top + frame.height + 2
+
+
+def _summary(book: _Book, report: FinanceReport) -> None:
+    ws = book.wb.add_worksheet("Summary")
+    ws.set_column(0, 0, 36)
+    ws.set_column(1, 8, 18)
+    ws.write(0, 0, "Finance report", book.title)
+    ws.write(1, 0, "Program", book.bold)
+    ws.write(1, 1, f"{report.program_name or ''} ({report.program_id})".strip())
+    ws.write(2, 0, "Period", book.bold)
+    ws.write(2, 1, report.period)
+    ws.write(3, 0, "Reconciled", book.bold)
+    ws.write(
+        3,
+        1,
+        "yes" if report.reconciled else "NO: see the failed checks",
+        None if report.reconciled else book.bad,
+    )
+    ws.write(4, 0, "Amounts are in currency units; each currency has its own column and is never summed.")
+    top = 6
+    ws.write(top, 0, "Figure", book.header)
+    for col, currency in enumerate(report.currencies, start=1):
+        ws.write(top, col, currency.upper(), book.header)
+    for i, (field, label) in enumerate(SUMMARY_LABELS.items(), start=top + 1):
+        ws.write(i, 0, label)
+        for col, row in enumerate(report.summary.iter_rows(named=True), start=1):
+            book.cell(ws, i, col, field, row[field], row["currency"])
+    top += len(SUMMARY_LABELS) + 2
+    ws.write(top, 0, "Commissions by status", book.bold)
+    fields = ["currency", "status", "lines", "commission", "commission_reversed", "platform_fee"]
+    top = book.table(ws, top + 1, report.by_status, fields)
+    ws.write(top, 0, "Checks", book.bold)
+    for col, field in enumerate(["currency", "name", "expected", "actual", "ok"]):
+        ws.write(top + 1, col, COLUMN_LABELS[field], book.header)
+    for i, row in enumerate(report.checks.iter_rows(named=True), start=top + 2):
+        ws.write(i, 0, row["currency"])
+        ws.write(i, 1, check_label(row["name"]))
+        kind = "count" if row["name"] in COUNT_CHECKS else "amount"
+        book.cell(ws, i, 2, kind, row["expected"], row["currency"])
+        book.cell(ws, i, 3, kind, row["actual"], row["currency"])
+        ws.write(i, 4, "ok" if row["ok"] else "FAILED", None if row["ok"] else book.bad)
+
+
+def _by_partner(book: _Book, report: FinanceReport) -> None:
+    ws = book.wb.add_worksheet("By partner")
+    fields = list(report.by_partner.columns)
+    ws.set_column(0, len(fields) - 1, 15)
+    book.table(ws, 0, report.by_partner, fields)
+    currencies = report.by_partner.get_column("currency").to_list()
+    code_col, amount_col = fields.index("partner_code"), fields.index("commission")
+    chart_row = 0
+    for currency in dict.fromkeys(currencies):
+        first = currencies.index(currency) + 1  # +1: the header row
+        last = min(first + currencies.count(currency), first + CHART_ROWS) - 1
+        chart = book.wb.add_chart({"type": "bar"})
+        chart.add_series(
+            {
+                "name": f"Commission ({currency.upper()})",
+                "categories": ["By partner", first, code_col, last, code_col],
+                "values": ["By partner", first, amount_col, last, amount_col],
+                "fill": {"color": "#2F5FB3"},
+            }
+        )
+        chart.set_title({"name": f"Commissions by partner ({currency.upper()})"})
+        chart.set_legend({"none": True})
+        chart.set_y_axis({"reverse": True})
+        ws.insert_chart(chart_row, len(fields) + 1, chart)
+        chart_row += 16
+
+
+def finance_xlsx(report: FinanceReport) -> bytes:
+    out = io.BytesIO()
+    book = _Book(out)
+    year, month = int(report.period[:4]), int(report.period[5:7])
+    book.wb.set_properties(
+        {
+            "title": f"Finance report {report.period} {report.program_id}",
+            "author": "tally",
+            "created": datetime(year, month, 1),  # noqa: DTZ001 - xlsx stores a naive date
+        }
+    )
+    _summary(book, report)
+    _by_partner(book, report)
+    for name, frame in (
+        ("Adjustments", report.adjustments),
+        ("Unattributed", report.unattributed),
+        ("Double counts", report.double_counts),
+    ):
+        ws = book.wb.add_worksheet(name)
+        ws.set_column(0, len(frame.columns) - 1, 18)
+        book.table(ws, 0, frame, list(frame.columns))
+    book.wb.close()
+    return out.getvalue()
