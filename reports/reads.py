@@ -113,8 +113,8 @@ def commissions(cur: duckdb.DuckDBPyConnection, program_id: str, period: str | N
         params.append(period)
     return _dicts(
         cur,
-        "SELECT transaction_id, sale_id, partner_code, amount - reversed AS amount, amount AS gross,"
-        " reversed, platform_fee - platform_fee_reversed AS platform_fee, currency, status, period,"
+        "SELECT transaction_id, sale_id, partner_code, amount, amount + reversed AS gross,"
+        " reversed, platform_fee, currency, status, period,"
         " sale_period, kind, self_referral, available_at"
         f" FROM rc_commissions WHERE {' AND '.join(where)} ORDER BY period, occurred_at, sale_id, kind",
         params,

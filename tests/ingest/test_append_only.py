@@ -9,9 +9,9 @@ from tests.conftest import ROOT, World
 
 PACKAGES = ("api", "ingest", "reconcile", "reports", "sdk")
 FORBIDDEN = re.compile(
-    r"(UPDATE\s+raw_events|DELETE\s+FROM\s+raw_events|TRUNCATE\s+(TABLE\s+)?raw_events|DROP\s+TABLE[^;]*raw_events"
-    r"|(CREATE\s+OR\s+REPLACE|ALTER)\s+TABLE\s+raw_events|INSERT\s+OR\s+REPLACE\s+INTO\s+raw_events"
-    r"|ON\s+CONFLICT[^;]*raw_events)",
+    r"(UPDATE\s+raw_events|DELETE\s+FROM\s+raw_events|TRUNCATE\s+(TABLE\s+)?raw_events"
+    r'|DROP\s+TABLE[^;"\n]*raw_events|(CREATE\s+OR\s+REPLACE|ALTER)\s+TABLE\s+raw_events'
+    r'|INSERT\s+OR\s+REPLACE\s+INTO\s+raw_events|INTO\s+raw_events[^;"\n]*ON\s+CONFLICT)',
     re.IGNORECASE,
 )
 
