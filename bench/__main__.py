@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, report, webhook
+from bench import ingest, reconcile, report, webhook
 
 
 def main() -> None:
     selected = set(sys.argv[1:])
-    benches = {"ingest": ingest.main, "webhook": webhook.main, "report": report.main}
+    benches = {
+        "ingest": ingest.main,
+        "webhook": webhook.main,
+        "report": report.main,
+        "reconcile": reconcile.main,
+    }
     for name, run in benches.items():
         if not selected or name in selected:
             print(f"== bench/{name}", flush=True)
