@@ -174,11 +174,15 @@ def _setup(demo: Demo, state: Path) -> dict[str, Any]:
         "program_id": program["program_id"],
         "api_key": key,
     }
+    _save(state, saved)
+    return saved
+
+
+def _save(state: Path, saved: dict[str, Any]) -> None:
     state.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump(saved, fh)
-    return saved
 
 
 def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
@@ -358,8 +362,11 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
         key,
         expect=(200, 409),
     )
-    # test traffic: a test-mode sale and a livemode=false processor event (never commissioned)
-    demo.post("/api/v1/track/sale", {"additional_data": {"test_mode": True}}, key)
+    # test traffic: a test-mode sale (once: test sales carry no id to deduplicate them by) and a
+    # livemode=false processor event; neither is ever commissioned
+    if not saved.get("test_sale_sent"):
+        demo.post("/api/v1/track/sale", {"additional_data": {"test_mode": True}}, key)
+        saved["test_sale_sent"] = True
     demo.webhook(
         _event(
             "evt_demo_test_1",
@@ -394,6 +401,7 @@ def run_demo(url: str, operator_token: str, state: Path) -> None:
             time.sleep(0.2)
         saved = _setup(demo, state)
         _traffic(demo, saved)
+        _save(state, saved)
         summary = demo.post("/api/v1/operator/reconcile", None, operator_token)
     print(
         f"demo: program {saved['program_id']} reconciled ({summary['sales']} sales, "

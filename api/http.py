@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import date, datetime
 from email.utils import format_datetime
 from typing import Any, TypeVar
 
@@ -34,6 +34,8 @@ _SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return rfc3339(value)
+    if isinstance(value, date):
+        return value.isoformat()
     if isinstance(value, (set, frozenset)):
         return sorted(value)
     raise TypeError(f"cannot serialise {type(value).__name__}")
