@@ -94,13 +94,27 @@ def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
     return pl.DataFrame(records, schema=PROGRAM_SCHEMA, strict=False)
 
 
-def read(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The raw log, program settings and partners, as one consistent snapshot."""
+def read(
+    con: duckdb.DuckDBPyConnection, program_id: str | None = None, before_seq: int | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The raw log, program settings and partners, as one consistent snapshot; optionally only one
+    program's, and only the log before `before_seq` (the books as of a period close)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if program_id is not None:
+        where.append("program_id = ?")
+        params.append(program_id)
+    if before_seq is not None:
+        where.append("seq < ?")
+        params.append(before_seq)
+    raw_sql = _raw_query() + (f" WHERE {' AND '.join(where)}" if where else "")
+    scope = " WHERE program_id = ?" if program_id is not None else ""
+    scope_params = [program_id] if program_id is not None else []
     con.execute("BEGIN TRANSACTION")
     try:
-        raw = con.sql(_raw_query()).pl()
-        programs = con.execute("SELECT program_id, settings FROM programs").fetchall()
-        partners = con.sql("SELECT program_id, code, email FROM partners").pl()
+        raw = con.sql(raw_sql, params=params).pl()
+        programs = con.execute(f"SELECT program_id, settings FROM programs{scope}", scope_params).fetchall()
+        partners = con.sql(f"SELECT program_id, code, email FROM partners{scope}", params=scope_params).pl()
     finally:
         con.execute("COMMIT")
     return raw, _programs(programs), partners.cast(PARTNER_SCHEMA)

@@ -14,8 +14,18 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from reconcile import job
+from reconcile.pipeline import reconcile
 from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
-from reports.finance import DOUBLE_INPUT, LINE_INPUT, REFUND_INPUT, SALE_INPUT, FinanceReport, build_finance
+from reports.finance import (
+    DOUBLE_INPUT,
+    LINE_INPUT,
+    REFUND_INPUT,
+    SALE_INPUT,
+    FinanceReport,
+    build_finance,
+    from_result,
+)
 
 
 def month_bounds(period: str) -> tuple[datetime, datetime]:
@@ -57,7 +67,14 @@ def _one_snapshot(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
 def finance(
     cur: duckdb.DuckDBPyConnection, program_id: str, period: str, program_name: str | None = None
 ) -> FinanceReport:
-    """The finance report of `program_id` for `period` (YYYY-MM) from the rc_* tables."""
+    """The finance report of `program_id` for `period` (YYYY-MM) from the rc_* tables; for a closed
+    month, the books as of its close: the log before the close, reconciled as of the close."""
+    closed = period_close(cur, program_id, period)
+    if closed is not None:
+        close_seq, closed_at = closed
+        raw, programs, partners = job.read(cur, program_id=program_id, before_seq=close_seq)
+        result = reconcile(raw, programs, partners, closed_at)
+        return from_result(result, program_id, period, program_name)
     with _one_snapshot(cur):
         sales, lines, refunds, doubles = _finance_inputs(cur, program_id, period)
     return build_finance(
@@ -69,6 +86,16 @@ def finance(
         refunds=refunds,
         double_counts=doubles,
     )
+
+
+def period_close(cur: duckdb.DuckDBPyConnection, program_id: str, period: str) -> tuple[int, datetime] | None:
+    """(seq, time) of the first close of `period` for the program, or None while it is open."""
+    row = cur.execute(
+        "SELECT seq, received_at FROM raw_events WHERE kind = 'period_close' AND outcome = 'accepted'"
+        " AND program_id = ? AND json_extract_string(body, '$.period') = ? ORDER BY seq LIMIT 1",
+        [program_id, period],
+    ).fetchone()
+    return (int(row[0]), row[1]) if row else None
 
 
 def _finance_inputs(
