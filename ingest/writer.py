@@ -33,9 +33,27 @@ COPY_EVERY_SECONDS = 1.0  # how often the copier moves journaled rows into the d
 
 @dataclass
 class _Job(Generic[T]):
+    """One operation and whoever waits for it: a thread (`future`) or an event loop (`waiter`)."""
+
     op: Callable[[Tx], T]
-    future: Future[T]
+    future: Future[T] | None
     flush: bool = False
+    waiter: asyncio.Future[T] | None = None
+
+
+Outcome = tuple[_Job[Any], bool, Any]
+
+
+def _settle_async(outcomes: list[Outcome]) -> None:
+    """On the event loop: resolve every waiter of one commit (one wake-up for the whole batch)."""
+    for job, ok, value in outcomes:
+        waiter = job.waiter
+        if waiter is None or waiter.done():
+            continue
+        if ok:
+            waiter.set_result(value)
+        else:
+            waiter.set_exception(value)
 
 
 _STOP = object()
@@ -87,7 +105,11 @@ class Writer:
     async def run(self, op: Callable[[Tx], T], flush: bool = False) -> T:
         """Run `op` in the writer and wait (without blocking the event loop) until it is durable.
         With `flush`, also wait until the store's reads (`query`) see it."""
-        return await asyncio.wrap_future(self.submit(op, flush))
+        if not self._running:
+            raise ServiceUnavailable("tally is not accepting writes right now")
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put(_Job(op, None, flush, waiter))
+        return await waiter
 
     def run_sync(self, op: Callable[[Tx], T], flush: bool = False) -> T:
         return self.submit(op, flush).result()
@@ -131,7 +153,7 @@ class Writer:
             log.exception("copying the journal into the database failed; will retry")
 
     def _commit(self, batch: list[_Job[Any]]) -> None:
-        outcomes: list[tuple[_Job[Any], bool, Any]] = []
+        outcomes: list[Outcome] = []
         tx = self._store.begin()
         try:
             for job in batch:
@@ -148,7 +170,7 @@ class Writer:
                     self._commit([job])
             else:
                 log.exception("write operation failed")
-                batch[0].future.set_exception(exc)
+                self._settle([(batch[0], False, exc)])
             return
         self.commits += 1
         self.operations += len(batch)
@@ -156,12 +178,20 @@ class Writer:
             try:
                 self._store.flush()
             except Exception as exc:
-                for job in batch:
-                    if job.flush:
-                        job.future.set_exception(exc)
-                outcomes = [o for o in outcomes if not o[0].flush]
-        for job, ok, value in outcomes:
-            if ok:
-                job.future.set_result(value)
-            else:
-                job.future.set_exception(value)
+                outcomes = [(job, False, exc) if job.flush else (job, ok, v) for job, ok, v in outcomes]
+        self._settle(outcomes)
+
+    @staticmethod
+    def _settle(outcomes: list[Outcome]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        for outcome in outcomes:
+            job, ok, value = outcome
+            if job.waiter is not None:
+                by_loop.setdefault(job.waiter.get_loop(), []).append(outcome)
+            elif job.future is not None:
+                if ok:
+                    job.future.set_result(value)
+                else:
+                    job.future.set_exception(value)
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_settle_async, items)
