@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from reconcile.schema import materialise, norm_email
+from reconcile import leads
+from reconcile.lookup import lookup
+from reconcile.schema import norm_email
 
 RULES = ("click", "email", "processor_customer", "customer_key")
 
@@ -89,25 +91,28 @@ EVIDENCE = (
 )
 
 
-def _prefixed(frame: pl.LazyFrame, key: str, prefix: str, column: str) -> pl.LazyFrame:
-    return frame.rename(
-        {
-            key: column,
-            "bind_lead": f"{prefix}_lead",
-            "bind_click": f"{prefix}_click",
-            "bind_partner": f"{prefix}_partner",
-            "has_provisional": f"{prefix}_provisional",
-        }
-    )
+def _lead_columns(prefix: str) -> dict[str, str]:
+    return {
+        "bind_lead": f"{prefix}_lead",
+        "bind_click": f"{prefix}_click",
+        "bind_partner": f"{prefix}_partner",
+        "has_provisional": f"{prefix}_provisional",
+    }
+
+
+def _bound(frame: pl.DataFrame, column: str, table: pl.DataFrame, key: str, prefix: str) -> pl.DataFrame:
+    keys = frame.select("program_id", pl.col(column).alias(key))
+    found = lookup(keys, table, ["program_id", key], list(_lead_columns(prefix)))
+    return found.rename(_lead_columns(prefix))
 
 
 def attribute(
-    sales: pl.LazyFrame,
-    click_table: pl.LazyFrame,
-    by_key: pl.LazyFrame,
-    by_email: pl.LazyFrame,
-) -> pl.LazyFrame:
-    """The ladder for each sale (columns INPUT), rows in input order: OUTPUT and EVIDENCE."""
+    sales: pl.DataFrame,
+    click_table: pl.DataFrame,
+    by_key: pl.DataFrame,
+    by_email: pl.DataFrame,
+) -> pl.DataFrame:
+    """The ladder for each sale (columns INPUT), aligned with `sales`: OUTPUT and EVIDENCE."""
     mismatch = pl.col("meta_program_id").is_not_null() & (pl.col("meta_program_id") != pl.col("program_id"))
     trusted = ~pl.col("mismatch") & ~pl.col("metadata_missing")
     base = (
@@ -120,29 +125,18 @@ def attribute(
             pc_id=pl.when(~pl.col("mismatch")).then(pl.col("processor_customer_id")),
         )
     )
-    looked = materialise(
-        base.join(
-            click_table.rename({"click_id": "eff_click", "partner_code": "click_partner"}),
-            on=["program_id", "eff_click"],
-            how="left",
-            maintain_order="left",
-        )
-        .join(
-            _prefixed(by_email, "email_norm", "e", "email_norm"),
-            on=["program_id", "email_norm"],
-            how="left",
-            maintain_order="left",
-        )
-        .join(
-            _prefixed(by_key, "customer_key", "k", "eff_key"),
-            on=["program_id", "eff_key"],
-            how="left",
-            maintain_order="left",
-        )
-        .with_columns(static=pl.coalesce("click_partner", "e_partner", "k_partner"))
+    looked = base.with_columns(
+        click_partner=leads.click_partner(base, "program_id", "eff_click", click_table)
+    ).hstack(
+        [
+            *_bound(base, "email_norm", by_email, "email_norm", "e").get_columns(),
+            *_bound(base, "eff_key", by_key, "customer_key", "k").get_columns(),
+        ]
     )
+    looked = looked.with_columns(static=pl.coalesce("click_partner", "e_partner", "k_partner"))
     first_static = (
-        looked.filter(pl.col("static").is_not_null() & pl.col("pc_id").is_not_null())
+        looked.lazy()
+        .filter(pl.col("static").is_not_null() & pl.col("pc_id").is_not_null())
         .select("program_id", "test_mode", "pc_id", "occurred_at", "sale_id", "static")
         .sort("occurred_at", "sale_id")
         .group_by("program_id", "test_mode", "pc_id")
@@ -152,12 +146,14 @@ def attribute(
             f_partner=pl.col("static").first(),
         )
     )
+    customer = ["program_id", "test_mode", "pc_id"]
+    firsts = lookup(looked.select(customer), first_static, customer, ["f_sale", "f_occurred", "f_partner"])
     earlier = (pl.col("f_occurred") < pl.col("occurred_at")) | (
         (pl.col("f_occurred") == pl.col("occurred_at")) & (pl.col("f_sale") < pl.col("sale_id"))
     )
-    laddered = looked.join(
-        first_static, on=["program_id", "test_mode", "pc_id"], how="left", maintain_order="left"
-    ).with_columns(pc_partner=pl.when(earlier).then(pl.col("f_partner")))
+    laddered = looked.hstack(firsts.get_columns()).with_columns(
+        pc_partner=pl.when(earlier).then(pl.col("f_partner"))
+    )
     partner = pl.coalesce("click_partner", "e_partner", "pc_partner", "k_partner")
     rule = (
         pl.when(pl.col("click_partner").is_not_null())
@@ -191,13 +187,15 @@ def attribute(
         .otherwise(pl.lit("no_attribution_data"))
     )
     return (
-        laddered.with_columns(
+        laddered.lazy()
+        .with_columns(
             partner_code=pl.when(~pl.col("mismatch")).then(partner),
             attribution_rule=pl.when(~pl.col("mismatch")).then(rule),
             click_unknown=pl.col("eff_click").is_not_null() & pl.col("click_partner").is_null(),
         )
         .with_columns(unattributed_reason=reason)
         .select(*OUTPUT, *(c for c in EVIDENCE if c not in OUTPUT))
+        .collect()
     )
 
 

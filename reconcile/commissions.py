@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
-from reconcile.schema import PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, materialise, norm_email
+from reconcile.schema import PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, norm_email
 
 # Columns of a sale the commission rules read.
 INPUT = (
@@ -39,7 +40,7 @@ INPUT = (
 OUTPUT = ("commissionable", "gross_commission", "gross_fee", "self_referral", "holding_days")
 
 
-def _window(frame: pl.LazyFrame) -> pl.LazyFrame:
+def _window(frame: pl.DataFrame) -> pl.DataFrame:
     """The customer line of each sale: (window_kind, window_value), without building strings."""
     email = norm_email(pl.col("email"))
     sources = [
@@ -51,7 +52,9 @@ def _window(frame: pl.LazyFrame) -> pl.LazyFrame:
     kind: pl.Expr = pl.lit(len(sources), pl.Int8)
     for index in reversed(range(len(sources))):
         kind = pl.when(sources[index].is_not_null()).then(pl.lit(index, pl.Int8)).otherwise(kind)
-    return frame.with_columns(
+    return frame.select(
+        INPUT,
+    ).with_columns(
         email_norm=email,
         window_kind=kind,
         window_value=pl.coalesce(*sources, pl.col("sale_id")),
@@ -66,26 +69,36 @@ def _window_end(months: pl.Expr, anchor: pl.Expr, distinct: list[int]) -> pl.Exp
     return end
 
 
-def gross(sales: pl.LazyFrame, programs: pl.DataFrame, partners: pl.LazyFrame) -> pl.LazyFrame:
-    """For sales (columns INPUT), rows in input order: OUTPUT."""
+SETTINGS = tuple(name for name in PROGRAM_SCHEMA if name != "program_id")
+
+
+def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -> pl.DataFrame:
+    """For sales (columns INPUT), aligned with them: OUTPUT."""
     eligible = ~pl.col("test_mode") & pl.col("partner_code").is_not_null()
-    windowed = _window(sales.select(INPUT)).join(
-        programs.lazy(), on="program_id", how="left", maintain_order="left"
-    )
-    windowed = materialise(
-        windowed.with_columns(
-            pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
-            for name, value in PROGRAM_DEFAULTS.items()
-        )
+    windowed = _window(sales)
+    settings = lookup_small(windowed.get_column("program_id"), programs, "program_id", SETTINGS).with_columns(
+        pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
+        for name, value in PROGRAM_DEFAULTS.items()
     )
     line = ["program_id", "window_kind", "window_value"]
     anchors = (
-        windowed.filter(eligible)
+        windowed.lazy()
+        .filter(eligible)
         .select(*line, "occurred_at", "sale_id")
         .sort("occurred_at", "sale_id")
         .group_by(line)
         .agg(anchor_sale=pl.col("sale_id").first(), anchor_at=pl.col("occurred_at").first())
     )
+    anchored = lookup(
+        windowed.select(pl.when(eligible).then(pl.col("program_id")).alias("program_id"), *line[1:]),
+        anchors,
+        line,
+        ["anchor_sale", "anchor_at"],
+    )
+    partner_emails = partners.select(
+        "program_id", partner_code=pl.col("code"), partner_email=norm_email(pl.col("email"))
+    )
+    emails = lookup(windowed, partner_emails, ["program_id", "partner_code"], ["partner_email"])
     months = pl.col("recurring_months")
     distinct = sorted(
         m for m in programs.get_column("recurring_months").drop_nulls().unique().to_list() if m > 0
@@ -97,9 +110,6 @@ def gross(sales: pl.LazyFrame, programs: pl.DataFrame, partners: pl.LazyFrame) -
         .then(pl.col("sale_id") == pl.col("anchor_sale"))
         .otherwise(pl.col("occurred_at") < _window_end(months, pl.col("anchor_at"), distinct))
     )
-    partner_emails = partners.select(
-        "program_id", partner_code=pl.col("code"), partner_email=norm_email(pl.col("email"))
-    )
     commission = (
         pl.when(pl.col("commission_type") == "flat")
         .then(pl.col("commission_flat"))
@@ -107,8 +117,8 @@ def gross(sales: pl.LazyFrame, programs: pl.DataFrame, partners: pl.LazyFrame) -
     )
     zero = pl.lit(0, pl.Int64)
     return (
-        windowed.join(anchors, on=line, how="left", maintain_order="left")
-        .join(partner_emails, on=["program_id", "partner_code"], how="left", maintain_order="left")
+        windowed.hstack([*settings.get_columns(), *anchored.get_columns(), *emails.get_columns()])
+        .lazy()
         .with_columns(commissionable=(eligible & in_window).fill_null(False))
         .select(
             "commissionable",
@@ -121,10 +131,11 @@ def gross(sales: pl.LazyFrame, programs: pl.DataFrame, partners: pl.LazyFrame) -
             ),
             holding_days="holding_days",
         )
+        .collect()
     )
 
 
-def finish(sales: pl.LazyFrame, totals: pl.LazyFrame, now: pl.Expr) -> pl.LazyFrame:
+def finish(sales: pl.DataFrame, totals: pl.DataFrame, now: pl.Expr) -> pl.DataFrame:
     """Folds refund totals into sales carrying OUTPUT: net commission and fee, status."""
     fully = pl.col("refunded") >= pl.col("gross_amount")
     status = (
@@ -138,12 +149,12 @@ def finish(sales: pl.LazyFrame, totals: pl.LazyFrame, now: pl.Expr) -> pl.LazyFr
         .then(pl.lit("approved"))
         .otherwise(pl.lit("pending"))
     )
+    refunded = lookup(sales, totals, ["program_id", "sale_id"], ["refunded", "reversed", "fee_reversed"])
     return (
-        sales.join(totals, on=["program_id", "sale_id"], how="left", maintain_order="left")
+        sales.hstack(refunded.get_columns())
+        .lazy()
         .with_columns(
-            refunded=pl.col("refunded").fill_null(0),
-            reversed=pl.col("reversed").fill_null(0),
-            fee_reversed=pl.col("fee_reversed").fill_null(0),
+            pl.col("refunded", "reversed", "fee_reversed").fill_null(0),
             available_at=pl.col("occurred_at") + pl.duration(days=pl.col("holding_days")),
         )
         .with_columns(
@@ -151,10 +162,11 @@ def finish(sales: pl.LazyFrame, totals: pl.LazyFrame, now: pl.Expr) -> pl.LazyFr
             platform_fee=pl.col("gross_fee") - pl.col("fee_reversed"),
             commission_status=status,
         )
+        .collect()
     )
 
 
-def lines(sales: pl.LazyFrame) -> pl.LazyFrame:
+def lines(sales: pl.DataFrame) -> pl.DataFrame:
     """One `commission` line per commissioned sale, in the sale's own month."""
     return sales.filter(pl.col("commissionable")).select(
         "program_id",

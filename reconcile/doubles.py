@@ -17,28 +17,33 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from reconcile.schema import distinct, materialise
+from reconcile.lookup import lookup
 
 ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
 
 
-def wanted_ids(raw: pl.LazyFrame, stripe: pl.LazyFrame) -> pl.LazyFrame:
+def wanted_ids(raw: pl.LazyFrame) -> pl.DataFrame:
     """program_id, id: every id something in the log refers a sale by (self-hosted sales and
     refunds, refused sale attempts, processor refunds). Only these need resolving."""
     track = raw.filter(pl.col("kind").is_in(["sale", "refund"]) & pl.col("program_id").is_not_null()).select(
         "program_id", id=pl.col("transaction_id")
     )
-    refunds = stripe.filter(pl.col("event_type") == "charge.refunded")
+    refunds = raw.filter(
+        (pl.col("kind") == "stripe")
+        & (pl.col("outcome") == "accepted")
+        & pl.col("program_id").is_not_null()
+        & (pl.col("event_type") == "charge.refunded")
+    )
     processor = [
         refunds.select("program_id", id=pl.col(column))
         for column in ("invoice_id", "payment_intent_id", "object_id", "charge_id")
     ]
-    return distinct(pl.concat([track, *processor]).drop_nulls(), ["program_id", "id"])
+    return pl.concat([track, *processor]).drop_nulls().group_by("program_id", "id").agg().collect()
 
 
 def id_map(
-    connect: pl.LazyFrame, wanted: pl.LazyFrame, self_hosted: pl.LazyFrame | None = None
-) -> pl.LazyFrame:
+    connect: pl.DataFrame, wanted: pl.DataFrame, self_hosted: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """program_id, id -> sale_id, matched_on, for the `wanted` ids a counted sale is known by.
 
     Connect ids come first (in ID_FIELDS order), then self-hosted transaction ids of real sales,
@@ -46,89 +51,101 @@ def id_map(
     the smallest sale id.
     """
     parts = [
-        connect.select(
-            "program_id",
-            "sale_id",
-            id=pl.col(field),
-            matched_on=pl.lit(field),
-            rank=pl.lit(rank, pl.Int32),
-        ).join(wanted, on=["program_id", "id"], how="semi")
+        connect.lazy()
+        .select(
+            "program_id", "sale_id", id=pl.col(field), matched_on=pl.lit(field), rank=pl.lit(rank, pl.Int32)
+        )
+        .join(wanted.lazy(), on=["program_id", "id"], how="semi")
         for rank, field in enumerate(ID_FIELDS)
     ]
     if self_hosted is not None:
         parts.append(
-            self_hosted.select(
+            self_hosted.lazy()
+            .select(
                 "program_id",
                 "sale_id",
                 id=pl.col("transaction_id"),
                 matched_on=pl.lit("transaction_id"),
                 rank=pl.lit(len(ID_FIELDS), pl.Int32) + pl.col("test_mode").cast(pl.Int32),
-            ).filter(pl.col("id").is_not_null())
+            )
+            .filter(pl.col("id").is_not_null())
         )
     return (
         pl.concat(parts)
         .sort("rank", "sale_id")
         .group_by("program_id", "id")
         .agg(pl.col("sale_id").first(), pl.col("matched_on").first())
+        .collect()
     )
 
 
 @dataclass(frozen=True)
 class Split:
-    """Self-hosted sales that count, and the report rows for those that do not."""
+    """Self-hosted sales that count, and the report rows for those that do not (the
+    `connect_and_self_hosted` rows still without their `connect_record_ids`)."""
 
-    counted: pl.LazyFrame
-    pairs: pl.LazyFrame
+    counted: pl.DataFrame
+    pairs: pl.DataFrame
 
 
-def split_self_hosted(connect: pl.LazyFrame, self_hosted: pl.LazyFrame) -> Split:
+PAIR_COLUMNS = (
+    "program_id",
+    "kind",
+    "transaction_id",
+    "sale_id",
+    "duplicate_id",
+    "duplicate_transaction_id",
+    "matched_on",
+    "amount",
+    "currency",
+    "occurred_at",
+)
+
+
+def split_self_hosted(connect: pl.DataFrame, self_hosted: pl.DataFrame) -> Split:
     real = ~pl.col("test_mode") & pl.col("transaction_id").is_not_null()
-    wanted = distinct(
-        self_hosted.filter(real).select("program_id", id=pl.col("transaction_id")), ["program_id", "id"]
-    )
+    wanted = self_hosted.filter(real).select("program_id", id=pl.col("transaction_id"))
     connect_ids = id_map(connect, wanted)
-    matched = materialise(
-        self_hosted.join(
-            connect_ids.rename({"sale_id": "connect_sale_id"}),
-            left_on=["program_id", "transaction_id"],
-            right_on=["program_id", "id"],
-            how="left",
-        ).with_columns(is_double=real & pl.col("connect_sale_id").is_not_null())
+    hit = lookup(
+        self_hosted,
+        connect_ids,
+        ["program_id", "transaction_id"],
+        ["sale_id", "matched_on"],
+        right_on=["program_id", "id"],
     )
-    pairs = (
-        matched.filter(pl.col("is_double"))
-        .join(
-            connect.select(
-                "program_id",
-                connect_sale_id=pl.col("sale_id"),
-                connect_transaction_id=pl.col("transaction_id"),
-                connect_record_ids=pl.col("record_ids"),
-            ),
-            on=["program_id", "connect_sale_id"],
-        )
-        .select(
-            "program_id",
-            kind=pl.lit("connect_and_self_hosted"),
-            transaction_id=pl.col("connect_transaction_id"),
-            sale_id=pl.col("connect_sale_id"),
-            connect_record_ids="connect_record_ids",
-            duplicate_id=pl.col("sale_id"),
-            duplicate_transaction_id=pl.col("transaction_id"),
-            matched_on="matched_on",
-            amount=pl.col("gross_amount"),
-            currency="currency",
-            occurred_at="occurred_at",
-        )
+    matched = self_hosted.with_columns(
+        connect_sale_id=hit.get_column("sale_id"), matched_on=hit.get_column("matched_on")
+    ).with_columns(is_double=real & pl.col("connect_sale_id").is_not_null())
+    doubled = matched.filter(pl.col("is_double"))
+    winner = lookup(
+        doubled.select("program_id", sale_id=pl.col("connect_sale_id")),
+        connect,
+        ["program_id", "sale_id"],
+        ["transaction_id"],
+    )
+    pairs = doubled.select(
+        "program_id",
+        kind=pl.lit("connect_and_self_hosted"),
+        transaction_id=winner.get_column("transaction_id"),
+        sale_id=pl.col("connect_sale_id"),
+        duplicate_id=pl.col("sale_id"),
+        duplicate_transaction_id=pl.col("transaction_id"),
+        matched_on="matched_on",
+        amount=pl.col("gross_amount"),
+        currency="currency",
+        occurred_at="occurred_at",
     )
     remaining = matched.filter(~pl.col("is_double")).drop("connect_sale_id", "matched_on", "is_double")
     firsts = (
-        remaining.filter(real)
+        remaining.lazy()
+        .filter(real)
         .sort("occurred_at", "sale_id")
         .group_by("program_id", "transaction_id")
         .agg(first_sale=pl.col("sale_id").first())
     )
-    ranked = remaining.join(firsts, on=["program_id", "transaction_id"], how="left").with_columns(
-        first_sale=pl.when(real).then(pl.col("first_sale"))
+    probe = remaining.select(pl.when(real).then(pl.col("program_id")).alias("program_id"), "transaction_id")
+    ranked = remaining.hstack(
+        lookup(probe, firsts, ["program_id", "transaction_id"], ["first_sale"]).get_columns()
     )
     repeat = pl.col("first_sale").is_not_null() & (pl.col("first_sale") != pl.col("sale_id"))
     repeats = ranked.filter(repeat).select(
@@ -136,7 +153,6 @@ def split_self_hosted(connect: pl.LazyFrame, self_hosted: pl.LazyFrame) -> Split
         kind=pl.lit("self_hosted_repeat"),
         transaction_id="transaction_id",
         sale_id=pl.col("first_sale"),
-        connect_record_ids=pl.lit(None, pl.List(pl.String)),
         duplicate_id=pl.col("sale_id"),
         duplicate_transaction_id=pl.col("transaction_id"),
         matched_on=pl.lit("transaction_id"),
@@ -144,31 +160,29 @@ def split_self_hosted(connect: pl.LazyFrame, self_hosted: pl.LazyFrame) -> Split
         currency="currency",
         occurred_at="occurred_at",
     )
-    counted = ranked.filter(~repeat.fill_null(False)).drop("first_sale")
+    counted = ranked.filter(~repeat).drop("first_sale")
     return Split(counted=counted, pairs=pl.concat([pairs, repeats]))
 
 
-def refused(raw: pl.LazyFrame, sale_ids: pl.LazyFrame) -> pl.LazyFrame:
+def refused(raw: pl.LazyFrame, sale_ids: pl.DataFrame) -> pl.DataFrame:
     """Report rows for the sale attempts ingest refused as duplicates."""
-    return (
-        raw.filter((pl.col("kind") == "sale") & (pl.col("outcome") == "duplicate"))
-        .join(
-            sale_ids,
-            left_on=["program_id", "transaction_id"],
-            right_on=["program_id", "id"],
-            how="left",
-        )
-        .select(
-            "program_id",
-            kind=pl.lit("ingest_refused"),
-            transaction_id="transaction_id",
-            sale_id="sale_id",
-            connect_record_ids=pl.lit(None, pl.List(pl.String)),
-            duplicate_id=pl.col("event_id"),
-            duplicate_transaction_id=pl.col("transaction_id"),
-            matched_on="matched_on",
-            amount="amount",
-            currency="currency",
-            occurred_at="occurred_at",
-        )
+    attempts = raw.filter((pl.col("kind") == "sale") & (pl.col("outcome") == "duplicate")).collect()
+    hit = lookup(
+        attempts,
+        sale_ids,
+        ["program_id", "transaction_id"],
+        ["sale_id", "matched_on"],
+        right_on=["program_id", "id"],
+    )
+    return attempts.hstack(hit.get_columns()).select(
+        "program_id",
+        kind=pl.lit("ingest_refused"),
+        transaction_id="transaction_id",
+        sale_id="sale_id",
+        duplicate_id=pl.col("event_id"),
+        duplicate_transaction_id=pl.col("transaction_id"),
+        matched_on="matched_on",
+        amount="amount",
+        currency="currency",
+        occurred_at="occurred_at",
     )

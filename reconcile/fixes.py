@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from reconcile.lookup import lookup
 from reconcile.schema import distinct
 
 
@@ -54,10 +55,20 @@ def metadata_fixes(raw: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def effective_fixes(raw: pl.LazyFrame, sales: pl.LazyFrame) -> pl.LazyFrame:
+def effective_fixes(raw: pl.LazyFrame, sales: pl.DataFrame) -> pl.DataFrame:
     """Per fixed sale: program_id, sale_id, fix_click, fix_key (either may be null)."""
-    fixes = metadata_fixes(raw)
-    targets = sales.select(
+    fixes = metadata_fixes(raw).collect()
+    if fixes.is_empty():
+        return pl.DataFrame(
+            schema={
+                "program_id": pl.String,
+                "sale_id": pl.String,
+                "fix_click": pl.String,
+                "fix_key": pl.String,
+            }
+        )
+    fixes_lazy = fixes.lazy()
+    targets = sales.lazy().select(
         "program_id",
         "sale_id",
         "subscription_id",
@@ -65,12 +76,12 @@ def effective_fixes(raw: pl.LazyFrame, sales: pl.LazyFrame) -> pl.LazyFrame:
         day=pl.col("occurred_at").dt.date(),
     )
     by_subscription = targets.join(
-        fixes.filter(pl.col("f_subscription").is_not_null()),
+        fixes_lazy.filter(pl.col("f_subscription").is_not_null()),
         left_on=["program_id", "subscription_id"],
         right_on=["program_id", "f_subscription"],
     )
     by_transaction = targets.join(
-        fixes.filter(pl.col("f_transaction").is_not_null()),
+        fixes_lazy.filter(pl.col("f_transaction").is_not_null()),
         left_on=["program_id", "transaction_id"],
         right_on=["program_id", "f_transaction"],
     )
@@ -89,13 +100,15 @@ def effective_fixes(raw: pl.LazyFrame, sales: pl.LazyFrame) -> pl.LazyFrame:
             fix_click=pl.col("f_click").drop_nulls().first(),
             fix_key=pl.col("f_key").drop_nulls().first(),
         )
+        .collect()
     )
 
 
-def apply(sales: pl.LazyFrame, fixes: pl.LazyFrame) -> pl.LazyFrame:
+def apply(sales: pl.DataFrame, fixes: pl.DataFrame) -> pl.DataFrame:
     """Sales with effective fixes folded into click_id / customer_key; adds `fixed`."""
+    found = lookup(sales, fixes, ["program_id", "sale_id"], ["fix_click", "fix_key"])
     return (
-        sales.join(fixes, on=["program_id", "sale_id"], how="left")
+        sales.hstack(found.get_columns())
         .with_columns(
             fixed=pl.col("fix_click").is_not_null() | pl.col("fix_key").is_not_null(),
             click_id=pl.coalesce("fix_click", "click_id"),

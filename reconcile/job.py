@@ -1,16 +1,19 @@
 """The reconcile job: read the raw log, reconcile, replace the materialised tables atomically.
 
 `run` is called by the server's single writer thread (scheduled, and on
-`POST /api/v1/operator/reconcile`), which owns the DuckDB connection and passes it in. One run:
+`POST /api/v1/operator/reconcile`), which owns the DuckDB connection and passes it in. A run is
+ONE transaction, so it works on one snapshot of `raw_events`, `programs` and `partners`, and
+readers see either the previous run's tables or this run's, never a mix:
 
-1. reads `raw_events` (only the columns the reconciler uses; `body` only for engineer actions),
-   `programs` (settings JSON) and `partners`, inside one transaction so they are one snapshot;
-2. runs the pure pipeline (reconcile/pipeline.py) as of `now`;
-3. in ONE transaction, replaces `rc_sales`, `rc_commissions`, `rc_refunds`, `rc_double_counts`,
-   `rc_evidence`, `rc_unroutable`, (re)creates the view `rc_explain` (steps rendered from
-   `rc_evidence`, reconcile/explain.py) and appends a row to `rc_runs`. Readers see either the previous
-   run or this one, never a mix; on any error the transaction is rolled back and the previous
-   results stay.
+1. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows (a bigger program is a
+   chunk of its own). Every reconcile rule is per program, so reconciling chunk by chunk gives
+   exactly the result of reconciling the whole log at once, with memory bounded by the chunk;
+2. each chunk is read (only the columns the reconciler uses for each kind of row, schema.py
+   READ_COLUMNS; `body` only for engineer actions) and reconciled (reconcile/pipeline.py);
+3. the results replace `rc_sales`, `rc_commissions`, `rc_refunds`, `rc_double_counts`,
+   `rc_evidence` and `rc_unroutable` (unroutable events belong to no program; read once), the
+   view `rc_explain` (steps rendered from `rc_evidence`, reconcile/explain.py) is (re)created,
+   and a row is appended to `rc_runs`; then COMMIT. On any error: ROLLBACK, previous results stay.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,19 +30,30 @@ import duckdb
 import polars as pl
 
 from reconcile import explain
-from reconcile.pipeline import Result, reconcile
-from reconcile.schema import PARTNER_SCHEMA, PROGRAM_SCHEMA, RAW_SCHEMA
+from reconcile.pipeline import reconcile, unroutable
+from reconcile.schema import (
+    COMMISSIONS_SCHEMA,
+    DOUBLE_COUNTS_SCHEMA,
+    EVIDENCE_SCHEMA,
+    PARTNER_SCHEMA,
+    PROGRAM_SCHEMA,
+    READ_COLUMNS,
+    REFUNDS_SCHEMA,
+    SALES_SCHEMA,
+    UNROUTABLE_SCHEMA,
+    conform,
+    prepare_raw,
+)
 
 Progress = Callable[[str, int, int], None]
 
-# Materialised table -> Result attribute.
-TABLES: dict[str, str] = {
-    "rc_sales": "sales",
-    "rc_commissions": "commissions",
-    "rc_refunds": "refunds",
-    "rc_double_counts": "double_counts",
-    "rc_evidence": "evidence",
-    "rc_unroutable": "unroutable",
+# Materialised table -> (Result attribute, schema).
+TABLES: dict[str, tuple[str, dict[str, pl.DataType]]] = {
+    "rc_sales": ("sales", SALES_SCHEMA),
+    "rc_commissions": ("commissions", COMMISSIONS_SCHEMA),
+    "rc_refunds": ("refunds", REFUNDS_SCHEMA),
+    "rc_double_counts": ("double_counts", DOUBLE_COUNTS_SCHEMA),
+    "rc_evidence": ("evidence", EVIDENCE_SCHEMA),
 }
 
 RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
@@ -53,7 +67,7 @@ RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
     duration_ms BIGINT NOT NULL)"""
 
 ENGINEER_KINDS = ("backfill", "period_close")
-STAGES = ("read", "reconcile", "write")
+CHUNK_EVENTS = 2_500_000
 
 
 @dataclass(frozen=True)
@@ -72,12 +86,32 @@ class ReconcileFailed(Exception):
     """Raised by `run` when a run could not be completed; the previous results are kept."""
 
 
-def _raw_query() -> str:
-    columns = [
+_KIND_FILTER = {
+    "stripe": "kind = 'stripe'",
+    "click": "kind = 'click'",
+    "other": "kind NOT IN ('stripe', 'click')",
+}
+
+
+def _select(columns: Sequence[str]) -> str:
+    return ", ".join(
         f"CASE WHEN kind IN {ENGINEER_KINDS!r} THEN body END AS body" if name == "body" else name
-        for name in RAW_SCHEMA
+        for name in columns
+    )
+
+
+def raw_chunk(con: duckdb.DuckDBPyConnection, programs: Sequence[str] | None = None) -> pl.DataFrame:
+    """The rows of `raw_events` (of the given programs; None = all), with only the columns the
+    reconciler reads for each kind of row (schema.READ_COLUMNS); the others are null."""
+    where = "" if programs is None else " AND program_id IN (SELECT unnest(?::VARCHAR[]))"
+    params = None if programs is None else [list(programs)]
+    parts: list[pl.DataFrame] = [
+        con.sql(
+            f"SELECT {_select(columns)} FROM raw_events WHERE {_KIND_FILTER[group]}{where}", params=params
+        ).pl()
+        for group, columns in READ_COLUMNS.items()
     ]
-    return f"SELECT {', '.join(columns)} FROM raw_events"
+    return pl.concat(parts, how="diagonal_relaxed")
 
 
 def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
@@ -94,30 +128,36 @@ def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
     return pl.DataFrame(records, schema=PROGRAM_SCHEMA, strict=False)
 
 
-def read(
-    con: duckdb.DuckDBPyConnection, program_id: str | None = None, before_seq: int | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The raw log, program settings and partners, as one consistent snapshot; optionally only one
-    program's, and only the log before `before_seq` (the books as of a period close)."""
-    where: list[str] = []
-    params: list[Any] = []
-    if program_id is not None:
-        where.append("program_id = ?")
-        params.append(program_id)
-    if before_seq is not None:
-        where.append("seq < ?")
-        params.append(before_seq)
-    raw_sql = _raw_query() + (f" WHERE {' AND '.join(where)}" if where else "")
-    scope = " WHERE program_id = ?" if program_id is not None else ""
-    scope_params = [program_id] if program_id is not None else []
+def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Program settings and partners, as the reconciler takes them."""
+    programs = _programs(con.execute("SELECT program_id, settings FROM programs").fetchall())
+    partners: pl.DataFrame = con.sql("SELECT program_id, code, email FROM partners").pl()
+    return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
+
+
+def read(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The whole raw log, program settings and partners, loaded, as one consistent snapshot
+    (for previews; the job itself never loads the whole log at once)."""
     con.execute("BEGIN TRANSACTION")
     try:
-        raw = con.sql(raw_sql, params=params).pl()
-        programs = con.execute(f"SELECT program_id, settings FROM programs{scope}", scope_params).fetchall()
-        partners = con.sql(f"SELECT program_id, code, email FROM partners{scope}", params=scope_params).pl()
+        raw = raw_chunk(con)
+        programs, partners = control_plane(con)
     finally:
         con.execute("COMMIT")
-    return raw, _programs(programs), partners.cast(PARTNER_SCHEMA)
+    return raw, programs, partners
+
+
+def chunks(counts: Sequence[tuple[str, int]], limit: int = CHUNK_EVENTS) -> list[list[str]]:
+    """Programs packed in order into chunks of at most `limit` events (one program never splits)."""
+    packed: list[list[str]] = []
+    size = 0
+    for program_id, events in counts:
+        if not packed or size + events > limit:
+            packed.append([])
+            size = 0
+        packed[-1].append(program_id)
+        size += events
+    return packed
 
 
 def _replace_view(con: duckdb.DuckDBPyConnection, name: str, ddl: str) -> None:
@@ -130,56 +170,49 @@ def _replace_view(con: duckdb.DuckDBPyConnection, name: str, ddl: str) -> None:
     con.execute(ddl)
 
 
-def write(
-    con: duckdb.DuckDBPyConnection,
-    result: Result,
-    *,
-    run_id: str,
-    raw: pl.DataFrame,
-    now: datetime,
-    started: float,
-) -> RunSummary:
-    """Replace every materialised table and record the run, all in one transaction."""
-    con.execute("BEGIN TRANSACTION")
+def _put(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, *, replace: bool) -> None:
+    view = f"_rc_new_{table}"
+    con.register(view, frame.to_arrow())
     try:
-        con.execute(RUNS_DDL)
-        for table, attribute in TABLES.items():
-            frame: pl.DataFrame = getattr(result, attribute)
-            view = f"_rc_new_{table}"
-            con.register(view, frame.to_arrow())
-            try:
-                con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {view}")
-            finally:
-                con.unregister(view)
-        _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
-        high_water = raw.get_column("seq").max()
-        summary = RunSummary(
-            run_id=run_id,
-            events_read=raw.height,
-            sales=result.sales.height,
-            commissions=result.commissions.height,
-            duration_ms=round((time.perf_counter() - started) * 1000),
-            high_water_seq=int(high_water) if isinstance(high_water, int) else 0,
-        )
-        con.execute(
-            "INSERT INTO rc_runs (run_id, started_at, finished_at, high_water_seq, events_read, sales,"
-            " commissions, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                summary.run_id,
-                now,
-                now + timedelta(milliseconds=summary.duration_ms),
-                summary.high_water_seq,
-                summary.events_read,
-                summary.sales,
-                summary.commissions,
-                summary.duration_ms,
-            ],
-        )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return summary
+        if replace:
+            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {view}")
+        else:
+            con.execute(f"INSERT INTO {table} SELECT * FROM {view}")
+    finally:
+        con.unregister(view)
+
+
+def _reconcile_all(
+    con: duckdb.DuckDBPyConnection, now: datetime, report: Progress
+) -> tuple[int, int, int, int]:
+    """Reconcile chunk by chunk into the rc_* tables; (events, high water seq, sales, lines)."""
+    events, high_water = con.execute("SELECT count(*), coalesce(max(seq), 0) FROM raw_events").fetchone() or (
+        0,
+        0,
+    )
+    counts = con.execute(
+        "SELECT program_id, count(*) FROM raw_events WHERE program_id IS NOT NULL"
+        " GROUP BY program_id ORDER BY program_id"
+    ).fetchall()
+    programs, partners = control_plane(con)
+    for table, (_, schema) in TABLES.items():
+        _put(con, table, pl.DataFrame(schema=schema), replace=True)
+    packed = chunks(counts)
+    sales = lines = 0
+    for done, chunk in enumerate(packed):
+        report("reconcile", done, len(packed))
+        result = reconcile(raw_chunk(con, chunk), programs, partners, now)
+        for table, (attribute, _) in TABLES.items():
+            _put(con, table, getattr(result, attribute), replace=False)
+        sales += result.sales.height
+        lines += result.commissions.height
+        del result
+    report("write", len(packed), len(packed))
+    stray = con.sql(f"SELECT {_select(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL").pl()
+    lost = unroutable(prepare_raw(stray)).collect()
+    _put(con, "rc_unroutable", conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(), replace=True)
+    _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
+    return int(events), int(high_water), sales, lines
 
 
 def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | None = None) -> RunSummary:
@@ -193,14 +226,39 @@ def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | N
     report: Progress = on_progress or (lambda _stage, _done, _total: None)
     started = time.perf_counter()
     run_id = f"rcr_{uuid.uuid4().hex}"
+    report("read", 0, 1)
     try:
-        report("read", 0, len(STAGES))
-        raw, programs, partners = read(con)
-        report("reconcile", 1, len(STAGES))
-        result = reconcile(raw, programs, partners, now)
-        report("write", 2, len(STAGES))
-        summary = write(con, result, run_id=run_id, raw=raw, now=now, started=started)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            events, high_water, sales, lines = _reconcile_all(con, now, report)
+            con.execute(RUNS_DDL)
+            summary = RunSummary(
+                run_id=run_id,
+                events_read=events,
+                sales=sales,
+                commissions=lines,
+                duration_ms=round((time.perf_counter() - started) * 1000),
+                high_water_seq=high_water,
+            )
+            con.execute(
+                "INSERT INTO rc_runs (run_id, started_at, finished_at, high_water_seq, events_read, sales,"
+                " commissions, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    summary.run_id,
+                    now,
+                    now + timedelta(milliseconds=summary.duration_ms),
+                    summary.high_water_seq,
+                    summary.events_read,
+                    summary.sales,
+                    summary.commissions,
+                    summary.duration_ms,
+                ],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
     except duckdb.Error as exc:
         raise ReconcileFailed(f"reconcile run {run_id} failed: {exc}") from exc
-    report("done", len(STAGES), len(STAGES))
+    report("done", 1, 1)
     return summary

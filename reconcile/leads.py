@@ -14,7 +14,7 @@
   or a click unknown to the program, the customer is bound to no partner. The same holds for an
   email: its earliest settled lead decides.
 
-`lookup(key)` gives, per program and customer key (or normalised email): the binding lead
+`lookup_table(key)` gives, per program and customer key (or normalised email): the binding lead
 (lead id, click id, partner code) if any settled lead exists, and whether provisional leads
 exist, which the ladder needs to name its reason (`lead_provisional`).
 """
@@ -25,13 +25,19 @@ from typing import Literal
 
 import polars as pl
 
-from reconcile.schema import materialise, norm_email
+from reconcile.lookup import lookup
+from reconcile.schema import norm_email
 
 LeadKey = Literal["customer_key", "email_norm"]
 
 
-def clicks(raw: pl.LazyFrame) -> pl.LazyFrame:
-    """program_id, click_id -> partner_code (first recorded wins should an id repeat)."""
+_ROW = "__lead"
+CLICK_COLUMNS = ("program_id", "click_id", "partner_code", "occurred_at", "event_id")
+
+
+def clicks(raw: pl.LazyFrame) -> pl.DataFrame:
+    """Accepted clicks: program_id, click_id, partner_code, and (occurred_at, event_id), the
+    order in which the first of a repeated click id wins (see `click_partner`)."""
     return (
         raw.filter(
             (pl.col("kind") == "click")
@@ -40,68 +46,79 @@ def clicks(raw: pl.LazyFrame) -> pl.LazyFrame:
             & pl.col("click_id").is_not_null()
             & pl.col("partner_code").is_not_null()
         )
-        .sort("occurred_at", "event_id")
-        .group_by("program_id", "click_id")
-        .agg(partner_code=pl.col("partner_code").first())
+        .select(CLICK_COLUMNS)
+        .collect()
     )
 
 
-def leads(raw: pl.LazyFrame) -> pl.LazyFrame:
-    """Every accepted lead; settled ones with their effective click (`lead_click`)."""
-    base = materialise(
+def click_partner(frame: pl.DataFrame, program: str, click: str, click_table: pl.DataFrame) -> pl.Series:
+    """The partner of each row's click (columns `program`, `click`), aligned with `frame`."""
+    keys = frame.select(pl.col(program).alias("program_id"), pl.col(click).alias("click_id"))
+    found = lookup(
+        keys, click_table, ["program_id", "click_id"], ["partner_code"], order=["occurred_at", "event_id"]
+    )
+    return found.get_column("partner_code")
+
+
+def leads(raw: pl.LazyFrame, click_table: pl.DataFrame) -> pl.DataFrame:
+    """Every accepted lead; settled ones with their effective click and its partner."""
+    base = (
         raw.filter(
             (pl.col("kind") == "lead")
             & (pl.col("outcome") == "accepted")
             & pl.col("program_id").is_not_null()
             & pl.col("event_id").is_not_null()
-        ).select(
+        )
+        .select(
             "program_id",
             "customer_key",
             "occurred_at",
             lead_id=pl.col("event_id"),
             email_norm=norm_email(pl.col("email")),
             settled=(pl.col("lead_status") == "settled").fill_null(False),
-            lead_click=pl.col("click_id"),
+            own_click=pl.col("click_id"),
         )
+        .collect()
     )
     first_provisional = (
-        base.filter(
-            ~pl.col("settled") & pl.col("lead_click").is_not_null() & pl.col("customer_key").is_not_null()
-        )
+        base.lazy()
+        .filter(~pl.col("settled") & pl.col("own_click").is_not_null() & pl.col("customer_key").is_not_null())
         .sort("occurred_at", "lead_id")
         .group_by("program_id", "customer_key")
-        .agg(p_click=pl.col("lead_click").first(), p_occurred=pl.col("occurred_at").first())
+        .agg(p_click=pl.col("own_click").first(), p_occurred=pl.col("occurred_at").first())
     )
-    inherits = pl.col("settled") & pl.col("lead_click").is_null() & pl.col("customer_key").is_not_null()
-    inherited = (
-        base.filter(inherits)
-        .join(first_provisional, on=["program_id", "customer_key"], how="left")
-        .with_columns(
-            lead_click=pl.when(pl.col("p_occurred") <= pl.col("occurred_at")).then(pl.col("p_click"))
+    inherits = pl.col("settled") & pl.col("own_click").is_null()
+    probe = base.select(pl.when(inherits).then(pl.col("program_id")).alias("program_id"), "customer_key")
+    provisional = lookup(probe, first_provisional, ["program_id", "customer_key"], ["p_click", "p_occurred"])
+    with_click = base.hstack(provisional.get_columns()).with_columns(
+        lead_click=pl.when(pl.col("settled")).then(
+            pl.coalesce(
+                pl.col("own_click"),
+                pl.when(pl.col("p_occurred") <= pl.col("occurred_at")).then(pl.col("p_click")),
+            )
         )
-        .drop("p_click", "p_occurred")
     )
-    own = base.filter(~inherits).with_columns(
-        lead_click=pl.when(pl.col("settled")).then(pl.col("lead_click"))
-    )
-    return pl.concat([own, inherited])
+    partner = click_partner(with_click, "program_id", "lead_click", click_table)
+    return with_click.select(
+        "program_id", "lead_id", "customer_key", "email_norm", "settled", "occurred_at", "lead_click"
+    ).with_columns(lead_partner=partner)
 
 
-def lookup(lead_frame: pl.LazyFrame, click_table: pl.LazyFrame, key: LeadKey) -> pl.LazyFrame:
-    """Per (program_id, key): binding lead, its click and partner (may be null), has_provisional."""
+def lookup_table(lead_frame: pl.DataFrame, key: LeadKey) -> pl.DataFrame:
+    """Per (program_id, key): the binding lead, its click and partner (may be null), and
+    whether provisional leads exist."""
     settled = pl.col("settled")
-    binding = (
-        lead_frame.filter(pl.col(key).is_not_null())
+    summary = (
+        lead_frame.lazy()
+        .select("program_id", key, "occurred_at", "lead_id", "settled")
+        .with_row_index(_ROW)
+        .filter(pl.col(key).is_not_null())
         .sort("occurred_at", "lead_id")
         .group_by("program_id", key)
-        .agg(
-            bind_lead=pl.col("lead_id").filter(settled).first(),
-            bind_click=pl.col("lead_click").filter(settled).first(),
-            has_provisional=(~settled).any(),
-        )
+        .agg(pl.col(_ROW).filter(settled).first().alias("row"), has_provisional=(~settled).any())
+        .collect()
     )
-    return binding.join(
-        click_table.rename({"click_id": "bind_click", "partner_code": "bind_partner"}),
-        on=["program_id", "bind_click"],
-        how="left",
-    )
+    bound = lead_frame.select(
+        bind_lead=pl.col("lead_id"), bind_click=pl.col("lead_click"), bind_partner=pl.col("lead_partner")
+    ).gather(summary.get_column("row"))
+    return summary.drop("row").hstack(bound.get_columns())

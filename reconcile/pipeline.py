@@ -28,6 +28,7 @@ import polars as pl
 
 from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods
 from reconcile import refunds as refund_rules
+from reconcile.lookup import lookup
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
@@ -105,10 +106,9 @@ def reconcile(
     if now.tzinfo is None or now.utcoffset() is None:
         msg = "reconcile needs an aware `now`"
         raise ValueError(msg)
-    frame = raw if isinstance(raw, pl.DataFrame) else raw.collect()
-    log = prepare_raw(frame)
+    log = prepare_raw(raw)
     settings = prepare_programs(programs).collect()
-    people = prepare_partners(partners).collect().lazy()
+    people = prepare_partners(partners).collect()
     current = ledger(log, settings, people, now)
     lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, settings, people, now).lines)
     return Result(
@@ -125,68 +125,67 @@ def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
     return conform(frame.lazy(), schema).collect()
 
 
-def ledger(log: pl.LazyFrame, programs: pl.DataFrame, partners: pl.LazyFrame, now: datetime) -> Ledger:
+def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime) -> Ledger:
     """One full pass: sales, commission lines (no period close), refunds, doubles, evidence."""
-    stripe = normalise.accepted_stripe(log)
-    click_query = leads.clicks(log)
-    connect, self_hosted, click_table, lead_frame = pl.collect_all(
-        [normalise.connect_sales(stripe), normalise.self_hosted_sales(log), click_query, leads.leads(log)]
-    )
-    split = doubles.split_self_hosted(connect.lazy(), self_hosted.lazy())
-    counted, pairs = pl.collect_all([split.counted.select(normalise.SALE_COLUMNS), split.pairs])
-    combined = pl.concat([connect.lazy(), counted.lazy()], how="vertical")
-    sales = fixes.apply(combined, fixes.effective_fixes(log, combined)).collect()
+    connect = normalise.connect_sales(raw)
+    split = doubles.split_self_hosted(connect.sales, normalise.self_hosted_sales(raw))
+    combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
+    sales = fixes.apply(combined, fixes.effective_fixes(raw, combined))
+    del combined
 
-    clicks_lazy, leads_lazy = click_table.lazy(), lead_frame.lazy()
+    click_table = leads.clicks(raw)
+    lead_frame = leads.leads(raw, click_table)
     attributed = attribution.attribute(
-        sales.lazy(),
-        clicks_lazy,
-        leads.lookup(leads_lazy, clicks_lazy, "customer_key"),
-        leads.lookup(leads_lazy, clicks_lazy, "email_norm"),
-    ).collect()
+        sales,
+        click_table,
+        leads.lookup_table(lead_frame, "customer_key"),
+        leads.lookup_table(lead_frame, "email_norm"),
+    )
+    del click_table, lead_frame
     sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
     evidence = attributed.select(attribution.EVIDENCE)
     del attributed
-    sales = sales.hstack(commissions.gross(sales.lazy(), programs, partners).collect().get_columns())
+    sales = sales.hstack(commissions.gross(sales, programs, partners).get_columns())
 
-    ids = doubles.id_map(connect.lazy(), doubles.wanted_ids(log, stripe), counted.lazy())
+    ids = doubles.id_map(connect.sales, doubles.wanted_ids(raw), split.counted)
     refund_rows = pl.concat(
-        [refund_rules.track_refunds(log, ids), refund_rules.processor_refunds(stripe, ids)]
-    )
-    refund_frame, id_frame = pl.collect_all([refund_rows, ids])
-    applied = refund_rules.apply(refund_frame.lazy(), sales.lazy())
-    refund_report, totals = pl.collect_all([applied.rows, applied.totals])
-    final = (
-        commissions.finish(
-            sales.lazy().with_columns(period=period_of(pl.col("occurred_at"))),
-            totals.lazy(),
-            pl.lit(now, UTC),
+        [refund_rules.track_refunds(raw, ids), refund_rules.processor_refunds(raw, ids)]
+    ).collect()
+    applied = refund_rules.apply(refund_rows, sales)
+    final = commissions.finish(
+        sales.with_columns(period=period_of(pl.col("occurred_at"))), applied.totals, pl.lit(now, UTC)
+    ).with_columns(
+        warnings=attribution.warnings(
+            attributed=pl.col("partner_code").is_not_null(),
+            click_unknown=pl.col("click_unknown"),
+            missing=pl.col("metadata_missing"),
+            fixed=pl.col("fixed"),
+            self_referral=pl.col("self_referral"),
         )
-        .with_columns(
-            warnings=attribution.warnings(
-                attributed=pl.col("partner_code").is_not_null(),
-                click_unknown=pl.col("click_unknown"),
-                missing=pl.col("metadata_missing"),
-                fixed=pl.col("fixed"),
-                self_referral=pl.col("self_referral"),
-            )
-        )
-        .collect()
     )
-    double_counts = pl.concat([pairs.lazy(), doubles.refused(log, id_frame.lazy())]).collect()
+    pairs = split.pairs
+    record_ids = normalise.record_ids(
+        connect.records, pairs.filter(pl.col("kind") == "connect_and_self_hosted")
+    )
+    pairs = pairs.hstack(
+        lookup(pairs, record_ids, ["program_id", "sale_id"], ["record_ids"])
+        .rename({"record_ids": "connect_record_ids"})
+        .get_columns()
+    )
+    double_counts = pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed")
     return Ledger(
         sales=final,
-        lines=commissions.lines(final.lazy()).collect(),
-        refunds=refund_report,
+        lines=commissions.lines(final),
+        refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,
     )
 
 
-def unroutable(log: pl.LazyFrame) -> pl.LazyFrame:
+def unroutable(raw: pl.LazyFrame) -> pl.LazyFrame:
     """Processor events that matched no program, each event id once."""
     return (
-        log.filter(pl.col("outcome") == "unroutable")
+        raw.filter(pl.col("outcome") == "unroutable")
         .sort("occurred_at", "event_id")
         .group_by("event_id")
         .agg(

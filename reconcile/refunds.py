@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from reconcile.lookup import lookup
 from reconcile.money import pro_rata
-from reconcile.schema import distinct, materialise, period_of
+from reconcile.schema import period_of
 
 REFUND_ROW = (
     "program_id",
@@ -51,7 +52,7 @@ def _match(rows: pl.LazyFrame, ids: pl.LazyFrame, column: str, alias: str) -> pl
     )
 
 
-def track_refunds(raw: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
+def track_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
     rows = raw.filter(
         (pl.col("kind") == "refund")
         & (pl.col("source") == "track")
@@ -60,7 +61,7 @@ def track_refunds(raw: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
         & pl.col("event_id").is_not_null()
         & (pl.col("amount") > 0)
     )
-    return _match(rows, ids, "transaction_id", "sale_id").select(
+    return _match(rows, ids.lazy(), "transaction_id", "sale_id").select(
         "program_id",
         refund_id=pl.coalesce("refund_id", "event_id"),
         source=pl.lit("self_hosted"),
@@ -74,9 +75,15 @@ def track_refunds(raw: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def processor_refunds(stripe: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
+def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
     events = (
-        stripe.filter(pl.col("event_type") == "charge.refunded")
+        raw.filter(
+            (pl.col("kind") == "stripe")
+            & (pl.col("outcome") == "accepted")
+            & pl.col("program_id").is_not_null()
+            & pl.col("event_id").is_not_null()
+            & (pl.col("event_type") == "charge.refunded")
+        )
         .with_columns(charge=pl.coalesce("object_id", "charge_id"))
         .filter(pl.col("charge").is_not_null())
         .sort("occurred_at", "event_id")
@@ -99,9 +106,10 @@ def processor_refunds(stripe: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(increment=pl.col("amount") - pl.col("previous").fill_null(0))
         .join(charges, on=["program_id", "charge"], how="left")
     )
-    matched = _match(levels, ids, "c_invoice", "by_invoice")
-    matched = _match(matched, ids, "c_intent", "by_intent")
-    matched = _match(matched, ids, "charge", "by_charge")
+    id_frame = ids.lazy()
+    matched = _match(levels, id_frame, "c_invoice", "by_invoice")
+    matched = _match(matched, id_frame, "c_intent", "by_intent")
+    matched = _match(matched, id_frame, "charge", "by_charge")
     return matched.select(
         "program_id",
         refund_id=pl.coalesce("refund_id", "event_id"),
@@ -120,28 +128,35 @@ def processor_refunds(stripe: pl.LazyFrame, ids: pl.LazyFrame) -> pl.LazyFrame:
 class Applied:
     """Refund report rows, and per sale: refunded, commission/fee reversed."""
 
-    rows: pl.LazyFrame
-    totals: pl.LazyFrame
+    rows: pl.DataFrame
+    totals: pl.DataFrame
 
 
-def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
+def apply(refund_rows: pl.DataFrame, sales: pl.DataFrame) -> Applied:
     """Apply refunds to `sales` (needs gross_amount, gross_commission, gross_fee)."""
-    processor_refunded = refund_rows.filter(
-        (pl.col("source") == "connect") & pl.col("sale_id").is_not_null()
-    ).select("program_id", "sale_id", superseded=pl.lit(True))
-    processor_refunded = distinct(processor_refunded, ["program_id", "sale_id"])
-    sale_cols = sales.select(
-        "program_id",
-        "sale_id",
-        "gross_amount",
-        "gross_commission",
-        "gross_fee",
-        sale_transaction_id=pl.col("transaction_id"),
-        sale_currency=pl.col("currency"),
+    processor_refunded = (
+        refund_rows.lazy()
+        .filter((pl.col("source") == "connect") & pl.col("sale_id").is_not_null())
+        .group_by("program_id", "sale_id")
+        .agg(superseded=pl.lit(True))
     )
-    rows = materialise(
-        refund_rows.join(sale_cols, on=["program_id", "sale_id"], how="left")
-        .join(processor_refunded, on=["program_id", "sale_id"], how="left")
+    sale_cols = lookup(
+        refund_rows,
+        sales.select(
+            "program_id",
+            "sale_id",
+            "gross_amount",
+            "gross_commission",
+            "gross_fee",
+            sale_transaction_id=pl.col("transaction_id"),
+            sale_currency=pl.col("currency"),
+        ),
+        ["program_id", "sale_id"],
+        ["gross_amount", "gross_commission", "gross_fee", "sale_transaction_id", "sale_currency"],
+    )
+    superseded = lookup(refund_rows, processor_refunded, ["program_id", "sale_id"], ["superseded"])
+    rows = (
+        refund_rows.hstack([*sale_cols.get_columns(), *superseded.get_columns()])
         .with_columns(
             outcome=pl.when(pl.col("gross_amount").is_null())
             .then(pl.lit("sale_not_found"))
@@ -149,10 +164,11 @@ def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
             .then(pl.lit("superseded_by_processor"))
             .otherwise(pl.lit("applied"))
         )
+        .lazy()
     )
     group = ["program_id", "sale_id"]
     counted = pl.col("outcome") == "applied"
-    applied = materialise(
+    applied = (
         rows.filter(counted)
         .sort("occurred_at", "event_id")
         .with_columns(cumulative=pl.col("amount").cum_sum().over(group))
@@ -168,6 +184,7 @@ def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
             commission_reversed=pl.col("rev_c") - pl.col("rev_c").shift(1).over(group).fill_null(0),
             platform_fee_reversed=pl.col("rev_f") - pl.col("rev_f").shift(1).over(group).fill_null(0),
         )
+        .collect()
     )
     totals = applied.group_by(group).agg(
         refunded=pl.col("applied_amount").sum(),
@@ -187,7 +204,7 @@ def apply(refund_rows: pl.LazyFrame, sales: pl.LazyFrame) -> Applied:
         "commission_reversed",
         "platform_fee_reversed",
     ]
-    report = pl.concat([applied.select(columns), not_applied.select(columns)]).select(
+    report = pl.concat([applied.select(columns), not_applied.select(columns).collect()]).select(
         "program_id",
         "refund_id",
         "source",

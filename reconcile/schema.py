@@ -57,6 +57,66 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "body": STR,
 }
 
+# What the reconciler reads of each kind of row (the job reads only these; every other column
+# is null to the pipeline). tests/reconcile/test_job.py checks the job against the pure pipeline
+# on random logs, so a column missing here cannot go unnoticed.
+_COMMON = (
+    "seq",
+    "received_at",
+    "source",
+    "kind",
+    "program_id",
+    "outcome",
+    "event_id",
+    "occurred_at",
+    "test_mode",
+)
+READ_COLUMNS: dict[str, tuple[str, ...]] = {
+    "stripe": (
+        *_COMMON,
+        "livemode",
+        "event_type",
+        "object_id",
+        "invoice_id",
+        "payment_intent_id",
+        "checkout_session_id",
+        "charge_id",
+        "subscription_id",
+        "billing_reason",
+        "checkout_mode",
+        "customer_key",
+        "processor_customer_id",
+        "email",
+        "click_id",
+        "meta_program_id",
+        "sub_metadata_present",
+        "amount",
+        "tax",
+        "currency",
+        "refund_id",
+        "stripe_account",
+    ),
+    "click": (*_COMMON, "click_id", "partner_code"),
+    "other": (
+        *_COMMON,
+        "livemode",
+        "transaction_id",
+        "subscription_id",
+        "customer_key",
+        "processor_customer_id",
+        "email",
+        "click_id",
+        "meta_program_id",
+        "amount",
+        "tax",
+        "currency",
+        "is_recurring",
+        "refund_id",
+        "lead_status",
+        "body",
+    ),
+}
+
 PROGRAM_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "commission_type": STR,
@@ -113,7 +173,6 @@ SALES_SCHEMA: dict[str, pl.DataType] = {
     "refunded": INT,
     "occurred_at": UTC,
     "period": STR,
-    "record_ids": STR_LIST,
 }
 
 COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
@@ -259,11 +318,26 @@ def _utc(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
 
 
 def prepare_raw(raw: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """The raw log with the columns of RAW_SCHEMA (missing optional ones become null).
+    """The raw log, lazily, with the columns of RAW_SCHEMA (missing optional ones are null).
 
-    A row without business time (a processor event without `created`) takes its receive time.
+    Lazy on purpose: every stage reads only the rows and columns it needs, so a frame backed by
+    the database (duckdb `relation.pl(lazy=True)`) is never loaded whole. Columns that already
+    have the right type pass untouched. A row without business time (a processor event without
+    `created`) takes its receive time.
     """
-    return _coerce(raw.lazy(), RAW_SCHEMA).with_columns(occurred_at=pl.coalesce("occurred_at", "received_at"))
+    frame = raw.lazy()
+    schema = frame.collect_schema()
+    fixes: list[pl.Expr] = []
+    for name, dtype in RAW_SCHEMA.items():
+        if name not in schema:
+            fixes.append(pl.lit(None, dtype).alias(name))
+        elif dtype == UTC and schema[name] != UTC:
+            fixes.append(_utc(pl.col(name), schema[name]).alias(name))
+        elif dtype != UTC and schema[name] != dtype:
+            fixes.append(pl.col(name).cast(dtype))
+    if fixes:
+        frame = frame.with_columns(fixes)
+    return frame.with_columns(occurred_at=pl.coalesce("occurred_at", "received_at"))
 
 
 def prepare_programs(programs: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:

@@ -176,7 +176,7 @@ def connect_sales(events: list[Row]) -> list[Row]:
                 "subscription_id": subscription_id,
                 **ids,
                 "occurred_at": min(r["occurred_at"] for r in group),
-                "record_ids": [r["event_id"] for r in group],
+                "record_ids": list(dict.fromkeys(r["event_id"] for r in group)),
             }
         )
     return sales

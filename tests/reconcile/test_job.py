@@ -10,13 +10,26 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from polars.testing import assert_frame_equal
 
 from ingest.records import ProgramSettings
 from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
-from reconcile import explain, job
-from reconcile.schema import PROGRAM_DEFAULTS
+from reconcile import explain, job, pipeline
+from reconcile.pipeline import reconcile
+from reconcile.schema import PROGRAM_DEFAULTS, UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
+from tests.reconcile.streams import Stream, streams
+
+ORDERS = {
+    "sales": pipeline.SALES_ORDER,
+    "commissions": pipeline.COMMISSIONS_ORDER,
+    "refunds": pipeline.REFUNDS_ORDER,
+    "double_counts": pipeline.DOUBLES_ORDER,
+    "evidence": pipeline.EVIDENCE_ORDER,
+    "unroutable": pipeline.UNROUTABLE_ORDER,
+}
 
 NOW = at(days=100)
 
@@ -108,7 +121,9 @@ def test_a_failed_write_keeps_the_previous_results(
     append(con, SALE)
     job.run(con, NOW)
     append(con, [b.track_sale("sale_3", "tx_3", 500, customer_key="ck_1")], first_seq=5)
-    monkeypatch.setattr(job, "TABLES", {"rc_sales": "sales", "rc broken": "sales"})
+    monkeypatch.setattr(
+        job, "TABLES", {"rc_sales": job.TABLES["rc_sales"], "rc broken": job.TABLES["rc_sales"]}
+    )
     with pytest.raises(job.ReconcileFailed, match="rcr_"):
         job.run(con, NOW)
     assert table(con, "rc_sales")["sale_id"].to_list() == ["sale_1"]
@@ -134,3 +149,47 @@ def test_program_settings_default_like_ingest(con: duckdb.DuckDBPyConnection) ->
     append(con, SALE)
     job.run(con, NOW)
     assert table(con, "rc_sales").select("commission", "platform_fee").rows() == [(3_000, 0)]
+
+
+def _materialised(con: duckdb.DuckDBPyConnection, name: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    frame = con.sql(f"SELECT {', '.join(schema)} FROM {name}").pl()
+    return frame.select(
+        pl.col(c).dt.convert_time_zone("UTC") if dtype == pl.Datetime("us", "UTC") else pl.col(c).cast(dtype)
+        for c, dtype in schema.items()
+    )
+
+
+@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams(max_events=30))
+def test_job_materialises_exactly_what_the_pure_pipeline_computes(stream: Stream) -> None:
+    """Chunked by program, reading only the columns each kind needs, the job must give the very
+    tables `reconcile` gives on the whole log (chunks of one program's size force many chunks)."""
+    raw = stream.frame()
+    with duckdb.connect() as con:
+        con.execute(raw_events_ddl())
+        for ddl in CONTROL_PLANE_DDL:
+            con.execute(ddl)
+        append(con, stream.rows)
+        for program in stream.programs.to_dicts():
+            settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
+            con.execute(
+                "INSERT INTO programs VALUES (?, 'ws', 'n', ?, ?, ?)",
+                [program["program_id"], settings_json, b.T0, b.T0],
+            )
+        for i, partner in enumerate(stream.partners.to_dicts()):
+            con.execute(
+                "INSERT INTO partners VALUES (?, ?, ?, 'n', ?, ?)",
+                [partner["program_id"], partner["code"], f"ptr_{i}", partner["email"], b.T0],
+            )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(job, "CHUNK_EVENTS", 1)
+            job.run(con, stream.now)
+        expected = reconcile(raw, stream.programs, stream.partners, stream.now).sorted()
+        for table, (attribute, schema) in {
+            **job.TABLES,
+            "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA),
+        }.items():
+            got = _materialised(con, table, schema).sort(ORDERS[attribute], nulls_last=True)
+            assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
+        steps = con.sql("SELECT * FROM rc_explain").pl().sort("program_id", "sale_id", "step")
+        assert_frame_equal(steps, expected.explain, check_dtypes=False)
