@@ -30,7 +30,7 @@ import duckdb
 import polars as pl
 
 from reconcile import explain
-from reconcile.pipeline import reconcile, unroutable
+from reconcile.pipeline import Result, reconcile, unroutable
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
@@ -100,14 +100,23 @@ def _select(columns: Sequence[str]) -> str:
     )
 
 
-def raw_chunk(con: duckdb.DuckDBPyConnection, programs: Sequence[str] | None = None) -> pl.DataFrame:
-    """The rows of `raw_events` (of the given programs; None = all), with only the columns the
-    reconciler reads for each kind of row (schema.READ_COLUMNS); the others are null."""
-    where = "" if programs is None else " AND program_id IN (SELECT unnest(?::VARCHAR[]))"
-    params = None if programs is None else [list(programs)]
+def raw_chunk(
+    con: duckdb.DuckDBPyConnection, programs: Sequence[str] | None = None, before_seq: int | None = None
+) -> pl.DataFrame:
+    """The rows of `raw_events` (of the given programs, None = all; received before `before_seq`,
+    None = all) with only the columns the reconciler reads for each kind of row
+    (schema.READ_COLUMNS); the other columns are null."""
+    where, params = "", list[object]()
+    if programs is not None:
+        where += " AND program_id IN (SELECT unnest(?::VARCHAR[]))"
+        params.append(list(programs))
+    if before_seq is not None:
+        where += " AND seq < ?"
+        params.append(before_seq)
     parts: list[pl.DataFrame] = [
         con.sql(
-            f"SELECT {_select(columns)} FROM raw_events WHERE {_KIND_FILTER[group]}{where}", params=params
+            f"SELECT {_select(columns)} FROM raw_events WHERE {_KIND_FILTER[group]}{where}",
+            params=params or None,
         ).pl()
         for group, columns in READ_COLUMNS.items()
     ]
@@ -135,12 +144,15 @@ def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.Data
     return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
 
 
-def read(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The whole raw log, program settings and partners, loaded, as one consistent snapshot
-    (for previews; the job itself never loads the whole log at once)."""
+def read(
+    con: duckdb.DuckDBPyConnection, program_id: str | None = None, before_seq: int | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The raw log (of one program and/or before a seq, if given; loaded), program settings and
+    partners, as one consistent snapshot. For previews and books as of a close; the job itself
+    never loads the whole log at once."""
     con.execute("BEGIN TRANSACTION")
     try:
-        raw = raw_chunk(con)
+        raw = raw_chunk(con, None if program_id is None else [program_id], before_seq)
         programs, partners = control_plane(con)
     finally:
         con.execute("COMMIT")
@@ -215,6 +227,78 @@ def _reconcile_all(
     return int(events), int(high_water), sales, lines
 
 
+def _record(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    now: datetime,
+    started: float,
+    counts: tuple[int, int, int, int],
+) -> RunSummary:
+    events, high_water, sales, lines = counts
+    con.execute(RUNS_DDL)
+    summary = RunSummary(
+        run_id=run_id,
+        events_read=events,
+        sales=sales,
+        commissions=lines,
+        duration_ms=round((time.perf_counter() - started) * 1000),
+        high_water_seq=high_water,
+    )
+    con.execute(
+        "INSERT INTO rc_runs (run_id, started_at, finished_at, high_water_seq, events_read, sales,"
+        " commissions, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            summary.run_id,
+            now,
+            now + timedelta(milliseconds=summary.duration_ms),
+            summary.high_water_seq,
+            summary.events_read,
+            summary.sales,
+            summary.commissions,
+            summary.duration_ms,
+        ],
+    )
+    return summary
+
+
+def _transaction(con: duckdb.DuckDBPyConnection, run_id: str, work: Callable[[], RunSummary]) -> RunSummary:
+    try:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            summary = work()
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    except duckdb.Error as exc:
+        raise ReconcileFailed(f"reconcile run {run_id} failed: {exc}") from exc
+    return summary
+
+
+def write(
+    con: duckdb.DuckDBPyConnection,
+    result: Result,
+    *,
+    run_id: str,
+    raw: pl.DataFrame,
+    now: datetime,
+    started: float,
+) -> RunSummary:
+    """Materialise an already computed `result` (of the log `raw`) the way `run` does, in one
+    transaction, recording a run (for tests and tools that reconcile a log they hold)."""
+
+    def work() -> RunSummary:
+        for table, (attribute, _) in TABLES.items():
+            _put(con, table, getattr(result, attribute), replace=True)
+        _put(con, "rc_unroutable", result.unroutable, replace=True)
+        _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
+        high_water = raw.get_column("seq").max() if raw.height else 0
+        counts = (raw.height, int(high_water or 0), result.sales.height, result.commissions.height)  # type: ignore[arg-type]
+        return _record(con, run_id, now, started, counts)
+
+    return _transaction(con, run_id, work)
+
+
 def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | None = None) -> RunSummary:
     """Reconcile everything in `raw_events` as of `now` and materialise the results.
 
@@ -227,38 +311,8 @@ def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | N
     started = time.perf_counter()
     run_id = f"rcr_{uuid.uuid4().hex}"
     report("read", 0, 1)
-    try:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            events, high_water, sales, lines = _reconcile_all(con, now, report)
-            con.execute(RUNS_DDL)
-            summary = RunSummary(
-                run_id=run_id,
-                events_read=events,
-                sales=sales,
-                commissions=lines,
-                duration_ms=round((time.perf_counter() - started) * 1000),
-                high_water_seq=high_water,
-            )
-            con.execute(
-                "INSERT INTO rc_runs (run_id, started_at, finished_at, high_water_seq, events_read, sales,"
-                " commissions, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    summary.run_id,
-                    now,
-                    now + timedelta(milliseconds=summary.duration_ms),
-                    summary.high_water_seq,
-                    summary.events_read,
-                    summary.sales,
-                    summary.commissions,
-                    summary.duration_ms,
-                ],
-            )
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-    except duckdb.Error as exc:
-        raise ReconcileFailed(f"reconcile run {run_id} failed: {exc}") from exc
+    summary = _transaction(
+        con, run_id, lambda: _record(con, run_id, now, started, _reconcile_all(con, now, report))
+    )
     report("done", 1, 1)
     return summary

@@ -355,12 +355,6 @@ def prepare_partners(partners: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def materialise(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """Compute `frame` now. Used where one intermediate result feeds several queries, so that
-    it is computed once (the optimiser does not always spot shared sub-plans)."""
-    return frame.collect().lazy()
-
-
 def distinct(frame: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
     """The first row of each `keys` value, in frame order (nulls compare equal)."""
     return frame.filter(pl.struct(keys).is_first_distinct())
