@@ -5,7 +5,7 @@ partners each, as ingest would have logged it, and returns the first `n` events 
 (`seq` 1..n). Everything is drawn with numpy from one seed; ids are bijective hashes of counters
 (`clk_`, `ck_`, `cus_`, `cs_`, `in_`, `sub_`, `pi_`, `ch_`, `evt_`... followed by up to 20 digits).
 
-The model. Customers (about 7 % of the events) each belong to one program (program sizes are
+The model. Customers (about 8.5 % of the events) each belong to one program (program sizes are
 Zipf-like), came through one partner's link (80 %; the others are organic) and start at a time
 that grows with the business. Programs 16-19 bill outside the processor (self-hosted track
 sales); the others use Connect, and programs 2, 5 and 9 also report their Connect sales through
@@ -382,7 +382,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0) -> Log:
     partial = draw.chance(0.4, n_cr)
     again = partial & draw.chance(0.3, n_cr)
     cr_t = draw.after(_micros(hit.get_column("occurred_at")), 15 * DAY)
-    first = {
+    refund_columns = {
         "event_type": "charge.refunded",
         "tpl": "charge_refunded",
         "object_id": hit.get_column("charge_id"),
@@ -396,7 +396,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0) -> Log:
         "livemode": True,
         "test_mode": False,
     }
-    keep = (
+    from_invoice = (
         "program_id",
         "charge_id",
         "payment_intent_id",
@@ -404,7 +404,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0) -> Log:
         "currency",
         "stripe_account",
     )
-    refunds = _stripe(first).hstack(hit.select(keep))
+    refunds = _stripe(refund_columns).hstack(hit.select(from_invoice))
     top_t = draw.after(cr_t[again], 7 * DAY)
     stripe_parts += [
         refunds,
