@@ -1,0 +1,108 @@
+"""Operations from the CLI against a live server: reconcile (progress), explain, backfill, report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import OP, OPERATOR_TOKEN, ROOT, LiveServer
+
+
+def tally(home: Path, *args: str, operator: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    env["XDG_CONFIG_HOME"] = str(home)
+    if operator:
+        env["TALLY_OPERATOR_TOKEN"] = OPERATOR_TOKEN
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_reconcile_explain_backfill_report(live_server: LiveServer, tmp_path: Path) -> None:
+    url = live_server.url
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "o@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+        owner = {"Authorization": f"Bearer {acct['token']}"}
+        pid = c.post(
+            "/api/v1/programs", json={"workspace_id": acct["workspace_id"], "name": "P"}, headers=owner
+        ).json()["data"]["program_id"]
+        key = {
+            "Authorization": "Bearer "
+            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
+        }
+        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
+        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
+            "data"
+        ]
+        c.post(
+            "/api/v1/track/lead",
+            json={"customer_external_id": "u1", "click_id": click["click_id"]},
+            headers=key,
+        )
+        sale = c.post(
+            "/api/v1/track/sale",
+            json={
+                "transaction_id": "in_cli",
+                "customer_external_id": "u1",
+                "amount": 2000,
+                "occurred_at": "2026-11-02T10:00:00Z",
+            },
+            headers=key,
+        )
+        assert sale.status_code == 200
+    home = tmp_path / "cfg"
+    assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
+
+    r = tally(home, "reconcile", operator=True)
+    assert r.returncode == 0, r.stderr
+    assert "1 sales" in r.stdout and "done" in r.stderr and "1/1" in r.stderr  # progress bar on stderr
+    r = tally(home, "reconcile")
+    assert r.returncode != 0 and "TALLY_OPERATOR_TOKEN" in r.stderr
+
+    r = tally(home, "explain", "--program", pid, "--transaction", "in_cli")
+    assert r.returncode == 0, r.stderr
+    assert "answer: attributed to alice by rule customer_key" in r.stdout
+
+    r = tally(home, "backfill", "--program", pid, "--from", "2026-11-01", "--to", "2026-11-30")
+    assert r.returncode == 0, r.stderr
+    assert "0 sale(s) would change" in r.stdout and "dry run" in r.stdout
+
+    out = tmp_path / "finance.json"
+    r = tally(
+        home, "report", "finance", "--program", pid, "--period", "2026-11", "--format", "json", "-o", str(out)
+    )
+    assert r.returncode == 0, r.stderr
+    report = json.loads(out.read_text())["data"]
+    assert report["summary"][0]["gross_sales"] == 2000
+    xlsx = tmp_path / "finance.xlsx"
+    r = tally(
+        home,
+        "report",
+        "finance",
+        "--program",
+        pid,
+        "--period",
+        "2026-11",
+        "--format",
+        "xlsx",
+        "-o",
+        str(xlsx),
+    )
+    assert r.returncode == 0 and xlsx.read_bytes()[:2] == b"PK"
+    r = tally(
+        home, "report", "finance", "--program", pid, "--period", "11-2026", "--format", "csv", "-o", str(out)
+    )
+    assert r.returncode != 0 and "validation_error" in r.stderr
