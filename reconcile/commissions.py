@@ -80,25 +80,31 @@ def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -
         pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
         for name, value in PROGRAM_DEFAULTS.items()
     )
+    windowed = windowed.hstack(settings.get_columns())
+    # Anchors matter only where the program limits the window (lifetime programs need none).
+    limited = eligible & pl.col("recurring_months").is_not_null()
     line = ["program_id", "window_kind", "window_value"]
     anchors = (
         windowed.lazy()
-        .filter(eligible)
+        .filter(limited)
         .select(*line, "occurred_at", "sale_id")
         .sort("occurred_at", "sale_id")
         .group_by(line)
         .agg(anchor_sale=pl.col("sale_id").first(), anchor_at=pl.col("occurred_at").first())
     )
     anchored = lookup(
-        windowed.select(pl.when(eligible).then(pl.col("program_id")).alias("program_id"), *line[1:]),
+        windowed.select(pl.when(limited).then(pl.col("program_id")).alias("program_id"), *line[1:]),
         anchors,
         line,
         ["anchor_sale", "anchor_at"],
     )
     partner_emails = partners.select(
-        "program_id", partner_code=pl.col("code"), partner_email=norm_email(pl.col("email"))
+        "program_id",
+        partner_code=pl.col("code"),
+        email_norm=norm_email(pl.col("email")),
+        own_email=pl.lit(True),
     )
-    emails = lookup(windowed, partner_emails, ["program_id", "partner_code"], ["partner_email"])
+    emails = lookup(windowed, partner_emails, ["program_id", "partner_code", "email_norm"], ["own_email"])
     months = pl.col("recurring_months")
     distinct = sorted(
         m for m in programs.get_column("recurring_months").drop_nulls().unique().to_list() if m > 0
@@ -117,7 +123,7 @@ def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -
     )
     zero = pl.lit(0, pl.Int64)
     return (
-        windowed.hstack([*settings.get_columns(), *anchored.get_columns(), *emails.get_columns()])
+        windowed.hstack([*anchored.get_columns(), *emails.get_columns()])
         .lazy()
         .with_columns(commissionable=(eligible & in_window).fill_null(False))
         .select(
@@ -126,9 +132,7 @@ def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -
             gross_fee=pl.when(pl.col("commissionable"))
             .then(apply_bps(pl.col("amount"), pl.col("platform_fee_bps")))
             .otherwise(zero),
-            self_referral=(
-                pl.col("commissionable") & (pl.col("email_norm") == pl.col("partner_email")).fill_null(False)
-            ),
+            self_referral=pl.col("commissionable") & pl.col("own_email").fill_null(False),
             holding_days="holding_days",
         )
         .collect()

@@ -30,10 +30,13 @@ def lookup(
     complete = pl.all_horizontal(pl.col(c).is_not_null() for c in on)
     probe = keys.lazy().select(*on).with_row_index(_IX).filter(complete)
     right = table.lazy().select(*right_keys, *values, *(c for c in order if c not in values))
-    hits = probe.join(right, left_on=list(on), right_on=right_keys, how="inner")
+    found = probe.join(right, left_on=list(on), right_on=right_keys, how="inner").collect()
     if order:
-        hits = hits.sort(_IX, *order).filter(pl.col(_IX).is_first_distinct())
-    found = hits.select(_IX, *values).collect()
+        repeated = found.get_column(_IX).is_duplicated()
+        if repeated.any():  # rare: resolve only the rows whose key the table repeats
+            first = found.filter(repeated).sort(_IX, *order).filter(pl.col(_IX).is_first_distinct())
+            found = pl.concat([found.filter(~repeated), first])
+    found = found.select(_IX, *values).rechunk()
     schema = found.schema
     if any(schema[name].is_nested() for name in values):  # scatter takes flat types only
         rows = pl.int_range(0, keys.height, dtype=pl.UInt32, eager=True).alias(_IX).to_frame()

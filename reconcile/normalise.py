@@ -176,7 +176,7 @@ def _sale_records(raw: pl.LazyFrame) -> pl.DataFrame:
     )
     if keyed.get_column("sale_key").null_count():
         keyed = keyed.filter(pl.col("sale_key").is_not_null())
-    return keyed
+    return keyed.rechunk()
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,9 @@ class Connect:
 
 
 def _side(records: pl.DataFrame, rows: pl.Series, fields: tuple[str, ...], prefix: str) -> pl.DataFrame:
-    """The `fields` of the records at `rows` (null where there is no such record), prefixed."""
-    return records.select(pl.col(f).alias(f"{prefix}_{f}") for f in fields).gather(rows)
+    """The `fields` of the records at `rows`, prefixed. Where `rows` is null (the sale has no
+    such side) the values are meaningless: every use is guarded by `has_i` / `has_s`."""
+    return records.select(pl.col(f).alias(f"{prefix}_{f}") for f in fields).gather(rows.fill_null(0))
 
 
 def connect_sales(raw: pl.LazyFrame) -> Connect:

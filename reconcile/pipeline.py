@@ -130,7 +130,7 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     connect = normalise.connect_sales(raw)
     split = doubles.split_self_hosted(connect.sales, normalise.self_hosted_sales(raw))
     combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
-    sales = fixes.apply(combined, fixes.effective_fixes(raw, combined))
+    sales = fixes.apply(combined, fixes.effective_fixes(raw, combined)).rechunk()
     del combined
 
     click_table = leads.clicks(raw)
