@@ -200,4 +200,5 @@ def unroutable(raw: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("occurred_at").first(),
             pl.col("received_at").min(),
         )
+        .with_columns(reason=pl.lit("program_unroutable"))
     )

@@ -273,6 +273,7 @@ EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
 
 UNROUTABLE_SCHEMA: dict[str, pl.DataType] = {
     "event_id": STR,
+    "reason": STR,
     "event_type": STR,
     "object_id": STR,
     "stripe_account": STR,

@@ -931,7 +931,7 @@ def reconcile_reference(
         (r for r in rows if r["outcome"] == "unroutable"),
         key=lambda r: (r["occurred_at"], r["event_id"] or ""),
     ):
-        kept = unroutable.setdefault(r["event_id"], {**r})
+        kept = unroutable.setdefault(r["event_id"], {**r, "reason": "program_unroutable"})
         kept["received_at"] = min(kept["received_at"], r["received_at"])
     return {
         "sales": current["sales"],

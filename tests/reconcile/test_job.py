@@ -159,7 +159,7 @@ def _materialised(con: duckdb.DuckDBPyConnection, name: str, schema: dict[str, p
     )
 
 
-@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=streams(max_events=30))
 def test_job_materialises_exactly_what_the_pure_pipeline_computes(stream: Stream) -> None:
     """Chunked by program, reading only the columns each kind needs, the job must give the very
@@ -193,3 +193,20 @@ def test_job_materialises_exactly_what_the_pure_pipeline_computes(stream: Stream
             assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
         steps = con.sql("SELECT * FROM rc_explain").pl().sort("program_id", "sale_id", "step")
         assert_frame_equal(steps, expected.explain, check_dtypes=False)
+
+
+def test_an_explain_table_of_an_older_run_becomes_the_view(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE TABLE rc_explain AS SELECT 1 AS step")
+    append(con, SALE)
+    job.run(con, NOW)
+    kind = con.execute(
+        "SELECT table_type FROM information_schema.tables WHERE table_name = 'rc_explain'"
+    ).fetchone()
+    assert kind == ("VIEW",)
+    assert con.execute("SELECT count(*) FROM rc_explain").fetchone() == (5,)
+
+
+def test_programs_are_packed_into_chunks_without_splitting_one() -> None:
+    counts = [("a", 3), ("b", 3), ("c", 10), ("d", 1), ("e", 1)]
+    assert job.chunks(counts, limit=6) == [["a", "b"], ["c"], ["d", "e"]]
+    assert job.chunks([], limit=6) == []

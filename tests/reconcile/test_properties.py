@@ -13,7 +13,7 @@ from tests.reconcile.compare import assert_results_equal, checked
 from tests.reconcile.streams import ENGINEER, Stream, streams
 
 PROFILE = settings(
-    max_examples=150,
+    max_examples=80,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -44,7 +44,7 @@ def test_any_arrival_order_gives_identical_output(stream: Stream, data: st.DataO
     assert_results_equal(first, second)
 
 
-@settings(max_examples=30, derandomize=True, deadline=None)
+@settings(max_examples=10, derandomize=True, deadline=None)
 @given(stream=streams())
 def test_running_twice_gives_identical_output(stream: Stream) -> None:
     raw = stream.frame()

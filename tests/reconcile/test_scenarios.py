@@ -644,7 +644,9 @@ def test_unroutable_events_are_reported_once() -> None:
     """CONTRACT 5: unroutable events are stored and reported, never dropped."""
     event = b.invoice("evt_u", "in_u", 500, program_id=None, outcome="unroutable")
     result = run([event, {**event, "received_at": at(1)}])
-    assert result.unroutable.select("event_id", "object_id", "amount").rows() == [("evt_u", "in_u", 500)]
+    assert result.unroutable.select("event_id", "reason", "object_id", "amount").rows() == [
+        ("evt_u", "program_unroutable", "in_u", 500)
+    ]
     assert result.sales.is_empty()
 
 
