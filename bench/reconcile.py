@@ -134,10 +134,10 @@ def step_run(db: Path) -> dict[str, Any]:
     from bench import rawgen
     from reconcile import job
 
-    marks: list[tuple[str, float]] = []
+    marks: list[tuple[str, int, int, float]] = []
 
-    def progress(stage: str, _done: int, _total: int) -> None:
-        marks.append((stage, time.perf_counter()))
+    def progress(stage: str, done: int, total: int) -> None:
+        marks.append((stage, done, total, time.perf_counter()))
 
     con = duckdb.connect(str(db))
     load = _load()
@@ -149,10 +149,16 @@ def step_run(db: Path) -> dict[str, Any]:
         cpu = time.process_time() - cpu
     finally:
         con.close()
-    # Time from each progress report to the next, summed by the stage it announced.
+    # Time from each progress report to the next (the step it announced), and summed by stage.
+    steps = [
+        (stage, done, total, following - at)
+        for (stage, done, total, at), (*_, following) in itertools.pairwise(
+            [*marks, ("", 0, 0, started + wall)]
+        )
+    ]
     stages: dict[str, float] = {}
-    for (stage, at), (_, following) in itertools.pairwise([*marks, ("", started + wall)]):
-        stages[stage] = stages.get(stage, 0.0) + following - at
+    for stage, _, _, seconds in steps:
+        stages[stage] = stages.get(stage, 0.0) + seconds
     return {
         "events": summary.events_read,
         "sales": summary.sales,
@@ -160,7 +166,7 @@ def step_run(db: Path) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
         "stages_s": {stage: round(seconds, 2) for stage, seconds in stages.items() if stage != "done"},
-        "progress_reports": len(marks),
+        "steps_s": [[stage, done, total, round(seconds, 2)] for stage, done, total, seconds in steps],
         "events_per_s": round(summary.events_read / wall),
         "peak_rss_gib": round(_peak_rss() / GIB, 2),
         "load_avg_before": load,
@@ -268,8 +274,8 @@ def _git() -> dict[str, object]:
             ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
         ).stdout.strip()
 
-    return {
-        "commit": out("rev-parse", "HEAD"),
+    return {  # BENCH_GIT_COMMIT names the commit of a tree exported without .git
+        "commit": out("rev-parse", "HEAD") or os.environ.get("BENCH_GIT_COMMIT", ""),
         "reconcile_dirty": bool(out("status", "--porcelain", "reconcile")),
     }
 
