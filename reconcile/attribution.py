@@ -36,7 +36,7 @@ import polars as pl
 
 from reconcile import leads
 from reconcile.lookup import lookup
-from reconcile.schema import norm_email
+from reconcile.schema import ENGINE, norm_email
 
 RULES = ("click", "email", "processor_customer", "customer_key")
 
@@ -195,7 +195,7 @@ def attribute(
         )
         .with_columns(unattributed_reason=reason)
         .select(*OUTPUT, *(c for c in EVIDENCE if c not in OUTPUT))
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 

@@ -22,7 +22,7 @@ import polars as pl
 
 from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
-from reconcile.schema import PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, norm_email
+from reconcile.schema import ENGINE, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, norm_email
 
 # Columns of a sale the commission rules read.
 INPUT = (
@@ -135,7 +135,7 @@ def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -
             self_referral=pl.col("commissionable") & pl.col("own_email").fill_null(False),
             holding_days="holding_days",
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 
@@ -166,7 +166,7 @@ def finish(sales: pl.DataFrame, totals: pl.DataFrame, now: pl.Expr) -> pl.DataFr
             platform_fee=pl.col("gross_fee") - pl.col("fee_reversed"),
             commission_status=status,
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 

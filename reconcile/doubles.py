@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from reconcile.lookup import lookup
+from reconcile.schema import ENGINE
 
 ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
 
@@ -38,7 +39,9 @@ def wanted_ids(raw: pl.LazyFrame) -> pl.DataFrame:
         refunds.select("program_id", id=pl.col(column))
         for column in ("invoice_id", "payment_intent_id", "object_id", "charge_id")
     ]
-    return pl.concat([track, *processor]).drop_nulls().group_by("program_id", "id").agg().collect()
+    return (
+        pl.concat([track, *processor]).drop_nulls().group_by("program_id", "id").agg().collect(engine=ENGINE)
+    )
 
 
 def id_map(
@@ -75,7 +78,7 @@ def id_map(
         .sort("rank", "sale_id")
         .group_by("program_id", "id")
         .agg(pl.col("sale_id").first(), pl.col("matched_on").first())
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 
@@ -166,7 +169,9 @@ def split_self_hosted(connect: pl.DataFrame, self_hosted: pl.DataFrame) -> Split
 
 def refused(raw: pl.LazyFrame, sale_ids: pl.DataFrame) -> pl.DataFrame:
     """Report rows for the sale attempts ingest refused as duplicates."""
-    attempts = raw.filter((pl.col("kind") == "sale") & (pl.col("outcome") == "duplicate")).collect()
+    attempts = raw.filter((pl.col("kind") == "sale") & (pl.col("outcome") == "duplicate")).collect(
+        engine=ENGINE
+    )
     hit = lookup(
         attempts,
         sale_ids,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from reconcile.lookup import lookup
-from reconcile.schema import distinct
+from reconcile.schema import ENGINE, distinct
 
 
 def _engineer_rows(raw: pl.LazyFrame, kind: str) -> pl.LazyFrame:
@@ -57,7 +57,7 @@ def metadata_fixes(raw: pl.LazyFrame) -> pl.LazyFrame:
 
 def effective_fixes(raw: pl.LazyFrame, sales: pl.DataFrame) -> pl.DataFrame:
     """Per fixed sale: program_id, sale_id, fix_click, fix_key (either may be null)."""
-    fixes = metadata_fixes(raw).collect()
+    fixes = metadata_fixes(raw).collect(engine=ENGINE)
     if fixes.is_empty():
         return pl.DataFrame(
             schema={
@@ -100,7 +100,7 @@ def effective_fixes(raw: pl.LazyFrame, sales: pl.DataFrame) -> pl.DataFrame:
             fix_click=pl.col("f_click").drop_nulls().first(),
             fix_key=pl.col("f_key").drop_nulls().first(),
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 

@@ -34,6 +34,7 @@ from reconcile.pipeline import Result, reconcile, unroutable
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
+    ENGINE,
     EVIDENCE_SCHEMA,
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
@@ -221,8 +222,8 @@ def _reconcile_all(
         del result
     report("write", len(packed), len(packed))
     stray = con.sql(f"SELECT {_select(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL").pl()
-    lost = unroutable(prepare_raw(stray)).collect()
-    _put(con, "rc_unroutable", conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(), replace=True)
+    lost = unroutable(prepare_raw(stray)).collect(engine=ENGINE)
+    _put(con, "rc_unroutable", conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE), replace=True)
     _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
     return int(events), int(high_water), sales, lines
 

@@ -26,7 +26,7 @@ from typing import Literal
 import polars as pl
 
 from reconcile.lookup import lookup
-from reconcile.schema import norm_email
+from reconcile.schema import ENGINE, norm_email
 
 LeadKey = Literal["customer_key", "email_norm"]
 
@@ -47,7 +47,7 @@ def clicks(raw: pl.LazyFrame) -> pl.DataFrame:
             & pl.col("partner_code").is_not_null()
         )
         .select(CLICK_COLUMNS)
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 
@@ -78,7 +78,7 @@ def leads(raw: pl.LazyFrame, click_table: pl.DataFrame) -> pl.DataFrame:
             settled=(pl.col("lead_status") == "settled").fill_null(False),
             own_click=pl.col("click_id"),
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
     first_provisional = (
         base.lazy()
@@ -116,7 +116,7 @@ def lookup_table(lead_frame: pl.DataFrame, key: LeadKey) -> pl.DataFrame:
         .sort("occurred_at", "lead_id")
         .group_by("program_id", key)
         .agg(pl.col(_ROW).filter(settled).first().alias("row"), has_provisional=(~settled).any())
-        .collect()
+        .collect(engine=ENGINE)
     )
     bound = lead_frame.select(
         bind_lead=pl.col("lead_id"), bind_click=pl.col("lead_click"), bind_partner=pl.col("lead_partner")

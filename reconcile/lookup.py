@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from reconcile.schema import ENGINE
+
 _IX = "__row"
 
 
@@ -30,7 +32,7 @@ def lookup(
     complete = pl.all_horizontal(pl.col(c).is_not_null() for c in on)
     probe = keys.lazy().select(*on).with_row_index(_IX).filter(complete)
     right = table.lazy().select(*right_keys, *values, *(c for c in order if c not in values))
-    found = probe.join(right, left_on=list(on), right_on=right_keys, how="inner").collect()
+    found = probe.join(right, left_on=list(on), right_on=right_keys, how="inner").collect(engine=ENGINE)
     if order:
         repeated = found.get_column(_IX).is_duplicated()
         if repeated.any():  # rare: resolve only the rows whose key the table repeats

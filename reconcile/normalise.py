@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from reconcile.lookup import lookup
+from reconcile.schema import ENGINE
 
 SESSION_EVENTS = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 INVOICE_EVENTS = ("invoice.payment_succeeded", "invoice.paid")
@@ -149,7 +150,7 @@ def _sale_records(raw: pl.LazyFrame) -> pl.DataFrame:
             .then(pl.coalesce("object_id", "checkout_session_id"))
             .otherwise(pl.col("checkout_session_id")),
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
     creates = (
         records.lazy()
@@ -274,7 +275,7 @@ def connect_sales(raw: pl.LazyFrame) -> Connect:
             charge_id=pl.coalesce(inv("charge_id"), ses("charge_id")),
             occurred_at="occurred_at",
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
     return Connect(sales=sales, records=ordered.select(*KEY, "event_id"))
 
@@ -288,7 +289,7 @@ def record_ids(records: pl.DataFrame, sales: pl.DataFrame) -> pl.DataFrame:
         .group_by(KEY, maintain_order=True)
         .agg(record_ids=pl.col("event_id").unique(maintain_order=True))
         .rename({"sale_key": "sale_id"})
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 
@@ -331,5 +332,5 @@ def self_hosted_sales(raw: pl.LazyFrame) -> pl.DataFrame:
             charge_id=pl.lit(None, pl.String),
             occurred_at="occurred_at",
         )
-        .collect()
+        .collect(engine=ENGINE)
     )

@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import polars as pl
 
+from reconcile.schema import ENGINE
+
 VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 KEY = ("sale_id", "partner_code")
 PERIOD_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"
@@ -43,7 +45,7 @@ def closes(log: pl.LazyFrame) -> pl.DataFrame:
         .filter(pl.col("period").str.contains(PERIOD_PATTERN).fill_null(False))
         .group_by("program_id", "period")
         .agg(close_seq=pl.col("seq").min())
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 

@@ -32,6 +32,7 @@ from reconcile.lookup import lookup
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
+    ENGINE,
     EVIDENCE_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
@@ -107,8 +108,8 @@ def reconcile(
         msg = "reconcile needs an aware `now`"
         raise ValueError(msg)
     log = prepare_raw(raw)
-    settings = prepare_programs(programs).collect()
-    people = prepare_partners(partners).collect()
+    settings = prepare_programs(programs).collect(engine=ENGINE)
+    people = prepare_partners(partners).collect(engine=ENGINE)
     current = ledger(log, settings, people, now)
     lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, settings, people, now).lines)
     return Result(
@@ -117,12 +118,12 @@ def reconcile(
         refunds=_conform(current.refunds, REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
-        unroutable=_conform(unroutable(log).collect(), UNROUTABLE_SCHEMA),
+        unroutable=_conform(unroutable(log).collect(engine=ENGINE), UNROUTABLE_SCHEMA),
     )
 
 
 def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return conform(frame.lazy(), schema).collect()
+    return conform(frame.lazy(), schema).collect(engine=ENGINE)
 
 
 def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime) -> Ledger:
@@ -150,7 +151,7 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     ids = doubles.id_map(connect.sales, doubles.wanted_ids(raw), split.counted)
     refund_rows = pl.concat(
         [refund_rules.track_refunds(raw, ids), refund_rules.processor_refunds(raw, ids)]
-    ).collect()
+    ).collect(engine=ENGINE)
     applied = refund_rules.apply(refund_rows, sales)
     final = commissions.finish(
         sales.with_columns(period=period_of(pl.col("occurred_at"))), applied.totals, pl.lit(now, UTC)

@@ -27,7 +27,7 @@ import polars as pl
 
 from reconcile.lookup import lookup
 from reconcile.money import pro_rata
-from reconcile.schema import period_of
+from reconcile.schema import ENGINE, period_of
 
 REFUND_ROW = (
     "program_id",
@@ -184,7 +184,7 @@ def apply(refund_rows: pl.DataFrame, sales: pl.DataFrame) -> Applied:
             commission_reversed=pl.col("rev_c") - pl.col("rev_c").shift(1).over(group).fill_null(0),
             platform_fee_reversed=pl.col("rev_f") - pl.col("rev_f").shift(1).over(group).fill_null(0),
         )
-        .collect()
+        .collect(engine=ENGINE)
     )
     totals = applied.group_by(group).agg(
         refunded=pl.col("applied_amount").sum(),
@@ -204,7 +204,7 @@ def apply(refund_rows: pl.DataFrame, sales: pl.DataFrame) -> Applied:
         "commission_reversed",
         "platform_fee_reversed",
     ]
-    report = pl.concat([applied.select(columns), not_applied.select(columns).collect()]).select(
+    report = pl.concat([applied.select(columns), not_applied.select(columns).collect(engine=ENGINE)]).select(
         "program_id",
         "refund_id",
         "source",
