@@ -26,8 +26,10 @@ email has provisional leads and no settled one), `customer_not_found` (some cust
 given), `no_attribution_data`. (`program_unroutable` belongs to unroutable events, which are
 reported apart and never become sales.)
 
-Warnings of an attributed sale: `click_not_found` (a click id was given but unknown),
-`subscription_metadata_missing`; of any sale: `metadata_fixed` (a backfilled fix applied).
+Warnings, in this order: `click_not_found` (attributed, though the click id it gave is
+unknown), `subscription_metadata_missing` (attributed without subscription metadata),
+`metadata_fixed` (a backfilled fix applied), `self_referral` (commissioned to a partner whose
+email is the customer's: held; see reconcile/commissions.py).
 """
 
 from __future__ import annotations

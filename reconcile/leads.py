@@ -1,7 +1,8 @@
 """Clicks and leads: the lookup tables the attribution ladder reads.
 
 - A click (accepted `track` row of kind `click`) maps its click id to the partner code it was
-  recorded for, within its program.
+  recorded for, within its program (should an id be recorded twice, the first in
+  (occurred_at, event_id) counts).
 - A lead is *settled* when ingest recorded it so (`lead_status = 'settled'`: a server-mode
   lead, or a browser lead on a program that does not require server-side leads); otherwise it is
   provisional and never attributes by itself.

@@ -59,7 +59,8 @@ class Result:
     """The materialised results of one reconcile run (schemas in reconcile/schema.py).
 
     Rows come in no particular order (`sorted()` gives the canonical one). `evidence` is what
-    the ladder found per sale (table `rc_explain`); `explain` renders it as steps.
+    the ladder found per sale (table `rc_evidence`); `explain` renders it as steps (the view
+    `rc_explain` renders the same from the table).
     """
 
     sales: pl.DataFrame
@@ -103,11 +104,15 @@ def reconcile(
     partners: pl.DataFrame,
     now: datetime,
 ) -> Result:
-    """Reconcile the raw log (columns of ingest/schema.py) as of `now` (aware)."""
+    """Reconcile the raw log (columns of ingest/schema.py) as of `now` (aware).
+
+    `programs`: program_id plus the settings of reconcile/schema.py PROGRAM_SCHEMA (unset ones
+    take the defaults); `partners`: program_id, code, email. A LazyFrame `raw` is collected once.
+    """
     if now.tzinfo is None or now.utcoffset() is None:
         msg = "reconcile needs an aware `now`"
         raise ValueError(msg)
-    log = prepare_raw(raw)
+    log = prepare_raw(raw if isinstance(raw, pl.DataFrame) else raw.collect(engine=ENGINE))
     settings = prepare_programs(programs).collect(engine=ENGINE)
     people = prepare_partners(partners).collect(engine=ENGINE)
     current = ledger(log, settings, people, now)

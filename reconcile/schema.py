@@ -180,6 +180,11 @@ SALES_SCHEMA: dict[str, pl.DataType] = {
     "period": STR,
 }
 
+# Commission ledger lines. Every money column is the line's own contribution, so any of them can
+# be summed over lines (per currency): `amount` = commission net of reversals (gross = amount +
+# reversed), `platform_fee` = fee net of `platform_fee_reversed`, `refunded` = refunded amount.
+# `kind` `commission` is a sale's line in its own month (`period` = `sale_period`); `adjustment`
+# carries later changes to a closed month into `period` (reconcile/periods.py).
 COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "sale_id": STR,
