@@ -6,6 +6,7 @@ that share ids, self-hosted sales reusing connect ids, refunds of known and unkn
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import polars as pl
 from hypothesis import strategies as st
 
+from ingest.stripe import extract
 from tests.reconcile import builders as b
 
 PROGRAMS = ("prog_a", "prog_b")
@@ -136,6 +138,44 @@ def _invoice(draw: st.DrawFn, n: int, program: str) -> Row:
     )
 
 
+def _invoice_delivery(draw: st.DrawFn, n: int, program: str) -> Row:
+    """A renewal as the processor sends it, its subscription metadata in the 2025-03-31 layout
+    (`parent.subscription_details`), the legacy one (`subscription_details`), both or neither,
+    typed by ingest's own extraction."""
+    k = draw(st.integers(1, 8))
+    layout = draw(st.sampled_from(("new", "legacy", "both", "none")))
+    paid = _time(draw)
+    customer = draw(st.sampled_from(CUSTOMERS))
+    keys = {"click_id": "svc_click_id", "customer_key": "svc_customer_key", "meta_program_id": "program_id"}
+    metadata = {keys[k]: v for k, v in _metadata(draw, program).items() if v is not None}
+    other = {keys[k]: v for k, v in _metadata(draw, program).items() if v is not None}
+    subscription = draw(st.sampled_from(("sub_1", "sub_2", "sub_3")))
+    invoice: dict[str, Any] = {
+        "id": f"in_{k}",
+        "object": "invoice",
+        "amount_paid": draw(st.sampled_from(AMOUNTS)),
+        "currency": "usd",
+        "billing_reason": draw(st.sampled_from(("subscription_create", "subscription_cycle"))),
+        "status_transitions": {"paid_at": int(paid.timestamp())},
+        "customer": f"cus_{customer}",
+        "customer_email": _maybe(draw, st.just(_email(draw, customer))),
+    }
+    if layout in ("new", "both"):
+        invoice["parent"] = {"subscription_details": {"metadata": metadata, "subscription": subscription}}
+    if layout in ("legacy", "both"):
+        invoice["subscription_details"] = {"metadata": metadata if layout == "legacy" else other}
+        invoice["subscription"] = subscription
+    event = {
+        "id": f"evt_{n}",
+        "type": "invoice.payment_succeeded",
+        "created": int(paid.timestamp()),
+        "livemode": True,
+        "account": "acct_1",
+        "data": {"object": invoice},
+    }
+    return b.row(source="stripe", kind="stripe", program_id=program, body=json.dumps(event), **extract(event))
+
+
 def _track_sale(draw: st.DrawFn, n: int, program: str) -> Row:
     test = draw(st.sampled_from((False, False, False, True)))
     customer = draw(st.sampled_from(CUSTOMERS))
@@ -239,6 +279,7 @@ def _unroutable(draw: st.DrawFn, n: int) -> Row:
 MAKERS = {
     "session": _session,
     "invoice": _invoice,
+    "delivery": _invoice_delivery,
     "track_sale": _track_sale,
     "lead": _lead,
     "refund": _refund,
