@@ -60,15 +60,20 @@ INCREMENTAL_NOTE = (
 # --- measurements, each run by `python -m bench.reconcile <step> ...` in its own process -------
 
 
-def _peak_rss() -> int:
-    """Peak resident set size of this process, in bytes."""
+def _status(field: str) -> int | None:
+    """A memory figure of this process from /proc/self/status (VmHWM, VmRSS), in bytes."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return None
+
+
+def _peak_rss() -> int:
+    """Peak resident set size of this process, in bytes."""
+    return _status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _load() -> list[float]:
@@ -76,6 +81,7 @@ def _load() -> list[float]:
 
 
 def step_generate(db: Path, size: int) -> dict[str, Any]:
+    import duckdb
     import polars as pl
 
     from bench import rawgen
@@ -103,6 +109,7 @@ def step_generate(db: Path, size: int) -> dict[str, Any]:
         ),
         "peak_rss_gib": round(_peak_rss() / GIB, 2),
         "polars": pl.__version__,
+        "duckdb": duckdb.__version__,
     }
 
 
@@ -135,9 +142,11 @@ def step_run(db: Path) -> dict[str, Any]:
     from reconcile import job
 
     marks: list[tuple[str, int, int, float]] = []
+    resident: list[float] = []  # RSS (GiB) at each progress report: growth from chunk to chunk
 
     def progress(stage: str, done: int, total: int) -> None:
         marks.append((stage, done, total, time.perf_counter()))
+        resident.append(round((_status("VmRSS") or 0) / GIB, 2))
 
     con = duckdb.connect(str(db))
     load = _load()
@@ -167,6 +176,7 @@ def step_run(db: Path) -> dict[str, Any]:
         "cpu_s": round(cpu, 2),
         "stages_s": {stage: round(seconds, 2) for stage, seconds in stages.items() if stage != "done"},
         "steps_s": [[stage, done, total, round(seconds, 2)] for stage, done, total, seconds in steps],
+        "rss_gib_at_steps": resident,
         "events_per_s": round(summary.events_read / wall),
         "peak_rss_gib": round(_peak_rss() / GIB, 2),
         "load_avg_before": load,
