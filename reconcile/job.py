@@ -68,7 +68,7 @@ RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
     duration_ms BIGINT NOT NULL)"""
 
 ENGINEER_KINDS = ("backfill", "period_close")
-CHUNK_EVENTS = 2_500_000
+CHUNK_EVENTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -160,12 +160,14 @@ def read(
     return raw, programs, partners
 
 
-def chunks(counts: Sequence[tuple[str, int]], limit: int = CHUNK_EVENTS) -> list[list[str]]:
-    """Programs packed in order into chunks of at most `limit` events (one program never splits)."""
+def chunks(counts: Sequence[tuple[str, int]], limit: int | None = None) -> list[list[str]]:
+    """Programs packed in order into chunks of at most `limit` (default CHUNK_EVENTS) events;
+    one program is never split."""
+    most = CHUNK_EVENTS if limit is None else limit
     packed: list[list[str]] = []
     size = 0
     for program_id, events in counts:
-        if not packed or size + events > limit:
+        if not packed or size + events > most:
             packed.append([])
             size = 0
         packed[-1].append(program_id)
