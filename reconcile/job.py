@@ -7,7 +7,9 @@ readers see either the previous run's tables or this run's, never a mix:
 
 1. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows (a bigger program is a
    chunk of its own). Every reconcile rule is per program, so reconciling chunk by chunk gives
-   exactly the result of reconciling the whole log at once, with memory bounded by the chunk;
+   exactly the result of reconciling the whole log at once (tests/reconcile/test_job.py), while
+   Polars only ever holds one chunk. (DuckDB keeps the rows a transaction appends in its buffer
+   pool until COMMIT; the database's `memory_limit` bounds that part.)
 2. each chunk is read (only the columns the reconciler uses for each kind of row, schema.py
    READ_COLUMNS; `body` only for engineer actions) and reconciled (reconcile/pipeline.py);
 3. the results replace `rc_sales`, `rc_commissions`, `rc_refunds`, `rc_double_counts`,
