@@ -5,9 +5,10 @@ For each size in `BENCH_RECONCILE_SIZES` (default `1000000,10000000`):
 
 1. generate the log (bench/rawgen.py) with 1 % more events than the size and write the first
    `size` of them (arrival order) to a fresh DuckDB file with the schema of ingest/schema.py;
-2. in a fresh subprocess, open the file and time `reconcile.job.run(con, now)`: wall clock, the
-   read / reconcile / write split (the job's `on_progress`), CPU time, and the peak RSS of that
-   process (VmHWM), so sizes never share a peak;
+2. in a fresh subprocess, open the file and time `reconcile.job.run(con, now)`: wall clock, CPU
+   time, the time and resident memory of every step the job reports through `on_progress`
+   (read / each reconcile chunk / write), and the peak RSS of that process (VmHWM), so sizes
+   never share a peak;
 3. append the held-back 1 % (the newest events) and time a second run in a fresh subprocess.
 
 The reference (tests/reconcile/reference.py, `reconcile_reference`) runs on
@@ -20,7 +21,8 @@ results are compared table by table.
 
 Targets (2 cores): 10M events in <= 20 s wall with peak RSS <= 6 GiB; >= 20x the reference's
 throughput; a run after 1 % new events well under a full run. `BENCH_RECONCILE_DIR` puts the
-database files somewhere else than the system temp dir (the 10M one takes a few GB).
+database files somewhere else than the system temp dir (the 10M one takes about 6 GB); a step is
+stopped should the machine's available memory fall under `BENCH_RECONCILE_MIN_FREE_MIB` (1024).
 """
 
 from __future__ import annotations
