@@ -277,14 +277,14 @@ def split_doubles(connect: list[Row], self_hosted: list[Row]) -> tuple[list[Row]
                 firsts[key] = s
     kept = []
     for s in counted:
-        winner = firsts.get((s["program_id"], s["transaction_id"])) if not s["test_mode"] else None
-        if winner is not None and winner is not s:
+        first_sale = firsts.get((s["program_id"], s["transaction_id"])) if not s["test_mode"] else None
+        if first_sale is not None and first_sale is not s:
             report.append(
                 {
                     "program_id": s["program_id"],
                     "kind": "self_hosted_repeat",
                     "transaction_id": s["transaction_id"],
-                    "sale_id": winner["sale_id"],
+                    "sale_id": first_sale["sale_id"],
                     "connect_record_ids": None,
                     "duplicate_id": s["sale_id"],
                     "duplicate_transaction_id": s["transaction_id"],
@@ -522,15 +522,16 @@ def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[
 
 
 def window_key(s: Row) -> str:
-    if s["subscription_id"] is not None:
-        return "sub:" + s["subscription_id"]
-    if s["customer_key"] is not None:
-        return "key:" + s["customer_key"]
-    if s["processor_customer_id"] is not None:
-        return "pc:" + s["processor_customer_id"]
-    if norm_email(s["email"]) is not None:
-        return "email:" + str(norm_email(s["email"]))
-    return "sale:" + s["sale_id"]
+    """The customer line: subscription, else customer key, processor customer, email, the sale."""
+    for label, value in (
+        ("sub", s["subscription_id"]),
+        ("key", s["customer_key"]),
+        ("pc", s["processor_customer_id"]),
+        ("email", norm_email(s["email"])),
+    ):
+        if value is not None:
+            return f"{label}:{value}"
+    return f"sale:{s['sale_id']}"
 
 
 def value_commissions(
@@ -916,7 +917,7 @@ def reconcile_reference(
 ) -> dict[str, list[Row]]:
     """The reference result: the same tables as reconcile.pipeline.Result, as lists of dicts."""
     rows = [{**r, "occurred_at": coalesce(r["occurred_at"], r["received_at"])} for r in rows]
-    settings = {}
+    settings: dict[str, Row] = {}
     for p in programs:
         settings.setdefault(p["program_id"], p)
     partner_emails: dict[tuple[str, str], str | None] = {}

@@ -46,13 +46,18 @@ def _maybe(values: pl.Series, keep: pl.Series) -> pl.Series:
     return pl.select(pl.when(keep).then(values)).to_series()
 
 
-def _const(value: object, n: int) -> pl.Series:
+def _const(value: str | bool, n: int) -> pl.Series:
     return pl.repeat(value, n, eager=True)
 
 
 def _frame(columns: dict[str, pl.Series], height: int) -> pl.DataFrame:
     """A raw frame of `height` rows: the given columns, all others NULL (body/headers '{}')."""
-    defaults: dict[str, object] = {"body": "{}", "headers": "{}", "test_mode": False, "outcome": "accepted"}
+    defaults: dict[str, str | bool] = {
+        "body": "{}",
+        "headers": "{}",
+        "test_mode": False,
+        "outcome": "accepted",
+    }
     data = {
         name: columns[name]
         if name in columns

@@ -67,7 +67,8 @@ SALE = [
 
 
 def table(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
-    return con.sql(f"SELECT * FROM {name}").pl()
+    frame: pl.DataFrame = con.sql(f"SELECT * FROM {name}").pl()
+    return frame
 
 
 def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyConnection) -> None:
@@ -152,7 +153,7 @@ def test_program_settings_default_like_ingest(con: duckdb.DuckDBPyConnection) ->
 
 
 def _materialised(con: duckdb.DuckDBPyConnection, name: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    frame = con.sql(f"SELECT {', '.join(schema)} FROM {name}").pl()
+    frame: pl.DataFrame = con.sql(f"SELECT {', '.join(schema)} FROM {name}").pl()
     return frame.select(
         pl.col(c).dt.convert_time_zone("UTC") if dtype == pl.Datetime("us", "UTC") else pl.col(c).cast(dtype)
         for c, dtype in schema.items()
