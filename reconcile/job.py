@@ -199,37 +199,78 @@ def _put(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, *, rep
         con.unregister(view)
 
 
+STAGED = (*TABLES, "rc_unroutable")
+
+
+def _staging(table: str, run_id: str) -> str:
+    return f"{table}__{run_id}"
+
+
+def _drop_staging(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> None:
+    """Drop the staging tables of `run_id` (None: of any run, left by a crash)."""
+    names = con.execute(
+        "SELECT table_name FROM information_schema.tables"
+        " WHERE table_schema = 'main' AND table_type = 'BASE TABLE'"
+    ).fetchall()
+    for (name,) in names:
+        table, _, run = str(name).partition("__")
+        if table in STAGED and run.startswith("rcr_") and (run_id is None or run == run_id):
+            con.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+
 def _reconcile_all(
-    con: duckdb.DuckDBPyConnection, now: datetime, report: Progress
+    con: duckdb.DuckDBPyConnection,
+    reader: duckdb.DuckDBPyConnection,
+    run_id: str,
+    now: datetime,
+    report: Progress,
 ) -> tuple[int, int, int, int]:
-    """Reconcile chunk by chunk into the rc_* tables; (events, high water seq, sales, lines)."""
-    events, high_water = con.execute("SELECT count(*), coalesce(max(seq), 0) FROM raw_events").fetchone() or (
+    """Reconcile chunk by chunk, reading through `reader` (one snapshot) and writing each chunk's
+    rows to this run's staging tables (committed as they go, so the database can spill them);
+    (events, high water seq, sales, lines)."""
+    events, high_water = reader.execute(
+        "SELECT count(*), coalesce(max(seq), 0) FROM raw_events"
+    ).fetchone() or (
         0,
         0,
     )
-    counts = con.execute(
+    counts = reader.execute(
         "SELECT program_id, count(*) FROM raw_events WHERE program_id IS NOT NULL"
         " GROUP BY program_id ORDER BY program_id"
     ).fetchall()
-    programs, partners = control_plane(con)
+    programs, partners = control_plane(reader)
     for table, (_, schema) in TABLES.items():
-        _put(con, table, pl.DataFrame(schema=schema), replace=True)
+        _put(con, _staging(table, run_id), pl.DataFrame(schema=schema), replace=True)
     packed = chunks(counts)
     sales = lines = 0
     for done, chunk in enumerate(packed):
         report("reconcile", done, len(packed))
-        result = reconcile(raw_chunk(con, chunk), programs, partners, now)
+        result = reconcile(raw_chunk(reader, chunk), programs, partners, now)
         for table, (attribute, _) in TABLES.items():
-            _put(con, table, getattr(result, attribute), replace=False)
+            _put(con, _staging(table, run_id), getattr(result, attribute), replace=False)
         sales += result.sales.height
         lines += result.commissions.height
         del result
     report("write", len(packed), len(packed))
-    stray = con.sql(f"SELECT {_select(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL").pl()
+    stray = reader.sql(
+        f"SELECT {_select(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL"
+    ).pl()
     lost = unroutable(prepare_raw(stray)).collect(engine=ENGINE)
-    _put(con, "rc_unroutable", conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE), replace=True)
-    _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
+    _put(
+        con,
+        _staging("rc_unroutable", run_id),
+        conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE),
+        replace=True,
+    )
     return int(events), int(high_water), sales, lines
+
+
+def _swap_in(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Inside the final transaction: this run's staging tables become the rc_* tables."""
+    for table in STAGED:
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute(f'ALTER TABLE "{_staging(table, run_id)}" RENAME TO {table}')
+    _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
 
 
 def _record(
@@ -307,6 +348,10 @@ def write(
 def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | None = None) -> RunSummary:
     """Reconcile everything in `raw_events` as of `now` and materialise the results.
 
+    Reads go through a cursor holding one read transaction (one snapshot of the log). Each
+    chunk's rows are written to this run's staging tables (`rc_sales__<run_id>`, ...); a final
+    short transaction swaps them in for the rc_* tables and records the run, so readers see the
+    previous run or this one, never a mix. On failure the staging tables are dropped.
     `rc_runs.started_at` is `now`; `finished_at` is `now` plus the measured duration (the job
     reads no clock of its own, only a monotonic timer).
     """
@@ -316,8 +361,24 @@ def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | N
     started = time.perf_counter()
     run_id = f"rcr_{uuid.uuid4().hex}"
     report("read", 0, 1)
-    summary = _transaction(
-        con, run_id, lambda: _record(con, run_id, now, started, _reconcile_all(con, now, report))
-    )
+    try:
+        _drop_staging(con)
+        reader = con.cursor()
+        try:
+            reader.execute("BEGIN TRANSACTION")
+            counts = _reconcile_all(con, reader, run_id, now, report)
+        finally:
+            reader.close()
+
+        def swap() -> RunSummary:
+            _swap_in(con, run_id)
+            return _record(con, run_id, now, started, counts)
+
+        summary = _transaction(con, run_id, swap)
+    except BaseException as exc:
+        _drop_staging(con, run_id)
+        if isinstance(exc, duckdb.Error):
+            raise ReconcileFailed(f"reconcile run {run_id} failed: {exc}") from exc
+        raise
     report("done", 1, 1)
     return summary

@@ -211,3 +211,13 @@ def test_programs_are_packed_into_chunks_without_splitting_one() -> None:
     counts = [("a", 3), ("b", 3), ("c", 10), ("d", 1), ("e", 1)]
     assert job.chunks(counts, limit=6) == [["a", "b"], ["c"], ["d", "e"]]
     assert job.chunks([], limit=6) == []
+
+
+def test_staging_tables_left_by_a_crash_are_cleaned_up(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE TABLE rc_sales__rcr_crashed AS SELECT 1 AS x")
+    con.execute("CREATE TABLE keep__rcr_crashed AS SELECT 1 AS x")
+    append(con, SALE)
+    job.run(con, NOW)
+    names = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert "rc_sales__rcr_crashed" not in names and "keep__rcr_crashed" in names
+    assert not [n for n in names if n.startswith("rc_") and "__rcr_" in n]
