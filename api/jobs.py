@@ -78,7 +78,7 @@ class Reconciler:
         with self._lock:
             self._writer.sync_blocking()
             with self._store.snapshot() as cur:
-                raw, programs, partners = job.read(cur)
+                raw, programs, partners = job.read(cur, program_id=str(backfill_row["program_id"]))
             result = backfill.preview(raw, programs, partners, backfill_row, utcnow())
             if apply:
                 self._writer.run_sync(lambda tx: tx.append(backfill_row), flush=True)
