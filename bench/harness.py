@@ -197,3 +197,25 @@ def table(rows: list[WrkResult]) -> str:
             f"{r.socket_errors:>8}"
         )
     return "\n".join(lines)
+
+
+def side_by_side(
+    name: str,
+    ceiling: WrkResult,
+    measured: WrkResult,
+    connections: int,
+    duration: int,
+    verdict: dict[str, object],
+) -> dict[str, object]:
+    """Print and save a run measured beside the framework ceiling (bench/out/<name>.json)."""
+    print(table([ceiling, measured]))
+    print(f"ratio {name}/ceiling = {measured.rps / ceiling.rps:.2f}  {verdict}")
+    result: dict[str, object] = {
+        "connections": connections,
+        "seconds": duration,
+        "ceiling": ceiling,
+        name: measured,
+        **verdict,
+    }
+    save(name, result)
+    return result

@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from bench.harness import ceiling_server, save, setup_program, table, tally_server, wrk
+from bench.harness import ceiling_server, setup_program, side_by_side, tally_server, wrk
 
 SCRIPT = Path(__file__).with_name("sale.lua")
 
@@ -33,23 +33,13 @@ def main(
             env={**env, "BENCH_RUN": f"m{time.time_ns()}"},
         )
     ratio = tally.rps / ceiling.rps
-    print(table([ceiling, tally]))
     verdict = {
         "ratio_vs_ceiling": round(ratio, 3),
         "target_ratio_met": ratio >= 0.5,
         "target_p99_met": tally.p99_ms <= 25.0,
         "target_zero_non_2xx_met": tally.non_2xx == 0 and tally.socket_errors == 0,
     }
-    print(f"ratio tally/ceiling = {ratio:.2f}  {verdict}")
-    result: dict[str, object] = {
-        "connections": connections,
-        "seconds": duration,
-        "ceiling": ceiling,
-        "tally": tally,
-        **verdict,
-    }
-    save("ingest", result)
-    return result
+    return side_by_side("ingest", ceiling, tally, connections, duration, verdict)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,8 @@ from bench.harness import (
     WEBHOOK_SECRET,
     WrkResult,
     ceiling_server,
-    save,
     setup_program,
-    table,
+    side_by_side,
     tally_server,
     wrk,
 )
@@ -141,7 +140,6 @@ def main(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratio = webhook.rps / ceiling.rps
-    print(table([ceiling, webhook]))
     verdict: dict[str, object] = {
         "ratio_vs_ceiling": round(ratio, 3),
         "deliveries_signed": count,
@@ -149,16 +147,7 @@ def main(
         "zero_non_2xx": webhook.non_2xx == 0 and webhook.socket_errors == 0,
         **checks,
     }
-    print(f"ratio webhook/ceiling = {ratio:.2f}  {verdict}")
-    result: dict[str, object] = {
-        "connections": connections,
-        "seconds": duration,
-        "ceiling": ceiling,
-        "webhook": webhook,
-        **verdict,
-    }
-    save("webhook", result)
-    return result
+    return side_by_side("webhook", ceiling, webhook, connections, duration, verdict)
 
 
 if __name__ == "__main__":
