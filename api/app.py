@@ -3,6 +3,7 @@ store, the single writer and the reconcile schedule."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +28,9 @@ def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = DuckStore(settings.database)
+        # The hot-path index is millions of long-lived objects: keep the collector from walking them.
+        gc.collect()
+        gc.freeze()
         writer = Writer(store)
         writer.start()
         limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
@@ -40,6 +44,7 @@ def create_app(settings: Settings) -> Starlette:
             reconciler.stop()
             writer.stop()
             store.close()
+            gc.unfreeze()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes]
