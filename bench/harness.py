@@ -55,44 +55,27 @@ def tally_server(database: Path | None = None) -> Iterator[str]:
         "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
         "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(url + "/healthz", proc)
+    with _serve(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], port, "/healthz", env
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 @contextmanager
 def ceiling_server() -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "bench.ceiling:app",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    cmd = [sys.executable, "-m", "uvicorn", "bench.ceiling:app", "--port", str(port)]
+    with _serve([*cmd, "--log-level", "warning", "--no-access-log"], port, "/", None) as url:
+        yield url
+
+
+@contextmanager
+def _serve(cmd: list[str], port: int, health: str, env: dict[str, str] | None) -> Iterator[str]:
+    """Run a server process on loopback until the block ends; yield its base URL once it answers."""
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(url + "/", proc)
+        _wait(url + health, proc)
         yield url
     finally:
         proc.terminate()
