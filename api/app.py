@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from api.errors import EXCEPTION_HANDLERS
+from api.hotpath import TallyApp
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
@@ -49,7 +50,8 @@ def create_app(settings: Settings) -> Starlette:
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes]
     routes += dashboard.routes
-    return Starlette(
+    return TallyApp(
+        hot=track.HOT,
         routes=routes,
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers=EXCEPTION_HANDLERS,

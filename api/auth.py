@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from api.http import remember
 from api.state import State
 from ingest.clock import rfc3339, utcnow
 from ingest.errors import (
@@ -75,11 +76,11 @@ def program_from_key(request: Request, token: str) -> Program:
     if not isinstance(found, Credential) or found.kind != "program":
         kind = "operator token" if found == OPERATOR else f"{found.kind} credential"  # type: ignore[union-attr]
         raise ProgramKeyRequired(f"track endpoints need a program API key, not an {kind}")
-    request.state.credential = found
+    remember(request, credential=found)
     program = state(request).store.program(found.subject_id)
     if program is None:
         raise InvalidApiKey("the API key matches no program")
-    request.state.program_id = program.program_id
+    remember(request, program_id=program.program_id)
     deadline = found.rotation_deadline
     if deadline is not None and utcnow() >= deadline:
         raise ApiKeyRotationRequired(

@@ -3,12 +3,12 @@ success envelope and the rotation headers."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import date, datetime
 from email.utils import format_datetime
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -41,12 +41,31 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+
+
 def dumps(payload: Any) -> bytes:
-    return json.dumps(payload, default=_default, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON; datetimes as RFC 3339 UTC with `Z` (second precision)."""
+    return orjson.dumps(payload, default=_default, option=_DUMPS_OPTIONS)
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(dumps(payload), status, headers, media_type="application/json")
+
+
+def assign_request_id(scope: Scope) -> str:
+    """The request's id, kept in its state: the client's `X-Request-Id` when sane, else a new one."""
+    request_id = None
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            candidate = value.decode("latin-1")
+            if _SANE_ID.match(candidate):
+                request_id = candidate
+            break
+    if request_id is None:
+        request_id = new_id("req")
+    scope.setdefault("state", {})["request_id"] = request_id
+    return request_id
 
 
 class RequestIdMiddleware:
@@ -59,16 +78,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = None
-        for name, value in scope["headers"]:
-            if name == b"x-request-id":
-                candidate = value.decode("latin-1")
-                if _SANE_ID.match(candidate):
-                    request_id = candidate
-                break
-        if request_id is None:
-            request_id = new_id("req")
-        scope.setdefault("state", {})["request_id"] = request_id
+        request_id = assign_request_id(scope)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -78,13 +88,30 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
-def kept_headers(request: Request, names: tuple[str, ...]) -> str:
-    """The headers worth keeping beside a raw body, as JSON (never credentials)."""
-    return json.dumps({k: request.headers[k] for k in names if k in request.headers}, sort_keys=True)
+def kept_headers(request: Request, names: frozenset[bytes]) -> str:
+    """The headers worth keeping beside a raw body, as JSON with sorted keys (never credentials).
+    The first value of a repeated header is kept, as `request.headers[name]` would give."""
+    kept: dict[str, str] = {}
+    for name, value in request.scope["headers"]:
+        if name in names:
+            kept.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return orjson.dumps(kept, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def remember(request: Request, **values: Any) -> None:
+    """Keep per-request values where `request.state.<name>` reads them (the scope's state),
+    without the attribute machinery's cost on the track endpoints."""
+    request.scope.setdefault("state", {}).update(values)
+
+
+def recall(request: Request, name: str) -> Any:
+    """A value kept by `remember` (or set on `request.state`), None when absent."""
+    return request.scope.get("state", {}).get(name)
 
 
 def request_id(request: Request) -> str | None:
-    return getattr(request.state, "request_id", None)
+    value: str | None = recall(request, "request_id")
+    return value
 
 
 async def read_body(request: Request) -> bytes:
@@ -99,13 +126,13 @@ async def read_body(request: Request) -> bytes:
         if size > MAX_BODY:
             raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         raise InvalidJson("request body is not valid JSON") from None
     if not isinstance(value, dict):
         raise InvalidJson("request body must be a JSON object")
@@ -130,14 +157,14 @@ async def body_model(request: Request, model: type[M]) -> tuple[bytes, M]:
 
 # -- rotation: headers and warnings for a flagged program key ----------------------------------
 def flagged(request: Request) -> Credential | None:
-    cred: Credential | None = getattr(request.state, "credential", None)
+    cred: Credential | None = recall(request, "credential")
     if cred is not None and cred.rotation_deadline is not None and cred.flagged_at is not None:
         return cred
     return None
 
 
-def rotation_headers(request: Request) -> dict[str, str]:
-    cred = flagged(request)
+def rotation_headers(request: Request, cred: Credential | None = None) -> dict[str, str]:
+    cred = cred or flagged(request)
     if cred is None:
         return {}
     assert cred.flagged_at is not None and cred.rotation_deadline is not None
@@ -170,4 +197,4 @@ def ok(
     payload: dict[str, Any] = {"data": data}
     if all_warnings:
         payload["warnings"] = all_warnings
-    return json_response(payload, status, rotation_headers(request))
+    return json_response(payload, status, rotation_headers(request, cred) if cred is not None else None)

@@ -99,6 +99,18 @@ def _bulk_insert(
         cur.unregister("_tally_batch")
 
 
+def _revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ...]]:
+    """Journaled rows back to what was journaled: ISO strings in timestamp columns to datetimes."""
+    stamps = [i for i, f in enumerate(schema) if pa.types.is_timestamp(f.type)]
+    out = []
+    for row in rows:
+        for i in stamps:
+            if isinstance(row[i], str):
+                row[i] = datetime.fromisoformat(row[i])
+        out.append(tuple(row))
+    return out
+
+
 def _json_set(raw: str) -> frozenset[str]:
     value = json.loads(raw)
     return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
@@ -153,7 +165,7 @@ class DuckTx:
         full = dict(row)
         full["seq"] = seq
         full.setdefault("test_mode", False)
-        self._raw.append(tuple(full.get(name) for name in RAW_EVENT_FIELDS))
+        self._raw.append(tuple(map(full.get, RAW_EVENT_FIELDS)))
         self.index.observe(full, self.undo)
         return seq
 
@@ -337,7 +349,15 @@ class DuckStore:
             number = int(record["batch"])
             self._batch_no = max(self._batch_no, number)
             if number > done:
-                parts = ([tuple(r) for r in record[part]] for part in ("raw", "logs", "keys", "checks"))
+                parts = (
+                    _revive_rows(record[part], schema)
+                    for part, schema in (
+                        ("raw", RAW_SCHEMA),
+                        ("logs", LOG_SCHEMA),
+                        ("keys", KEY_SCHEMA),
+                        ("checks", CHECK_SCHEMA),
+                    )
+                )
                 self._pending.append(_Batch(*parts))
         self.flush()
 

@@ -8,14 +8,14 @@ copies the batches of the closed ones, records the last batch number copied in t
 transaction, and only then deletes the closed segments. At start, batches the database has not
 got yet (by batch number) are copied in before anything else happens.
 
-Record format: 4-byte big-endian length, 4-byte CRC-32, JSON payload. A torn or corrupt tail (a
+Record format: 4-byte big-endian length, 4-byte CRC-32, JSON payload (datetimes as ISO 8601
+strings; the reader knows which columns are timestamps). A torn or corrupt tail (a
 crash in the middle of a write, before its fsync returned and so before anyone was answered) is
 ignored.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import zlib
@@ -24,19 +24,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 _HEADER = struct.Struct(">II")
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return {"$t": value.isoformat()}
-    raise TypeError(f"cannot journal {type(value).__name__}")
-
-
-def _hook(obj: dict[str, Any]) -> Any:
-    if len(obj) == 1 and "$t" in obj:
-        return datetime.fromisoformat(obj["$t"])
-    return obj
+def _revive(value: Any) -> Any:
+    """Journals written before datetimes were stored as plain ISO strings tagged them as
+    `{"$t": iso}`: turn those back into datetimes, anywhere in a decoded record."""
+    if isinstance(value, list):
+        return [_revive(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and "$t" in value:
+            return datetime.fromisoformat(value["$t"])
+        return {k: _revive(v) for k, v in value.items()}
+    return value
 
 
 def read_segment(path: Path) -> Iterator[dict[str, Any]]:
@@ -48,7 +50,7 @@ def read_segment(path: Path) -> Iterator[dict[str, Any]]:
         payload = data[start : start + length]
         if len(payload) < length or zlib.crc32(payload) != crc:
             return
-        record: dict[str, Any] = json.loads(payload, object_hook=_hook)
+        record: dict[str, Any] = _revive(orjson.loads(payload))
         yield record
         offset = start + length
 
@@ -78,7 +80,7 @@ class Journal:
         return fd
 
     def append(self, record: dict[str, Any]) -> None:
-        payload = json.dumps(record, default=_default, separators=(",", ":")).encode()
+        payload = orjson.dumps(record)
         os.write(self._fd, _HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
         os.fsync(self._fd)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ingest.errors import (
     DuplicateRefund,
@@ -24,8 +24,7 @@ from ingest.tokens import new_id
 from ingest.writer import Writer
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """What every track call carries besides its parsed body."""
 
     endpoint: str

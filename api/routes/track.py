@@ -4,54 +4,50 @@ need the program key."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import bearer, program_from_key, require_program_key, state
-from api.http import CORS_HEADERS, body_model, kept_headers, ok, request_id
+from api.http import CORS_HEADERS, body_model, kept_headers, ok, recall, remember, request_id
 from ingest import tracking
 from ingest.clock import utcnow
 from ingest.errors import TallyError
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn
 from ingest.tracking import Call, Outcome
 
-KEPT_HEADERS = (
-    "content-type",
-    "user-agent",
-    "origin",
-    "referer",
-    "x-request-id",
-    "x-forwarded-for",
+KEPT_HEADERS = frozenset(
+    {b"content-type", b"user-agent", b"origin", b"referer", b"x-request-id", b"x-forwarded-for"}
 )
 
 
-def _call(request: Request, endpoint: str, raw: bytes = b"") -> Call:
+def _call(request: Request, endpoint: str, received_at: datetime, raw: bytes = b"") -> Call:
     return Call(
         endpoint=endpoint,
-        received_at=request.state.received_at,
+        received_at=received_at,
         body=raw.decode("utf-8", errors="replace"),
         headers=kept_headers(request, KEPT_HEADERS),
         request_id=request_id(request),
     )
 
 
-async def _handle(
-    request: Request,
-    endpoint: str,
-    status: int,
-    work: Callable[[], Awaitable[Outcome]],
-    cors: bool = False,
-) -> Response:
-    request.state.received_at = utcnow()
-    request.state.cors = cors
+Work = Callable[[datetime], Awaitable[Outcome]]
+
+
+async def _handle(request: Request, endpoint: str, status: int, work: Work, cors: bool = False) -> Response:
+    """Run one track call received now; a refusal for a known program is logged (no body)."""
+    received_at = utcnow()
+    if cors:
+        remember(request, cors=True)
     try:
-        outcome = await work()
+        outcome = await work(received_at)
     except TallyError as exc:
-        program_id = getattr(request.state, "program_id", None)
+        program_id = recall(request, "program_id")
         if program_id is not None and not exc.logged:
-            await tracking.log_refusal(state(request).writer, _call(request, endpoint), program_id, exc)
+            call = _call(request, endpoint, received_at)
+            await tracking.log_refusal(state(request).writer, call, program_id, exc)
         raise
     response = ok(request, outcome.data, status, outcome.warnings)
     if cors:
@@ -71,13 +67,15 @@ async def track_click(request: Request) -> Response:
     if request.method == "OPTIONS":
         return await preflight(request)
 
-    async def work() -> Outcome:
+    async def work(received_at: datetime) -> Outcome:
         st = state(request)
         st.limiter.check(_client(request))
         raw, inp = await body_model(request, ClickIn)
         if st.store.program(inp.program_id) is not None:
-            request.state.program_id = inp.program_id
-        return await tracking.record_click(st.store, st.writer, _call(request, "track/click", raw), inp)
+            remember(request, program_id=inp.program_id)
+        return await tracking.record_click(
+            st.store, st.writer, _call(request, "track/click", received_at, raw), inp
+        )
 
     return await _handle(request, "track/click", 201, work, cors=True)
 
@@ -86,7 +84,7 @@ async def track_lead(request: Request) -> Response:
     if request.method == "OPTIONS":
         return await preflight(request)
 
-    async def work() -> Outcome:
+    async def work(received_at: datetime) -> Outcome:
         st = state(request)
         token = bearer(request)
         if token is None:
@@ -94,35 +92,43 @@ async def track_lead(request: Request) -> Response:
         program = program_from_key(request, token) if token is not None else None
         raw, inp = await body_model(request, LeadIn)
         if program is None and inp.program_id and st.store.program(inp.program_id) is not None:
-            request.state.program_id = inp.program_id
-        call = _call(request, "track/lead", raw)
+            remember(request, program_id=inp.program_id)
+        call = _call(request, "track/lead", received_at, raw)
         return await tracking.record_lead(st.store, st.writer, call, inp, program)
 
     return await _handle(request, "track/lead", 200, work, cors=True)
 
 
 async def track_sale(request: Request) -> Response:
-    async def work() -> Outcome:
+    async def work(received_at: datetime) -> Outcome:
         st = state(request)
         program = require_program_key(request)
         raw, inp = await body_model(request, SaleIn)
         return await tracking.record_sale(
-            st.store, st.writer, _call(request, "track/sale", raw), inp, program
+            st.store, st.writer, _call(request, "track/sale", received_at, raw), inp, program
         )
 
     return await _handle(request, "track/sale", 200, work)
 
 
 async def track_refund(request: Request) -> Response:
-    async def work() -> Outcome:
+    async def work(received_at: datetime) -> Outcome:
         st = state(request)
         program = require_program_key(request)
         raw, inp = await body_model(request, RefundIn)
-        call = _call(request, "track/refund", raw)
+        call = _call(request, "track/refund", received_at, raw)
         return await tracking.record_refund(st.store, st.writer, call, inp, program)
 
     return await _handle(request, "track/refund", 200, work)
 
+
+# Served by api.hotpath.TallyApp ahead of the middleware stack (the routes below answer the same).
+HOT = {
+    ("POST", "/api/v1/track/click"): track_click,
+    ("POST", "/api/v1/track/lead"): track_lead,
+    ("POST", "/api/v1/track/sale"): track_sale,
+    ("POST", "/api/v1/track/refund"): track_refund,
+}
 
 routes = [
     Route("/api/v1/track/click", track_click, methods=["POST", "OPTIONS"]),

@@ -11,7 +11,7 @@ from api.http import kept_headers, ok, read_body, request_id
 from ingest import deliveries
 from ingest.clock import utcnow
 
-KEPT_HEADERS = ("stripe-signature", "content-type", "user-agent")
+KEPT_HEADERS = frozenset({b"stripe-signature", b"content-type", b"user-agent"})
 
 
 async def stripe_webhook(request: Request) -> Response:

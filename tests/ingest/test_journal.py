@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import struct
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ingest.duckdb_store import DuckStore
 from ingest.journal import Journal
+from ingest.schema import RAW_EVENT_FIELDS
 from ingest.store import Tx
 from ingest.writer import Writer
 
@@ -39,7 +43,7 @@ def test_records_round_trip_and_torn_tail_is_ignored(tmp_path: Path) -> None:
         fh.write(b"\x00\x00\x01\x00garbage")  # a write cut short by a crash
     reopened = Journal(tmp_path / "j")
     assert list(reopened.records()) == [
-        {"batch": 1, "raw": [[1, AT, "x", None, True]]},
+        {"batch": 1, "raw": [[1, AT.isoformat(), "x", None, True]]},
         {"batch": 2, "raw": []},
     ]
     reopened.append({"batch": 3, "raw": []})  # appends go to a new segment, after the torn one
@@ -113,3 +117,23 @@ def test_control_plane_and_journal_commits_coexist(tmp_path: Path) -> None:
     assert store.query("SELECT count(*) FROM workspaces") == [(1,)]
     writer.stop()
     store.close()
+
+
+def test_a_journal_in_the_earlier_tagged_layout_is_still_recovered(tmp_path: Path) -> None:
+    """Journals written before datetimes became plain ISO strings tagged them `{"$t": ...}`; a
+    server upgraded over an uncopied journal must still copy it."""
+    db = tmp_path / "old.duckdb"
+    DuckStore(db).close()
+    row = {**_click(7), "seq": 1, "test_mode": False}
+    old_row = [
+        {"$t": v.isoformat()} if isinstance(v, datetime) else v
+        for v in (row.get(f) for f in RAW_EVENT_FIELDS)
+    ]
+    payload = json.dumps({"batch": 1, "raw": [old_row], "logs": [], "keys": [], "checks": []}).encode()
+    journal_dir = Path(f"{db}.journal")
+    (journal_dir / "000000000099.log").write_bytes(
+        struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+    )
+    reopened = DuckStore(db)
+    assert reopened.query("SELECT seq, event_id, received_at FROM raw_events") == [(1, "clk_7", AT)]
+    reopened.close()

@@ -1,0 +1,50 @@
+"""The track endpoints' fast lane through the ASGI stack.
+
+Brand servers post sales, leads and refunds at high rates. For these few (method, path) pairs
+the app calls the same endpoint functions directly, skipping Starlette's middleware stack
+(server-error, request-id and exception middleware, route matching over every route, the
+endpoint wrapper and their wrappers of `send`). What a client sees is identical: the same
+endpoint code, the same error map (`api.errors`), the same `X-Request-Id` rule
+(tests/api/test_hotpath.py compares both lanes). Everything else takes the full stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from api.errors import error_response, server_error
+from api.http import assign_request_id
+from ingest.errors import TallyError
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class TallyApp(Starlette):
+    """Starlette, with `hot[(method, path)]` answered ahead of the middleware stack."""
+
+    def __init__(self, hot: Mapping[tuple[str, str], Endpoint], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hot = hot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self.hot.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
+        if endpoint is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        request_id = assign_request_id(scope)
+        request = Request(scope, receive)
+        try:
+            response = await endpoint(request)
+        except TallyError as exc:
+            response = error_response(request, exc)
+        except Exception as exc:  # the same answer the full stack gives
+            response = await server_error(request, exc)
+        response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
+        await response(scope, receive, send)
