@@ -89,18 +89,27 @@ class ReconcileFailed(Exception):
     """Raised by `run` when a run could not be completed; the previous results are kept."""
 
 
-_KIND_FILTER = {
-    "stripe": "kind = 'stripe'",
-    "click": "kind = 'click'",
-    "other": "kind NOT IN ('stripe', 'click')",
+# Each group of rows is read with its own columns (schema.READ_COLUMNS). Engineer actions are the
+# only rows whose `body` is read: they are read apart, so the scan of the other rows never
+# touches the (large) body column.
+_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "stripe": ("kind = 'stripe'", READ_COLUMNS["stripe"]),
+    "click": ("kind = 'click'", READ_COLUMNS["click"]),
+    "other": (
+        f"kind NOT IN ('stripe', 'click', {', '.join(repr(k) for k in ENGINEER_KINDS)})",
+        tuple(c for c in READ_COLUMNS["other"] if c != "body"),
+    ),
+    # Found through `seq`: a scan filtered on `kind` alone decompresses every body; one whose
+    # seqs come from a subquery skips the row groups that hold none of them.
+    "engineer": (
+        f"seq IN (SELECT seq FROM raw_events WHERE kind IN {ENGINEER_KINDS!r})",
+        READ_COLUMNS["other"],
+    ),
 }
 
 
 def _select(columns: Sequence[str]) -> str:
-    return ", ".join(
-        f"CASE WHEN kind IN {ENGINEER_KINDS!r} THEN body END AS body" if name == "body" else name
-        for name in columns
-    )
+    return ", ".join(columns)
 
 
 def raw_chunk(
@@ -117,11 +126,8 @@ def raw_chunk(
         where += " AND seq < ?"
         params.append(before_seq)
     parts: list[pl.DataFrame] = [
-        con.sql(
-            f"SELECT {_select(columns)} FROM raw_events WHERE {_KIND_FILTER[group]}{where}",
-            params=params or None,
-        ).pl()
-        for group, columns in READ_COLUMNS.items()
+        con.sql(f"SELECT {_select(columns)} FROM raw_events WHERE {kinds}{where}", params=params or None).pl()
+        for kinds, columns in _GROUPS.values()
     ]
     return pl.concat(parts, how="diagonal_relaxed")
 
