@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from api.http import remember
+from api.http import header, remember
 from api.state import State
 from ingest.clock import rfc3339, utcnow
 from ingest.errors import (
@@ -34,16 +34,19 @@ OPERATOR = "operator"
 
 
 def state(request: Request) -> State:
-    st: State = request.app.state.tally
+    """The app's lifetime state (kept in the scope after the first lookup of a request)."""
+    st: State | None = request.scope.get("tally")
+    if st is None:
+        st = request.scope["tally"] = request.app.state.tally
     return st
 
 
 def bearer(request: Request) -> str | None:
     """The bearer token, None when there is no Authorization header at all."""
-    header = request.headers.get("authorization")
-    if header is None:
+    value = header(request, b"authorization")
+    if value is None:
         return None
-    scheme, _, value = header.partition(" ")
+    scheme, _, value = value.partition(" ")
     value = value.strip()
     if scheme.lower() != "bearer" or not value or " " in value:
         raise MalformedAuthorization("the Authorization header must be 'Bearer <token>'")

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import MutableHeaders
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -114,19 +114,38 @@ def request_id(request: Request) -> str | None:
     return value
 
 
+def header(request: Request, name: bytes) -> str | None:
+    """One request header by its lower-case name (the first, as `request.headers[name]` gives),
+    read straight from the ASGI scope: the track endpoints ask for two or three per call."""
+    raw: list[tuple[bytes, bytes]] = request.scope["headers"]
+    for key, value in raw:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 async def read_body(request: Request) -> bytes:
-    """The raw body, refusing more than 1 MiB (413) without reading past the limit."""
-    declared = request.headers.get("content-length")
+    """The raw body, refusing more than 1 MiB (413) without reading past the limit. Reads the
+    ASGI messages directly (`request.stream()` is an async generator, costly per call)."""
+    declared = header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY:
             raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
         chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request._body = body  # what `request.body()` would have kept, should anything ask again
+    return body
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:

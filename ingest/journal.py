@@ -1,7 +1,9 @@
 """The write-ahead journal in front of the embedded database.
 
 A group commit is made durable by appending one record (the batch's raw-log, tracking-log,
-idempotency and checklist rows) to the current journal segment and fsyncing it: about 0.3 ms,
+idempotency and checklist rows) to the current journal segment with a synchronous write (the
+segment is opened `O_DSYNC`: `write` returns once the data and the file size are on disk, one
+system call where `write` + `fsync` take two, and one hand-back of the GIL): about 0.15 ms,
 where a DuckDB commit of the same rows costs several milliseconds. A copier thread moves journaled
 batches into DuckDB in large transactions (`DuckStore.flush`): it rotates to a fresh segment,
 copies the batches of the closed ones, records the last batch number copied in the same DuckDB
@@ -10,7 +12,7 @@ got yet (by batch number) are copied in before anything else happens.
 
 Record format: 4-byte big-endian length, 4-byte CRC-32, JSON payload (datetimes as ISO 8601
 strings; the reader knows which columns are timestamps). A torn or corrupt tail (a
-crash in the middle of a write, before its fsync returned and so before anyone was answered) is
+crash in the middle of a write, before it returned and so before anyone was answered) is
 ignored.
 """
 
@@ -27,6 +29,7 @@ from typing import Any
 import orjson
 
 _HEADER = struct.Struct(">II")
+_DSYNC: int = getattr(os, "O_DSYNC", 0)  # where the platform lacks it, append() fsyncs
 
 
 def _revive(value: Any) -> Any:
@@ -56,7 +59,7 @@ def read_segment(path: Path) -> Iterator[dict[str, Any]]:
 
 
 class Journal:
-    """A directory of append-only segment files of batch records, fsynced on every append."""
+    """A directory of append-only segment files of batch records, durable on every append."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -71,7 +74,7 @@ class Journal:
     def _open_next(self) -> int:
         self._number += 1
         path = self.directory / f"{self._number:012d}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _DSYNC, 0o600)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the new file's name is durable before anything relies on it
@@ -81,8 +84,19 @@ class Journal:
 
     def append(self, record: dict[str, Any]) -> None:
         payload = orjson.dumps(record)
-        os.write(self._fd, _HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
-        os.fsync(self._fd)
+        data = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        try:
+            written = os.write(self._fd, data)
+            if not _DSYNC:
+                os.fsync(self._fd)
+        except OSError:
+            written = -1
+        if written != len(data):
+            # A short or failed write (disk full...) may leave a torn record; whatever follows it
+            # in this segment would be unreadable, so later batches go to a fresh segment.
+            old, self._fd = self._fd, self._open_next()
+            os.close(old)
+            raise OSError(f"journal write failed ({written} of {len(data)} bytes)")
 
     def records(self) -> Iterator[dict[str, Any]]:
         for path in self.segments():

@@ -72,6 +72,7 @@ class Writer:
         self._thread = threading.Thread(target=self._loop, name="tally-writer", daemon=True)
         self._copier = threading.Thread(target=self._copy_loop, name="tally-copier", daemon=True)
         self._stopping = threading.Event()
+        self._local = threading.local()  # per event-loop thread: jobs not yet handed over
         self._running = False
         self.commits = 0
         self.operations = 0
@@ -104,12 +105,30 @@ class Writer:
 
     async def run(self, op: Callable[[Tx], T], flush: bool = False) -> T:
         """Run `op` in the writer and wait (without blocking the event loop) until it is durable.
-        With `flush`, also wait until the store's reads (`query`) see it."""
+        With `flush`, also wait until the store's reads (`query`) see it.
+
+        Jobs from one turn of the event loop are handed to the writer together (one queue put,
+        one wake-up of the writer thread) by a callback that runs right after that turn."""
         if not self._running:
             raise ServiceUnavailable("tally is not accepting writes right now")
-        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put(_Job(op, None, flush, waiter))
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[T] = loop.create_future()
+        outbox: list[_Job[Any]] | None = getattr(self._local, "outbox", None)
+        if outbox is None:
+            outbox = self._local.outbox = []
+        if not outbox:
+            loop.call_soon(self._hand_over, outbox)
+        outbox.append(_Job(op, None, flush, waiter))
         return await waiter
+
+    def _hand_over(self, outbox: list[_Job[Any]]) -> None:
+        jobs = outbox[:]
+        outbox.clear()
+        if self._running:
+            self._queue.put(jobs)
+            return
+        stopped = ServiceUnavailable("tally is not accepting writes right now")
+        _settle_async([(job, False, stopped) for job in jobs])
 
     def run_sync(self, op: Callable[[Tx], T], flush: bool = False) -> T:
         return self.submit(op, flush).result()
@@ -127,11 +146,13 @@ class Writer:
             self._flush()
 
     def _loop(self) -> None:
+        """Commit whatever queued up meanwhile as one group (at least `MAX_BATCH` jobs when that
+        many are waiting; a hand-over from the event loop is never split)."""
         while True:
             item = self._queue.get()
             if item is _STOP:
                 return
-            batch: list[_Job[Any]] = [item]
+            batch: list[_Job[Any]] = item if isinstance(item, list) else [item]
             stop = False
             while len(batch) < MAX_BATCH:
                 try:
@@ -141,7 +162,10 @@ class Writer:
                 if nxt is _STOP:
                     stop = True
                     break
-                batch.append(nxt)
+                if isinstance(nxt, list):
+                    batch.extend(nxt)
+                else:
+                    batch.append(nxt)
             self._commit(batch)
             if stop:
                 return

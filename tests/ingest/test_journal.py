@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from ingest.duckdb_store import DuckStore
 from ingest.journal import Journal
@@ -137,3 +140,22 @@ def test_a_journal_in_the_earlier_tagged_layout_is_still_recovered(tmp_path: Pat
     reopened = DuckStore(db)
     assert reopened.query("SELECT seq, event_id, received_at FROM raw_events") == [(1, "clk_7", AT)]
     reopened.close()
+
+
+def test_a_short_write_fails_the_batch_and_later_batches_stay_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal(tmp_path / "j")
+    journal.append({"batch": 1, "raw": []})
+    real_write = os.write
+
+    def half(fd: int, data: bytes) -> int:  # the disk filled up mid-record
+        return real_write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", half)
+    with pytest.raises(OSError, match="journal write failed"):
+        journal.append({"batch": 2, "raw": [[1, "x" * 100]]})
+    monkeypatch.setattr(os, "write", real_write)
+    journal.append({"batch": 3, "raw": []})
+    assert [r["batch"] for r in journal.records()] == [1, 3]
+    journal.close()
