@@ -51,7 +51,7 @@ def create_app(settings: Settings) -> Starlette:
     routes += [*webhooks.routes, *script.routes, *backfill.routes]
     routes += dashboard.routes
     return TallyApp(
-        hot=track.HOT,
+        hot={**track.HOT, **webhooks.HOT},
         routes=routes,
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -8,12 +8,15 @@ values that differ per request anyway (ids, request ids, dates) are masked.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
-from tests.conftest import OPERATOR_TOKEN, World, bearer
+from ingest.stripe import sign
+from tests.conftest import OPERATOR_TOKEN, WEBHOOK_SECRET, World, bearer
 
 _VOLATILE = re.compile(r"\b(sale|lead|clk|req|ref|evt)_[0-9a-f]{24}\b")
 _PER_RUN = ("date", "x-request-id", "content-length")
@@ -94,3 +97,32 @@ def test_fast_lane_keeps_the_client_request_id_and_cors(world: World) -> None:
     r = world.client.post(SALE, content=b"[", headers={**world.key, "X-Request-Id": "bad id with spaces"})
     assert r.status_code == 400
     assert r.headers["x-request-id"].startswith("req_")
+
+
+def test_fast_lane_answers_webhooks_like_the_full_stack(world: World) -> None:
+    def event(n: int) -> bytes:
+        return orjson.dumps(
+            {"id": f"evt_lane_{n}", "object": "event", "type": "customer.created", "data": {}}
+        )
+
+    now = int(time.time())
+    for n, body, signature in (
+        (20, event(20), sign(event(20), WEBHOOK_SECRET, now)),
+        (21, event(21), "t=1,v1=deadbeef"),
+        (22, b"{broken", sign(b"{broken", WEBHOOK_SECRET, now)),
+        (23, event(23), None),
+    ):
+        answers = []
+        for table in (world.client.app.hot, {}):  # type: ignore[attr-defined]
+            saved, world.client.app.hot = world.client.app.hot, table  # type: ignore[attr-defined]
+            headers = {"Content-Type": "application/json"}
+            if signature is not None:
+                headers["Stripe-Signature"] = signature
+            answers.append(_shape(world.client.post("/webhooks/stripe", content=body, headers=headers)))
+            world.client.app.hot = saved  # type: ignore[attr-defined]
+        fast, full = answers
+        if n == 20:  # the same event twice: the second answer says duplicate
+            assert fast[0] == full[0] == 200
+            assert fast[1] == full[1]
+            continue
+        assert fast == full, f"case {n}"
