@@ -20,33 +20,25 @@ readers see either the previous run's tables or this run's, never a mix:
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import duckdb
 import polars as pl
 
-from reconcile import explain
-from reconcile.pipeline import Result, reconcile, unroutable
+from reconcile import explain, incremental
+from reconcile.pipeline import Result, reconcile
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
-    ENGINE,
     EVIDENCE_SCHEMA,
-    PARTNER_SCHEMA,
-    PROGRAM_SCHEMA,
-    READ_COLUMNS,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
-    UNROUTABLE_SCHEMA,
-    conform,
-    prepare_raw,
 )
+from reconcile.source import control_plane, raw_chunk, unroutable_rows
 
 Progress = Callable[[str, int, int], None]
 
@@ -68,8 +60,11 @@ RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
     sales BIGINT NOT NULL,
     commissions BIGINT NOT NULL,
     duration_ms BIGINT NOT NULL)"""
+# Columns added since the first version of rc_runs (older databases get them on the next run):
+# `mode` full | incremental; `fingerprint` of the engine and control plane the run used (NULL
+# for results written by `write`, which no incremental run may build on).
+RUNS_COLUMNS = ("mode VARCHAR", "fingerprint VARCHAR")
 
-ENGINEER_KINDS = ("backfill", "period_close")
 CHUNK_EVENTS = 1_000_000
 
 
@@ -83,74 +78,11 @@ class RunSummary:
     commissions: int
     duration_ms: int
     high_water_seq: int
+    mode: str = "full"
 
 
 class ReconcileFailed(Exception):
     """Raised by `run` when a run could not be completed; the previous results are kept."""
-
-
-# Each group of rows is read with its own columns (schema.READ_COLUMNS). Engineer actions are the
-# only rows whose `body` is read: they are read apart, so the scan of the other rows never
-# touches the (large) body column.
-_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "stripe": ("kind = 'stripe'", READ_COLUMNS["stripe"]),
-    "click": ("kind = 'click'", READ_COLUMNS["click"]),
-    "other": (
-        f"kind NOT IN ('stripe', 'click', {', '.join(repr(k) for k in ENGINEER_KINDS)})",
-        tuple(c for c in READ_COLUMNS["other"] if c != "body"),
-    ),
-    # Found through `seq`: a scan filtered on `kind` alone decompresses every body; one whose
-    # seqs come from a subquery skips the row groups that hold none of them.
-    "engineer": (
-        f"seq IN (SELECT seq FROM raw_events WHERE kind IN {ENGINEER_KINDS!r})",
-        READ_COLUMNS["other"],
-    ),
-}
-
-
-def _select(columns: Sequence[str]) -> str:
-    return ", ".join(columns)
-
-
-def raw_chunk(
-    con: duckdb.DuckDBPyConnection, programs: Sequence[str] | None = None, before_seq: int | None = None
-) -> pl.DataFrame:
-    """The rows of `raw_events` (of the given programs, None = all; received before `before_seq`,
-    None = all) with only the columns the reconciler reads for each kind of row
-    (schema.READ_COLUMNS); the other columns are null."""
-    where, params = "", list[object]()
-    if programs is not None:
-        where += " AND program_id IN (SELECT unnest(?::VARCHAR[]))"
-        params.append(list(programs))
-    if before_seq is not None:
-        where += " AND seq < ?"
-        params.append(before_seq)
-    parts: list[pl.DataFrame] = [
-        con.sql(f"SELECT {_select(columns)} FROM raw_events WHERE {kinds}{where}", params=params or None).pl()
-        for kinds, columns in _GROUPS.values()
-    ]
-    return pl.concat(parts, how="diagonal_relaxed")
-
-
-def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
-    records = []
-    for program_id, settings in rows:
-        try:
-            parsed = json.loads(settings) if settings else {}
-        except ValueError:
-            parsed = {}
-        values = parsed if isinstance(parsed, dict) else {}
-        records.append(
-            {"program_id": program_id, **{k: values.get(k) for k in PROGRAM_SCHEMA if k != "program_id"}}
-        )
-    return pl.DataFrame(records, schema=PROGRAM_SCHEMA, strict=False)
-
-
-def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Program settings and partners, as the reconciler takes them."""
-    programs = _programs(con.execute("SELECT program_id, settings FROM programs").fetchall())
-    partners: pl.DataFrame = con.sql("SELECT program_id, code, email FROM partners").pl()
-    return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
 
 
 def read(
@@ -230,6 +162,7 @@ def _reconcile_all(
     run_id: str,
     now: datetime,
     report: Progress,
+    control: tuple[pl.DataFrame, pl.DataFrame],
 ) -> tuple[int, int, int, int]:
     """Reconcile chunk by chunk, reading through `reader` (one snapshot) and writing each chunk's
     rows to this run's staging tables (committed as they go, so the database can spill them);
@@ -244,7 +177,7 @@ def _reconcile_all(
         "SELECT program_id, count(*) FROM raw_events WHERE program_id IS NOT NULL"
         " GROUP BY program_id ORDER BY program_id"
     ).fetchall()
-    programs, partners = control_plane(reader)
+    programs, partners = control
     for table, (_, schema) in TABLES.items():
         _put(con, _staging(table, run_id), pl.DataFrame(schema=schema), replace=True)
     packed = chunks(counts)
@@ -258,16 +191,7 @@ def _reconcile_all(
         lines += result.commissions.height
         del result
     report("write", len(packed), len(packed))
-    stray = reader.sql(
-        f"SELECT {_select(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL"
-    ).pl()
-    lost = unroutable(prepare_raw(stray)).collect(engine=ENGINE)
-    _put(
-        con,
-        _staging("rc_unroutable", run_id),
-        conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE),
-        replace=True,
-    )
+    _put(con, _staging("rc_unroutable", run_id), unroutable_rows(reader), replace=True)
     return int(events), int(high_water), sales, lines
 
 
@@ -285,9 +209,13 @@ def _record(
     now: datetime,
     started: float,
     counts: tuple[int, int, int, int],
+    mode: str = "full",
+    fingerprint: str | None = None,
 ) -> RunSummary:
     events, high_water, sales, lines = counts
     con.execute(RUNS_DDL)
+    for column in RUNS_COLUMNS:
+        con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
     summary = RunSummary(
         run_id=run_id,
         events_read=events,
@@ -295,10 +223,11 @@ def _record(
         commissions=lines,
         duration_ms=round((time.perf_counter() - started) * 1000),
         high_water_seq=high_water,
+        mode=mode,
     )
     con.execute(
         "INSERT INTO rc_runs (run_id, started_at, finished_at, high_water_seq, events_read, sales,"
-        " commissions, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        " commissions, duration_ms, mode, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             summary.run_id,
             now,
@@ -308,6 +237,8 @@ def _record(
             summary.sales,
             summary.commissions,
             summary.duration_ms,
+            mode,
+            fingerprint,
         ],
     )
     return summary
@@ -354,12 +285,15 @@ def write(
 def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | None = None) -> RunSummary:
     """Reconcile everything in `raw_events` as of `now` and materialise the results.
 
-    Reads go through a cursor holding one read transaction (one snapshot of the log). Each
-    chunk's rows are written to this run's staging tables (`rc_sales__<run_id>`, ...); a final
-    short transaction swaps them in for the rc_* tables and records the run, so readers see the
-    previous run or this one, never a mix. On failure the staging tables are dropped.
-    `rc_runs.started_at` is `now`; `finished_at` is `now` plus the measured duration (the job
-    reads no clock of its own, only a monotonic timer).
+    Reads go through a cursor holding one read transaction (one snapshot of the log). When the
+    previous run can be built on (reconcile/incremental.py says when), only what the rows added
+    since then can change is recomputed and patched into the rc_* tables in one transaction.
+    Otherwise (a full run) each chunk's rows are written to this run's staging tables
+    (`rc_sales__<run_id>`, ...) and a final short transaction swaps them in for the rc_* tables.
+    Either way the run is recorded in `rc_runs` in that same transaction, so readers see the
+    previous run or this one, never a mix. On failure nothing changes (staging tables are
+    dropped). `rc_runs.started_at` is `now`; `finished_at` is `now` plus the measured duration
+    (the job reads no clock of its own, only a monotonic timer).
     """
     if now.tzinfo is None:
         raise ValueError("reconcile job needs an aware `now`")
@@ -372,15 +306,23 @@ def run(con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | N
         reader = con.cursor()
         try:
             reader.execute("BEGIN TRANSACTION")
-            counts = _reconcile_all(con, reader, run_id, now, report)
+            control = control_plane(reader)
+            fingerprint = incremental.fingerprint(*control)
+            patch = incremental.prepare(reader, control, fingerprint, now, report, TABLES)
+            if patch is None:
+                counts = _reconcile_all(con, reader, run_id, now, report, control)
         finally:
             reader.close()
 
         def swap() -> RunSummary:
             _swap_in(con, run_id)
-            return _record(con, run_id, now, started, counts)
+            return _record(con, run_id, now, started, counts, "full", fingerprint)
 
-        summary = _transaction(con, run_id, swap)
+        def apply() -> RunSummary:
+            assert patch is not None
+            return _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
+
+        summary = _transaction(con, run_id, swap if patch is None else apply)
     except BaseException as exc:
         _drop_staging(con, run_id)
         if isinstance(exc, duckdb.Error):

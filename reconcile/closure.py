@@ -1,0 +1,123 @@
+"""Closures: the part of the log new raw events can change, for incremental runs. Pure.
+
+Every reconcile rule relates rows of the log through a shared value: a click id, customer key,
+normalised email, processor customer id, subscription id, or one of the ids a sale, refund or
+double count is known by (transaction, invoice, payment intent, checkout session, charge, object
+and event ids). Call two rows *linked* when they share such a value; a *component* is a set of
+rows closed under links. The reconciler's result is then the union of its results on each
+component (plus the program-wide engineer actions, which every component reads), so after new
+rows arrive only the components that hold one of them can change:
+
+- `closure` finds them: starting from the values of the new rows, it adds every row that shares
+  a value, then the values of those rows, until nothing new is found. Values are compared by a
+  64-bit hash, so a collision can only add rows, never leave one out, and programs are not told
+  apart (the same value in two programs links them too): the closure may be a little larger than
+  needed, never smaller. Clicks carry only their click id, so they are leaves: the closure keeps
+  the click ids it reached, and the caller adds the clicks that carry them.
+- `stale_keys` names the materialised rows those components produced in the previous run: a
+  sale's id (and so its evidence and commission lines) is one of the values of its own rows, a
+  refund row and a double-count row are keyed by the event id of their own row. Every one of
+  those values belongs to the closure, and no row outside it carries one (it would be linked).
+
+The caller (reconcile/incremental.py) deletes the stale rows and inserts what `reconcile`
+computes on the closure: exactly the tables a full run gives (tests/reconcile/test_incremental.py).
+Periods are the exception: closing a month snapshots whole prefixes of a program's log, so a log
+with closes is reconciled in full.
+
+Commission status is the only output that changes with `now` alone (`pending` becomes `approved`
+when the holding period ends); `refresh_sql` re-derives it in place for the rows no new row
+touched.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from reconcile.schema import PROGRAM_DEFAULTS, norm_email
+
+# Columns whose values link rows (ids share one namespace: a self-hosted transaction id may be
+# a processor invoice id).
+LINKS = (
+    "event_id",
+    "object_id",
+    "transaction_id",
+    "invoice_id",
+    "payment_intent_id",
+    "checkout_session_id",
+    "charge_id",
+    "subscription_id",
+    "click_id",
+    "customer_key",
+    "processor_customer_id",
+)
+_SEED = 0x7A11
+
+
+def _hashes(rows: pl.DataFrame) -> pl.DataFrame:
+    """One UInt64 column per link (null where the row has no value); email normalised first."""
+    values = [pl.col(name) for name in LINKS] + [norm_email(pl.col("email"))]
+    return rows.select(
+        pl.when(value.is_not_null()).then(value.hash(_SEED)).alias(f"h{i}") for i, value in enumerate(values)
+    )
+
+
+def _values(hashes: pl.DataFrame, mask: pl.Series) -> pl.Series:
+    picked = hashes.filter(mask)
+    return pl.concat([picked.get_column(c) for c in picked.columns]).drop_nulls().unique()
+
+
+def closure(rows: pl.DataFrame, new: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """(mask over `rows` of the rows linked, directly or not, to a row of `new`; the click ids
+    of `new` and of those rows). `rows`: every non-click row of the log (new ones included);
+    `new`: the rows added since the previous run (clicks included)."""
+    hashes = _hashes(rows)
+    seeds = _values(_hashes(new), pl.Series([True] * new.height, dtype=pl.Boolean))
+    inside = pl.Series("inside", [False] * rows.height, dtype=pl.Boolean)
+    while seeds.len():
+        found = hashes.select(
+            pl.any_horizontal(pl.col(c).is_in(seeds.implode()).fill_null(False) for c in hashes.columns)
+        )
+        fresh = found.to_series() & ~inside
+        if not fresh.any():
+            break
+        inside = inside | fresh
+        seeds = _values(hashes, fresh)
+    clicks = pl.concat([rows.filter(inside).get_column("click_id"), new.get_column("click_id")]).drop_nulls()
+    return inside, clicks.unique()
+
+
+def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:
+    """`value` (String): every link value of the `reached` rows (the closure, new rows
+    included). Materialised rows keyed by one of them came from the closure's components."""
+    return (
+        pl.concat([reached.select(value=pl.col(name).cast(pl.String)) for name in LINKS])
+        .drop_nulls()
+        .unique()
+    )
+
+
+def refresh_sql(now_param: str = "?") -> tuple[str, str]:
+    """Two UPDATE statements (each taking `now` twice) that set `pending` / `approved` as of
+    `now` on every commission line and sale whose status is one of those two. A line's
+    `available_at` is stored; a sale's is occurred_at + its program's holding days (table
+    `_rc_holding(program_id, holding_days)`, else schema.PROGRAM_DEFAULTS), in
+    microseconds so that no session time zone takes part."""
+    line = f"CASE WHEN {now_param} >= available_at THEN 'approved' ELSE 'pending' END"
+    lines = (
+        f"UPDATE rc_commissions SET status = {line}"
+        f" WHERE status IN ('pending', 'approved') AND status <> {line}"
+    )
+    default = int(str(PROGRAM_DEFAULTS["holding_days"]))
+    days = (
+        "coalesce((SELECT h.holding_days FROM _rc_holding h"
+        f" WHERE h.program_id = rc_sales.program_id), {default})"
+    )
+    sale = (
+        f"CASE WHEN epoch_us({now_param}) >= epoch_us(occurred_at) + {days} * CAST(86400000000 AS BIGINT)"
+        " THEN 'approved' ELSE 'pending' END"
+    )
+    sales = (
+        f"UPDATE rc_sales SET commission_status = {sale}"
+        f" WHERE commission_status IN ('pending', 'approved') AND commission_status <> {sale}"
+    )
+    return lines, sales

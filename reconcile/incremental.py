@@ -1,0 +1,183 @@
+"""Incremental runs: patch the rc_* tables with what the rows added since the last run change.
+
+A run builds on the previous one (`prepare` returns a `Patch`; otherwise the job runs in full)
+when all of these hold:
+
+- the previous run recorded the same fingerprint: ENGINE_VERSION (bump it whenever a rule or an
+  rc_* schema changes), the Polars version (link hashes), program settings and partners;
+- its high water seq is not above the log's, and every rc_* table exists;
+- no engineer action (metadata fix, backfill, period close) arrived since: a backfill re-scopes
+  a date range of a whole program;
+- the log holds no period close: closed months are built from snapshots of whole program
+  prefixes (reconcile/periods.py), which this path does not recompute.
+
+The patch: the rows added since the previous run (`seq` above its high water mark) seed a
+closure (reconcile/closure.py) over every routed non-click row of the log; the closure's rows,
+the clicks it reaches and the programs' engineer actions are reconciled (reconcile/pipeline.py)
+as one small log; the previous rows of those components are deleted and the new ones inserted;
+commission statuses of all other rows are brought up to `now`; unroutable events are re-read
+when new ones arrived. One transaction, with the run's record.
+
+The cost is one read of the link columns of the log (the non-click rows), plus work in
+proportion to the customers the new rows touch, where a full run reconciles and rewrites
+everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from reconcile import closure
+from reconcile.pipeline import Result, reconcile
+from reconcile.schema import ENGINE, prepare_programs
+from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
+
+ENGINE_VERSION = "2"
+NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
+STAGED = ("rc_sales", "rc_commissions", "rc_refunds", "rc_double_counts", "rc_evidence", "rc_unroutable")
+# Result attribute -> the column its materialised rows are keyed by (closure.stale_keys).
+KEYS = {
+    "sales": "sale_id",
+    "evidence": "sale_id",
+    "commissions": "sale_id",
+    "refunds": "event_id",
+    "double_counts": "duplicate_id",
+}
+
+Tables = Mapping[str, tuple[str, Any]]
+
+
+def fingerprint(programs: pl.DataFrame, partners: pl.DataFrame) -> str:
+    """What a run's results depend on besides the log: engine, settings, partners."""
+    digest = hashlib.sha256(f"{ENGINE_VERSION}|{pl.__version__}".encode())
+    for frame, order in ((programs, ["program_id"]), (partners, ["program_id", "code"])):
+        digest.update(frame.sort(order, nulls_last=True).write_csv().encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Patch:
+    """What an incremental run writes (`apply`, inside the run's transaction)."""
+
+    high_water: int
+    events_read: int
+    stale: pl.DataFrame
+    result: Result | None
+    unroutable: pl.DataFrame | None
+    holding: pl.DataFrame
+    now: datetime
+    tables: Tables
+
+    def apply(self, con: duckdb.DuckDBPyConnection) -> tuple[int, int, int, int]:
+        """Delete the stale rows, insert the recomputed ones, refresh statuses; the counts
+        (events read, high water, sales, commission lines) the run records."""
+        registered: list[str] = []
+
+        def register(name: str, frame: pl.DataFrame) -> str:
+            con.register(name, frame.to_arrow())
+            registered.append(name)
+            return name
+
+        try:
+            if self.result is not None:
+                stale = register("_rc_stale", self.stale)
+                for table, (attribute, _) in self.tables.items():
+                    con.execute(f"DELETE FROM {table} WHERE {KEYS[attribute]} IN (SELECT value FROM {stale})")
+                    rows = register(f"_rc_new_{attribute}", getattr(self.result, attribute))
+                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {rows}")
+            if self.unroutable is not None:
+                lost = register("_rc_new_unroutable", self.unroutable)
+                con.execute(f"CREATE OR REPLACE TABLE rc_unroutable AS SELECT * FROM {lost}")
+            register("_rc_holding", self.holding)
+            for statement in closure.refresh_sql():
+                con.execute(statement, [self.now, self.now])
+            ((sales, lines),) = con.execute(
+                "SELECT (SELECT count(*) FROM rc_sales), (SELECT count(*) FROM rc_commissions)"
+            ).fetchall()
+        finally:
+            for name in registered:
+                con.unregister(name)
+        return self.events_read, self.high_water, int(sales), int(lines)
+
+
+def _previous(reader: duckdb.DuckDBPyConnection, fingerprint: str) -> int | None:
+    """The high water seq of the last run, when it can be built on."""
+    names = {
+        str(row[0])
+        for row in reader.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()
+    }
+    if not {*STAGED, "rc_runs"} <= names:
+        return None
+    columns = {
+        str(row[0])
+        for row in reader.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'main' AND table_name = 'rc_runs'"
+        ).fetchall()
+    }
+    if "fingerprint" not in columns:
+        return None
+    last = reader.execute(
+        "SELECT high_water_seq, fingerprint FROM rc_runs ORDER BY rowid DESC LIMIT 1"
+    ).fetchone()
+    if last is None or last[1] != fingerprint:
+        return None
+    return int(last[0])
+
+
+def prepare(
+    reader: duckdb.DuckDBPyConnection,
+    control: tuple[pl.DataFrame, pl.DataFrame],
+    fingerprint: str,
+    now: datetime,
+    report: Any,
+    tables: Tables,
+) -> Patch | None:
+    """The patch an incremental run would write, or None when a full run is needed."""
+    previous = _previous(reader, fingerprint)
+    if previous is None:
+        return None
+    ((high, closes),) = reader.execute(
+        "SELECT coalesce(max(seq), 0), count(*) FILTER (WHERE kind = 'period_close') FROM raw_events"
+    ).fetchall()
+    if int(high) < previous or closes:
+        return None
+    new = read_rows(reader, "seq > ?", [previous])
+    if new.get_column("kind").is_in(NEW_ENGINEER_KINDS).any():
+        return None
+    programs, partners = control
+    report("reconcile", 0, 1)
+    routed = new.filter(pl.col("program_id").is_not_null())
+    result, stale, read = None, pl.DataFrame(schema={"value": pl.String}), new.height
+    if routed.height:
+        rows = read_rows(reader, "program_id IS NOT NULL", groups=("stripe", "other"))
+        inside, clicks = closure.closure(rows, routed)
+        reached = rows.filter(inside)
+        del rows
+        reader.register("_rc_clicks", clicks.alias("click_id").to_frame().to_arrow())
+        try:
+            reached_clicks = read_rows(
+                reader,
+                "click_id IN (SELECT click_id FROM _rc_clicks) AND program_id IS NOT NULL",
+                groups=("click",),
+            )
+        finally:
+            reader.unregister("_rc_clicks")
+        engineer = read_rows(reader, "program_id IS NOT NULL", groups=("engineer",))
+        log = pl.concat([reached, reached_clicks, engineer], how="diagonal_relaxed")
+        read += log.height
+        result = reconcile(log, programs, partners, now)
+        stale = closure.stale_keys(reached)
+    lost = unroutable_rows(reader) if new.get_column("program_id").null_count() else None
+    holding = prepare_programs(programs).select("program_id", "holding_days").collect(engine=ENGINE)
+    report("write", 1, 1)
+    return Patch(int(high), read, stale, result, lost, holding, now, tables)

@@ -1,0 +1,111 @@
+"""Reading the database for the reconciler: raw rows (only the columns it reads) and the
+control plane (program settings, partners)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from reconcile.pipeline import unroutable
+from reconcile.schema import (
+    ENGINE,
+    PARTNER_SCHEMA,
+    PROGRAM_SCHEMA,
+    READ_COLUMNS,
+    UNROUTABLE_SCHEMA,
+    conform,
+    prepare_raw,
+)
+
+ENGINEER_KINDS = ("backfill", "period_close")
+
+# Each group of rows is read with its own columns (schema.READ_COLUMNS). Engineer actions are the
+# only rows whose `body` is read: they are read apart, so the scan of the other rows never
+# touches the (large) body column.
+_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "stripe": ("kind = 'stripe'", READ_COLUMNS["stripe"]),
+    "click": ("kind = 'click'", READ_COLUMNS["click"]),
+    "other": (
+        f"kind NOT IN ('stripe', 'click', {', '.join(repr(k) for k in ENGINEER_KINDS)})",
+        tuple(c for c in READ_COLUMNS["other"] if c != "body"),
+    ),
+    # Found through `seq`: a scan filtered on `kind` alone decompresses every body; one whose
+    # seqs come from a subquery skips the row groups that hold none of them.
+    "engineer": (
+        f"seq IN (SELECT seq FROM raw_events WHERE kind IN {ENGINEER_KINDS!r})",
+        READ_COLUMNS["other"],
+    ),
+}
+
+
+def _select(columns: Sequence[str]) -> str:
+    return ", ".join(columns)
+
+
+def read_rows(
+    con: duckdb.DuckDBPyConnection,
+    where: str = "",
+    params: Sequence[object] = (),
+    groups: Sequence[str] = tuple(_GROUPS),
+) -> pl.DataFrame:
+    """The rows of `raw_events` of the given groups (all by default) matching `where` (SQL over
+    raw_events, `?` bound to `params`), each with only the columns the reconciler reads for its
+    kind (schema.READ_COLUMNS); the other columns are null."""
+    extra = f" AND ({where})" if where else ""
+    parts: list[pl.DataFrame] = [
+        con.sql(
+            f"SELECT {_select(_GROUPS[group][1])} FROM raw_events WHERE {_GROUPS[group][0]}{extra}",
+            params=list(params) or None,
+        ).pl()
+        for group in groups
+    ]
+    return pl.concat(parts, how="diagonal_relaxed")
+
+
+def raw_chunk(
+    con: duckdb.DuckDBPyConnection, programs: Sequence[str] | None = None, before_seq: int | None = None
+) -> pl.DataFrame:
+    """The rows of `raw_events` (of the given programs, None = all; received before `before_seq`,
+    None = all), as `read_rows` gives them."""
+    where, params = ["TRUE"], list[object]()
+    if programs is not None:
+        where.append("program_id IN (SELECT unnest(?::VARCHAR[]))")
+        params.append(list(programs))
+    if before_seq is not None:
+        where.append("seq < ?")
+        params.append(before_seq)
+    return read_rows(con, " AND ".join(where), params)
+
+
+def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
+    records = []
+    for program_id, settings in rows:
+        try:
+            parsed = json.loads(settings) if settings else {}
+        except ValueError:
+            parsed = {}
+        values = parsed if isinstance(parsed, dict) else {}
+        records.append(
+            {"program_id": program_id, **{k: values.get(k) for k in PROGRAM_SCHEMA if k != "program_id"}}
+        )
+    return pl.DataFrame(records, schema=PROGRAM_SCHEMA, strict=False)
+
+
+def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Program settings and partners, as the reconciler takes them."""
+    programs = _programs(con.execute("SELECT program_id, settings FROM programs").fetchall())
+    partners: pl.DataFrame = con.sql("SELECT program_id, code, email FROM partners").pl()
+    return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
+
+
+def unroutable_rows(reader: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The rc_unroutable rows: processor events routed to no program (read on their own)."""
+    stray = reader.sql(
+        f"SELECT {', '.join(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL"
+    ).pl()
+    lost = unroutable(prepare_raw(stray)).collect(engine=ENGINE)
+    return conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE)

@@ -1,0 +1,211 @@
+"""Incremental runs give exactly the tables a full run gives, and fall back to one when needed."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from reconcile import incremental, job
+from reconcile.pipeline import reconcile
+from reconcile.schema import UNROUTABLE_SCHEMA
+from tests.reconcile import builders as b
+from tests.reconcile.builders import at
+from tests.reconcile.streams import ENGINEER, Stream, streams
+from tests.reconcile.test_job import ORDERS, SALE, _materialised, append
+
+MATERIALISED = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
+
+
+def _setup(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
+    con.execute(raw_events_ddl())
+    for ddl in CONTROL_PLANE_DDL:
+        con.execute(ddl)
+    for program in stream.programs.to_dicts():
+        settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
+        con.execute(
+            "INSERT INTO programs VALUES (?, 'ws', 'n', ?, ?, ?)",
+            [program["program_id"], settings_json, b.T0, b.T0],
+        )
+    for i, partner in enumerate(stream.partners.to_dicts()):
+        con.execute(
+            "INSERT INTO partners VALUES (?, ?, ?, 'n', ?, ?)",
+            [partner["program_id"], partner["code"], f"ptr_{i}", partner["email"], b.T0],
+        )
+
+
+def assert_same_as_full_run(con: duckdb.DuckDBPyConnection, now: datetime) -> None:
+    """The rc_* tables hold exactly what reconciling the whole log as of `now` gives."""
+    raw, programs, partners = job.read(con)
+    expected = reconcile(raw, programs, partners, now).sorted()
+    for table, (attribute, schema) in MATERIALISED.items():
+        got = _materialised(con, table, schema).sort(ORDERS[attribute], nulls_last=True)
+        assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
+    steps = con.sql("SELECT * FROM rc_explain").pl().sort("program_id", "sale_id", "step")
+    assert_frame_equal(steps, expected.explain, check_dtypes=False)
+
+
+def _split(rows: list[dict[str, Any]], cut: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The log up to `cut` and the rest, with the rest's engineer actions (which force a full
+    run) moved, in their order, to the end of the first part."""
+    head, tail = rows[:cut], rows[cut:]
+    return head + [r for r in tail if r["kind"] in ENGINEER], [r for r in tail if r["kind"] not in ENGINEER]
+
+
+PROFILE = settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@PROFILE
+@given(stream=streams(closes=False, max_events=35), data=st.data())
+def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data: st.DataObject) -> None:
+    """Split a random log in two: reconcile the first part in full (as of an earlier `now`),
+    append the rest, run again: the incremental run must leave exactly the full run's tables."""
+    head, tail = _split(stream.rows, data.draw(st.integers(0, len(stream.rows)), label="cut"))
+    earlier = data.draw(st.sampled_from((at(days=0), at(days=20), stream.now)), label="earlier")
+    with duckdb.connect() as con:
+        _setup(con, stream)
+        append(con, head)
+        assert job.run(con, earlier).mode == "full"
+        append(con, tail, first_seq=len(head) + 1)
+        assert job.run(con, stream.now).mode == "incremental"
+        assert_same_as_full_run(con, stream.now)
+        append(con, tail[:1], first_seq=len(head) + len(tail) + 1)  # a retried delivery, say
+        assert job.run(con, stream.now).mode == "incremental"
+        assert_same_as_full_run(con, stream.now)
+
+
+@settings(max_examples=20, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams(max_events=30), data=st.data())
+def test_logs_with_period_closes_are_reconciled_in_full(stream: Stream, data: st.DataObject) -> None:
+    head, tail = _split(stream.rows, data.draw(st.integers(0, len(stream.rows)), label="cut"))
+    with duckdb.connect() as con:
+        _setup(con, stream)
+        append(con, head)
+        job.run(con, stream.now)
+        append(con, tail, first_seq=len(head) + 1)
+        summary = job.run(con, stream.now)
+        closes = any(r["kind"] == "period_close" for r in stream.rows)
+        assert summary.mode == ("full" if closes else "incremental")
+        assert_same_as_full_run(con, stream.now)
+
+
+@pytest.fixture
+def con(tmp_path: Path) -> Any:
+    connection = duckdb.connect(str(tmp_path / "tally.duckdb"))
+    connection.execute(raw_events_ddl())
+    for ddl in CONTROL_PLANE_DDL:
+        connection.execute(ddl)
+    connection.execute(
+        "INSERT INTO programs VALUES (?, 'ws_1', 'Program A', ?, ?, ?)",
+        ["prog_a", json.dumps({"commission_bps": 2000, "holding_days": 30}), b.T0, b.T0],
+    )
+    connection.execute(
+        "INSERT INTO partners VALUES ('prog_a', 'p1', 'ptr_1', 'Pat', 'pat@partner.test', ?)", [b.T0]
+    )
+    yield connection
+    connection.close()
+
+
+NEXT = [b.track_sale("sale_9", "tx_9", 4_000, customer_key="ck_1", occurred_at=at(40))]
+
+
+def test_a_run_without_new_events_brings_statuses_up_to_now(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    job.run(con, at(days=10))
+    assert con.sql("SELECT status FROM rc_commissions").fetchall() == [("pending",)]
+    summary = job.run(con, at(days=40))
+    assert summary.mode == "incremental" and summary.sales == 1
+    assert con.sql("SELECT status FROM rc_commissions").fetchall() == [("approved",)]
+    assert con.sql("SELECT commission_status FROM rc_sales").fetchall() == [("approved",)]
+    assert_same_as_full_run(con, at(days=40))
+    job.run(con, at(days=10))  # a clock set back: pending again, as a full run would say
+    assert_same_as_full_run(con, at(days=10))
+
+
+def test_the_first_run_is_a_full_one(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    assert job.run(con, at(days=50)).mode == "full"
+    append(con, NEXT, first_seq=5)
+    assert job.run(con, at(days=50)).mode == "incremental"
+    assert_same_as_full_run(con, at(days=50))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE programs SET settings = '{\"commission_bps\": 1000}'",
+        "INSERT INTO partners VALUES ('prog_a', 'p2', 'ptr_2', 'S', 's@p.test', TIMESTAMPTZ '2026-01-01')",
+        "UPDATE partners SET email = 'u1@x.com'",
+    ],
+)
+def test_changed_settings_or_partners_give_a_full_run(con: duckdb.DuckDBPyConnection, change: str) -> None:
+    append(con, SALE)
+    job.run(con, at(days=50))
+    con.execute(change)
+    append(con, NEXT, first_seq=5)
+    assert job.run(con, at(days=50)).mode == "full"
+    assert_same_as_full_run(con, at(days=50))
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        b.metadata_fix("fix_1", transaction_id="tx_9", customer_key="ck_1"),
+        b.backfill("bf_1", "2025-12-01", "2026-03-01"),
+        b.period_close("close_1", "2026-01"),
+    ],
+)
+def test_new_engineer_actions_give_a_full_run(con: duckdb.DuckDBPyConnection, action: dict[str, Any]) -> None:
+    append(con, SALE)
+    job.run(con, at(days=50))
+    append(con, [*NEXT, action], first_seq=5)
+    assert job.run(con, at(days=50)).mode == "full"
+    assert_same_as_full_run(con, at(days=50))
+
+
+def test_a_new_engine_version_gives_a_full_run(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append(con, SALE)
+    job.run(con, at(days=50))
+    monkeypatch.setattr(incremental, "ENGINE_VERSION", "next")
+    append(con, NEXT, first_seq=5)
+    assert job.run(con, at(days=50)).mode == "full"
+    assert job.run(con, at(days=50)).mode == "incremental"
+
+
+def test_results_written_by_a_tool_are_never_built_on(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    raw, programs, partners = job.read(con)
+    job.write(
+        con,
+        reconcile(raw, programs, partners, at(days=50)),
+        run_id="rcr_tool",
+        raw=raw,
+        now=at(days=50),
+        started=0.0,
+    )
+    append(con, NEXT, first_seq=5)
+    assert job.run(con, at(days=50)).mode == "full"
+
+
+def test_new_unroutable_events_are_reported(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    job.run(con, at(days=50))
+    append(con, [b.invoice("evt_u", "in_u", 500, program_id=None, outcome="unroutable")], first_seq=5)
+    assert job.run(con, at(days=50)).mode == "incremental"
+    assert con.sql("SELECT event_id FROM rc_unroutable").fetchall() == [("evt_u",)]
+    assert_same_as_full_run(con, at(days=50))
