@@ -28,7 +28,12 @@ T = TypeVar("T")
 log = logging.getLogger("tally.writer")
 
 MAX_BATCH = 256
-COPY_EVERY_SECONDS = 1.0  # how often the copier moves journaled rows into the database
+# The copier moves journaled rows into the database once this many have waited, or once the
+# oldest has waited this long: small, frequent copies keep each copy's share of the GIL short,
+# so the requests around it are not held up.
+COPY_ROWS = 4_000
+COPY_EVERY_SECONDS = 1.0
+COPY_POLL_SECONDS = 0.02
 
 
 @dataclass
@@ -142,8 +147,10 @@ class Writer:
 
     # -- the writer thread ----------------------------------------------------------------------
     def _copy_loop(self) -> None:
-        while not self._stopping.wait(COPY_EVERY_SECONDS):
-            self._flush()
+        while not self._stopping.wait(COPY_POLL_SECONDS):
+            rows, waited = self._store.backlog()
+            if rows >= COPY_ROWS or waited >= COPY_EVERY_SECONDS:
+                self._flush()
 
     def _loop(self) -> None:
         """Commit whatever queued up meanwhile as one group (at least `MAX_BATCH` jobs when that
