@@ -8,7 +8,9 @@ Public API
   `sorted()` (canonical row order). Output schemas: reconcile/schema.py.
 - `reconcile.job.run(con, now, on_progress=None) -> RunSummary`: reads `raw_events` and the
   control plane from a DuckDB connection, reconciles program chunk by program chunk, and
-  replaces the `rc_*` tables in one transaction, recording the run in `rc_runs`.
+  replaces the `rc_*` tables in one transaction, recording the run in `rc_runs`; when the
+  previous run can be built on, only what the new rows change is recomputed and patched in
+  (reconcile/incremental.py, reconcile/closure.py; `RunSummary.mode`).
 - `reconcile.explain.steps(evidence)`: the explain steps of some sales (the `rc_explain` view
   renders the same from `rc_evidence`).
 

@@ -163,15 +163,11 @@ def prepare(
         inside, clicks = closure.closure(rows, routed)
         reached = rows.filter(inside)
         del rows
-        reader.register("_rc_clicks", clicks.alias("click_id").to_frame().to_arrow())
-        try:
-            reached_clicks = read_rows(
-                reader,
-                "click_id IN (SELECT click_id FROM _rc_clicks) AND program_id IS NOT NULL",
-                groups=("click",),
-            )
-        finally:
-            reader.unregister("_rc_clicks")
+        # Clicks are read whole and filtered here: a semi-join against a registered frame of
+        # click ids costs DuckDB far more time and memory (10M events: 30 s, 20 GiB).
+        reached_clicks = read_rows(reader, "program_id IS NOT NULL", groups=("click",)).filter(
+            pl.col("click_id").is_in(clicks.implode())
+        )
         engineer = read_rows(reader, "program_id IS NOT NULL", groups=("engineer",))
         log = pl.concat([reached, reached_clicks, engineer], how="diagonal_relaxed")
         read += log.height

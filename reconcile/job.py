@@ -3,7 +3,9 @@
 `run` is called by the server's single writer thread (scheduled, and on
 `POST /api/v1/operator/reconcile`), which owns the DuckDB connection and passes it in. A run is
 ONE transaction, so it works on one snapshot of `raw_events`, `programs` and `partners`, and
-readers see either the previous run's tables or this run's, never a mix:
+readers see either the previous run's tables or this run's, never a mix. A run that can build on
+the previous one patches the tables instead (reconcile/incremental.py says when and how); a full
+run goes:
 
 1. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows (a bigger program is a
    chunk of its own). Every reconcile rule is per program, so reconciling chunk by chunk gives
