@@ -8,12 +8,12 @@ rows closed under links. The reconciler's result is then the union of its result
 component (plus the program-wide engineer actions, which every component reads), so after new
 rows arrive only the components that hold one of them can change:
 
-- `closure` finds them: starting from the values of the new rows, it adds every row that shares
+- `reach` finds them: starting from the values of the new rows, it adds every row that shares
   a value, then the values of those rows, until nothing new is found. Values are compared by a
   64-bit hash, so a collision can only add rows, never leave one out, and programs are not told
   apart (the same value in two programs links them too): the closure may be a little larger than
-  needed, never smaller. Clicks carry only their click id, so they are leaves: the closure keeps
-  the click ids it reached, and the caller adds the clicks that carry them.
+  needed, never smaller. Clicks carry only their click id, so they are leaves: the caller adds
+  the clicks whose ids the reached rows (or the new rows) carry.
 - `stale_keys` names the materialised rows those components produced in the previous run: a
   sale's id (and so its evidence and commission lines) is one of the values of its own rows, a
   refund row and a double-count row are keyed by the event id of their own row. Every one of
@@ -53,7 +53,7 @@ LINKS = (
 _SEED = 0x7A11
 
 
-def _hashes(rows: pl.DataFrame) -> pl.DataFrame:
+def hashes(rows: pl.DataFrame) -> pl.DataFrame:
     """One UInt64 column per link (null where the row has no value); email normalised first."""
     values = [pl.col(name) for name in LINKS] + [norm_email(pl.col("email"))]
     return rows.select(
@@ -61,29 +61,28 @@ def _hashes(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _values(hashes: pl.DataFrame, mask: pl.Series) -> pl.Series:
-    picked = hashes.filter(mask)
+def _values(hashes: pl.DataFrame, mask: pl.Series | None = None) -> pl.Series:
+    picked = hashes if mask is None else hashes.filter(mask)
     return pl.concat([picked.get_column(c) for c in picked.columns]).drop_nulls().unique()
 
 
-def closure(rows: pl.DataFrame, new: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
-    """(mask over `rows` of the rows linked, directly or not, to a row of `new`; the click ids
-    of `new` and of those rows). `rows`: every non-click row of the log (new ones included);
-    `new`: the rows added since the previous run (clicks included)."""
-    hashes = _hashes(rows)
-    seeds = _values(_hashes(new), pl.Series([True] * new.height, dtype=pl.Boolean))
-    inside = pl.Series("inside", [False] * rows.height, dtype=pl.Boolean)
+def reach(linked: pl.DataFrame, new: pl.DataFrame) -> pl.Series:
+    """Mask over the rows of `linked` (their `hashes`) linked, directly or not, to a row of `new`
+    (its `hashes`). `linked`: every non-click row of the log, new ones included; `new`: the rows
+    added since the previous run, clicks included. The caller reads the rows themselves
+    (and the click ids they carry) afterwards, so only the hashes of the whole log are held."""
+    seeds = _values(new)
+    inside = pl.Series("inside", [False] * linked.height, dtype=pl.Boolean)
     while seeds.len():
-        found = hashes.select(
-            pl.any_horizontal(pl.col(c).is_in(seeds.implode()).fill_null(False) for c in hashes.columns)
+        found = linked.select(
+            pl.any_horizontal(pl.col(c).is_in(seeds.implode()).fill_null(False) for c in linked.columns)
         )
         fresh = found.to_series() & ~inside
         if not fresh.any():
             break
         inside = inside | fresh
-        seeds = _values(hashes, fresh)
-    clicks = pl.concat([rows.filter(inside).get_column("click_id"), new.get_column("click_id")]).drop_nulls()
-    return inside, clicks.unique()
+        seeds = _values(linked, fresh)
+    return inside
 
 
 def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:

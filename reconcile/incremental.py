@@ -12,15 +12,17 @@ when all of these hold:
   prefixes (reconcile/periods.py), which this path does not recompute.
 
 The patch: the rows added since the previous run (`seq` above its high water mark) seed a
-closure (reconcile/closure.py) over every routed non-click row of the log; the closure's rows,
+closure (reconcile/closure.py) over every routed non-click row of the log, found on their link
+hashes alone and read by seq range (`_reached`: memory for 13 integers a row of the log, plus
+one range's strings); the closure's rows,
 the clicks it reaches and the programs' engineer actions are reconciled (reconcile/pipeline.py)
 as one small log; the previous rows of those components are deleted and the new ones inserted;
 commission statuses of all other rows are brought up to `now`; unroutable events are re-read
 when new ones arrived. One transaction, with the run's record.
 
-The cost is one read of the link columns of the log (the non-click rows), plus work in
-proportion to the customers the new rows touch, where a full run reconciles and rewrites
-everything.
+The cost is two scans of the non-click rows (link columns, then the rows of the closure) and
+one of the clicks, plus work in proportion to the customers the new rows touch, where a full run
+reconciles and rewrites everything.
 """
 
 from __future__ import annotations
@@ -134,6 +136,51 @@ def _previous(reader: duckdb.DuckDBPyConnection, fingerprint: str) -> int | None
     return int(last[0])
 
 
+# The log is scanned in ranges of this many seqs, so only one range's strings are held at a time.
+SCAN_SEQS = 2_000_000
+# Routed rows that can link to others: every kind but clicks (leaves) and engineer actions.
+_LINKED = f"program_id IS NOT NULL AND kind NOT IN ('click', {', '.join(repr(k) for k in ENGINEER_KINDS)})"
+
+
+def _ranges(high: int) -> list[tuple[int, int]]:
+    return [(low, low + SCAN_SEQS) for low in range(0, high + 1, SCAN_SEQS)]
+
+
+def _reached(reader: duckdb.DuckDBPyConnection, high: int, seeds: pl.DataFrame) -> pl.DataFrame:
+    """The routed non-click rows (as `read_rows` gives them) linked to the new rows (`seeds`,
+    their link hashes). Two scans by seq range: the first keeps only each row's seq and link
+    hashes (13 integers a row), the closure is found on those, the second keeps the rows in it.
+    A link column of a kind the reconciler does not read only adds links: never fewer rows."""
+    columns = ", ".join(("seq", *closure.LINKS, "email"))
+    parts = []
+    for low, top in _ranges(high):
+        chunk = reader.sql(
+            f"SELECT {columns} FROM raw_events WHERE {_LINKED} AND seq >= ? AND seq < ?", params=[low, top]
+        ).pl()
+        parts.append(chunk.select("seq").hstack(closure.hashes(chunk)))
+        del chunk
+    linked = pl.concat(parts)
+    del parts
+    seqs = linked.get_column("seq").filter(closure.reach(linked.drop("seq"), seeds))
+    del linked
+    found = []
+    for low, top in _ranges(high):
+        within = seqs.filter((seqs >= low) & (seqs < top))
+        if within.len():
+            rows = read_rows(
+                reader,
+                "program_id IS NOT NULL AND seq >= ? AND seq < ?",
+                [low, top],
+                groups=("stripe", "other"),
+            )
+            found.append(rows.filter(pl.col("seq").is_in(within.implode())))
+    return (
+        pl.concat(found, how="diagonal_relaxed")
+        if found
+        else read_rows(reader, "FALSE", groups=("stripe", "other"))
+    )
+
+
 def prepare(
     reader: duckdb.DuckDBPyConnection,
     control: tuple[pl.DataFrame, pl.DataFrame],
@@ -159,12 +206,10 @@ def prepare(
     routed = new.filter(pl.col("program_id").is_not_null())
     result, stale, read = None, pl.DataFrame(schema={"value": pl.String}), new.height
     if routed.height:
-        rows = read_rows(reader, "program_id IS NOT NULL", groups=("stripe", "other"))
-        inside, clicks = closure.closure(rows, routed)
-        reached = rows.filter(inside)
-        del rows
+        reached = _reached(reader, int(high), closure.hashes(new))
         # Clicks are read whole and filtered here: a semi-join against a registered frame of
         # click ids costs DuckDB far more time and memory (10M events: 30 s, 20 GiB).
+        clicks = pl.concat([reached.get_column("click_id"), new.get_column("click_id")]).drop_nulls().unique()
         reached_clicks = read_rows(reader, "program_id IS NOT NULL", groups=("click",)).filter(
             pl.col("click_id").is_in(clicks.implode())
         )
