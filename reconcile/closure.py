@@ -53,12 +53,10 @@ LINKS = (
 _SEED = 0x7A11
 
 
-def hashes(rows: pl.DataFrame) -> pl.DataFrame:
-    """One UInt64 column per link (null where the row has no value); email normalised first."""
-    values = [pl.col(name) for name in LINKS] + [norm_email(pl.col("email"))]
-    return rows.select(
-        pl.when(value.is_not_null()).then(value.hash(_SEED)).alias(f"h{i}") for i, value in enumerate(values)
-    )
+def email_hash(email: pl.Expr) -> pl.Expr:
+    """UInt64 hash of the normalised email (schema.norm_email), null where there is none."""
+    value = norm_email(email)
+    return pl.when(value.is_not_null()).then(value.hash(_SEED))
 
 
 def _values(hashes: pl.DataFrame, mask: pl.Series | None = None) -> pl.Series:
@@ -67,10 +65,11 @@ def _values(hashes: pl.DataFrame, mask: pl.Series | None = None) -> pl.Series:
 
 
 def reach(linked: pl.DataFrame, new: pl.DataFrame) -> pl.Series:
-    """Mask over the rows of `linked` (their `hashes`) linked, directly or not, to a row of `new`
-    (its `hashes`). `linked`: every non-click row of the log, new ones included; `new`: the rows
-    added since the previous run, clicks included. The caller reads the rows themselves
-    (and the click ids they carry) afterwards, so only the hashes of the whole log are held."""
+    """Mask over the rows of `linked` (one UInt64 hash column per link value) linked, directly
+    or not, to a row of `new` (the same columns). `linked`: every non-click row of the log, new
+    ones included; `new`: the rows added since the previous run, clicks included. The caller
+    reads the rows themselves (and the click ids they carry) afterwards, so only the hashes of
+    the whole log are held."""
     seeds = _values(new)
     inside = pl.Series("inside", [False] * linked.height, dtype=pl.Boolean)
     while seeds.len():

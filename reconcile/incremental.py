@@ -13,12 +13,11 @@ when all of these hold:
 
 The patch: the rows added since the previous run (`seq` above its high water mark) seed a
 closure (reconcile/closure.py) over every routed non-click row of the log, found on their link
-hashes, read by seq range (`_reached`: memory for 13 integers a row of the log, plus one
-range's strings); the closure's rows (read by seq),
-the clicks it reaches and the programs' engineer actions are reconciled (reconcile/pipeline.py)
-as one small log; the previous rows of those components are deleted and the new ones inserted;
-commission statuses of all other rows are brought up to `now`; unroutable events are re-read
-when new ones arrived. One transaction, with the run's record.
+hashes alone (`_reached`: ids hashed inside DuckDB, 13 integers a row of the log); the closure's
+rows (then read by seq), the clicks it reaches and the programs' engineer actions are reconciled
+(reconcile/pipeline.py) as one small log; the previous rows of those components are deleted
+and the new ones inserted; commission statuses of all other rows are brought up to `now`;
+unroutable events are re-read when new ones arrived. One transaction, with the run's record.
 
 The cost is a scan of the link columns of the non-click rows and one of the clicks, plus work
 in proportion to the customers the new rows touch, where a full run reconciles and rewrites
@@ -136,31 +135,28 @@ def _previous(reader: duckdb.DuckDBPyConnection, fingerprint: str) -> int | None
     return int(last[0])
 
 
-# The log is scanned in ranges of this many seqs, so only one range's strings are held at a time.
-SCAN_SEQS = 2_000_000
 # Routed rows that can link to others: every kind but clicks (leaves) and engineer actions.
 _LINKED = f"program_id IS NOT NULL AND kind NOT IN ('click', {', '.join(repr(k) for k in ENGINEER_KINDS)})"
 
 
-def _ranges(high: int) -> list[tuple[int, int]]:
-    return [(low, low + SCAN_SEQS) for low in range(0, high + 1, SCAN_SEQS)]
+def _link_hashes(reader: duckdb.DuckDBPyConnection, where: str, params: list[object]) -> pl.DataFrame:
+    """`seq` and one UInt64 hash per link value (null where none) of the rows matching `where`.
+    Ids are hashed by DuckDB (no strings cross into Polars); emails are normalised and hashed by
+    Polars, as the reconciler normalises them. One run hashes seeds and log alike."""
+    ids = ", ".join(f"CASE WHEN {c} IS NOT NULL THEN hash({c}) END AS {c}" for c in closure.LINKS)
+    rows: pl.DataFrame = reader.sql(
+        f"SELECT seq, {ids}, email FROM raw_events WHERE {where}", params=params or None
+    ).pl()
+    return rows.with_columns(closure.email_hash(pl.col("email")).alias("email"))
 
 
-def _reached(reader: duckdb.DuckDBPyConnection, high: int, seeds: pl.DataFrame) -> pl.DataFrame:
-    """The routed non-click rows (as `read_rows` gives them) linked to the new rows (`seeds`,
-    their link hashes). A scan by seq range keeps only each row's seq and link hashes (13
-    integers a row); the closure is found on those; then only its rows are read, by seq.
-    A link column of a kind the reconciler does not read only adds links: never fewer rows."""
-    columns = ", ".join(("seq", *closure.LINKS, "email"))
-    parts = []
-    for low, top in _ranges(high):
-        chunk = reader.sql(
-            f"SELECT {columns} FROM raw_events WHERE {_LINKED} AND seq >= ? AND seq < ?", params=[low, top]
-        ).pl()
-        parts.append(chunk.select("seq").hstack(closure.hashes(chunk)))
-        del chunk
-    linked = pl.concat(parts)
-    del parts
+def _reached(reader: duckdb.DuckDBPyConnection, previous: int) -> pl.DataFrame:
+    """The routed non-click rows (as `read_rows` gives them) linked to the rows added after seq
+    `previous`. One scan keeps only each row's seq and link hashes (13 integers a row); the
+    closure is found on those; then only its rows are read, by seq. A link column of
+    a kind the reconciler does not read only adds links: never fewer rows."""
+    seeds = _link_hashes(reader, "seq > ?", [previous]).drop("seq")
+    linked = _link_hashes(reader, _LINKED, [])
     seqs = linked.get_column("seq").filter(closure.reach(linked.drop("seq"), seeds))
     del linked
     # A semi-join on seq against the registered closure reads only its rows (1M events: 0.12 s,
@@ -201,7 +197,7 @@ def prepare(
     routed = new.filter(pl.col("program_id").is_not_null())
     result, stale, read = None, pl.DataFrame(schema={"value": pl.String}), new.height
     if routed.height:
-        reached = _reached(reader, int(high), closure.hashes(new))
+        reached = _reached(reader, previous)
         # Clicks are read whole and filtered here: a semi-join against a registered frame of
         # click ids costs DuckDB far more time and memory (10M events: 30 s, 20 GiB).
         clicks = pl.concat([reached.get_column("click_id"), new.get_column("click_id")]).drop_nulls().unique()

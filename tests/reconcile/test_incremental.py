@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,6 @@ from tests.reconcile.streams import ENGINEER, Stream, streams
 from tests.reconcile.test_job import ORDERS, SALE, _materialised, append
 
 MATERIALISED = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _small_scan_ranges() -> Iterator[None]:
-    """Scan the log in ranges of 7 seqs, so every test crosses range boundaries."""
-    saved, incremental.SCAN_SEQS = incremental.SCAN_SEQS, 7
-    yield
-    incremental.SCAN_SEQS = saved
 
 
 def _setup(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
