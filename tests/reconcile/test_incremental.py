@@ -20,7 +20,7 @@ from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
 from tests.reconcile.streams import ENGINEER, Stream, streams
-from tests.reconcile.test_job import ORDERS, SALE, _materialised, append
+from tests.reconcile.test_job import ORDERS, SALE, _materialised, append, program_database
 
 MATERIALISED = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
 
@@ -104,17 +104,7 @@ def test_logs_with_period_closes_are_reconciled_in_full(stream: Stream, data: st
 
 @pytest.fixture
 def con(tmp_path: Path) -> Any:
-    connection = duckdb.connect(str(tmp_path / "tally.duckdb"))
-    connection.execute(raw_events_ddl())
-    for ddl in CONTROL_PLANE_DDL:
-        connection.execute(ddl)
-    connection.execute(
-        "INSERT INTO programs VALUES (?, 'ws_1', 'Program A', ?, ?, ?)",
-        ["prog_a", json.dumps({"commission_bps": 2000, "holding_days": 30}), b.T0, b.T0],
-    )
-    connection.execute(
-        "INSERT INTO partners VALUES ('prog_a', 'p1', 'ptr_1', 'Pat', 'pat@partner.test', ?)", [b.T0]
-    )
+    connection = program_database(tmp_path / "tally.duckdb", {"commission_bps": 2000, "holding_days": 30})
     yield connection
     connection.close()
 

@@ -34,18 +34,27 @@ ORDERS = {
 NOW = at(days=100)
 
 
-@pytest.fixture
-def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    connection = duckdb.connect(str(tmp_path / "tally.duckdb"))
+def program_database(path: Path, settings: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB file with the raw log and control plane: program `prog_a` (with `settings`) and
+    its partner `p1` (pat@partner.test)."""
+    connection = duckdb.connect(str(path))
     connection.execute(raw_events_ddl())
     for ddl in CONTROL_PLANE_DDL:
         connection.execute(ddl)
     connection.execute(
         "INSERT INTO programs VALUES (?, 'ws_1', 'Program A', ?, ?, ?)",
-        ["prog_a", json.dumps({"commission_bps": 2000, "platform_fee_bps": 100}), b.T0, b.T0],
+        ["prog_a", json.dumps(settings), b.T0, b.T0],
     )
     connection.execute(
         "INSERT INTO partners VALUES ('prog_a', 'p1', 'ptr_1', 'Pat', 'pat@partner.test', ?)", [b.T0]
+    )
+    return connection
+
+
+@pytest.fixture
+def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    connection = program_database(
+        tmp_path / "tally.duckdb", {"commission_bps": 2000, "platform_fee_bps": 100}
     )
     yield connection
     connection.close()
