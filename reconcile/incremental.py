@@ -4,7 +4,8 @@ A run builds on the previous one (`prepare` returns a `Patch`; otherwise the job
 when all of these hold:
 
 - the previous run recorded the same fingerprint: ENGINE_VERSION (bump it whenever a rule or an
-  rc_* schema changes), the Polars version (link hashes), program settings and partners;
+  rc_* schema changes), the Polars version (an upgrade may change results), program settings
+  and partners;
 - its high water seq is not above the log's, and every rc_* table exists;
 - no engineer action (metadata fix, backfill, period close) arrived since: a backfill re-scopes
   a date range of a whole program;
