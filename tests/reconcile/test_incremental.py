@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,33 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
 from reconcile import incremental, job
 from reconcile.pipeline import reconcile
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
 from tests.reconcile.streams import ENGINEER, Stream, streams
-from tests.reconcile.test_job import ORDERS, SALE, _materialised, append, program_database
+from tests.reconcile.test_job import ORDERS, SALE, _materialised, append, program_database, stream_database
 
 MATERIALISED = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
-
-
-def _setup(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
-    con.execute(raw_events_ddl())
-    for ddl in CONTROL_PLANE_DDL:
-        con.execute(ddl)
-    for program in stream.programs.to_dicts():
-        settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
-        con.execute(
-            "INSERT INTO programs VALUES (?, 'ws', 'n', ?, ?, ?)",
-            [program["program_id"], settings_json, b.T0, b.T0],
-        )
-    for i, partner in enumerate(stream.partners.to_dicts()):
-        con.execute(
-            "INSERT INTO partners VALUES (?, ?, ?, 'n', ?, ?)",
-            [partner["program_id"], partner["code"], f"ptr_{i}", partner["email"], b.T0],
-        )
 
 
 def assert_same_as_full_run(con: duckdb.DuckDBPyConnection, now: datetime) -> None:
@@ -76,7 +57,7 @@ def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data:
     head, tail = _split(stream.rows, data.draw(st.integers(0, len(stream.rows)), label="cut"))
     earlier = data.draw(st.sampled_from((at(days=0), at(days=20), stream.now)), label="earlier")
     with duckdb.connect() as con:
-        _setup(con, stream)
+        stream_database(con, stream)
         append(con, head)
         assert job.run(con, earlier).mode == "full"
         append(con, tail, first_seq=len(head) + 1)
@@ -92,7 +73,7 @@ def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data:
 def test_logs_with_period_closes_are_reconciled_in_full(stream: Stream, data: st.DataObject) -> None:
     head, tail = _split(stream.rows, data.draw(st.integers(0, len(stream.rows)), label="cut"))
     with duckdb.connect() as con:
-        _setup(con, stream)
+        stream_database(con, stream)
         append(con, head)
         job.run(con, stream.now)
         append(con, tail, first_seq=len(head) + 1)

@@ -51,6 +51,24 @@ def program_database(path: Path, settings: dict[str, Any]) -> duckdb.DuckDBPyCon
     return connection
 
 
+def stream_database(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
+    """The raw log and control plane in `con`, with the programs and partners of `stream`."""
+    con.execute(raw_events_ddl())
+    for ddl in CONTROL_PLANE_DDL:
+        con.execute(ddl)
+    for program in stream.programs.to_dicts():
+        settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
+        con.execute(
+            "INSERT INTO programs VALUES (?, 'ws', 'n', ?, ?, ?)",
+            [program["program_id"], settings_json, b.T0, b.T0],
+        )
+    for i, partner in enumerate(stream.partners.to_dicts()):
+        con.execute(
+            "INSERT INTO partners VALUES (?, ?, ?, 'n', ?, ?)",
+            [partner["program_id"], partner["code"], f"ptr_{i}", partner["email"], b.T0],
+        )
+
+
 @pytest.fixture
 def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     connection = program_database(
@@ -176,21 +194,8 @@ def test_job_materialises_exactly_what_the_pure_pipeline_computes(stream: Stream
     tables `reconcile` gives on the whole log (chunks of one program's size force many chunks)."""
     raw = stream.frame()
     with duckdb.connect() as con:
-        con.execute(raw_events_ddl())
-        for ddl in CONTROL_PLANE_DDL:
-            con.execute(ddl)
+        stream_database(con, stream)
         append(con, stream.rows)
-        for program in stream.programs.to_dicts():
-            settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
-            con.execute(
-                "INSERT INTO programs VALUES (?, 'ws', 'n', ?, ?, ?)",
-                [program["program_id"], settings_json, b.T0, b.T0],
-            )
-        for i, partner in enumerate(stream.partners.to_dicts()):
-            con.execute(
-                "INSERT INTO partners VALUES (?, ?, ?, 'n', ?, ?)",
-                [partner["program_id"], partner["code"], f"ptr_{i}", partner["email"], b.T0],
-            )
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(job, "CHUNK_EVENTS", 1)
             job.run(con, stream.now)
