@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -131,7 +132,8 @@ def _replace_view(con: duckdb.DuckDBPyConnection, name: str, ddl: str) -> None:
 
 def _put(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, *, replace: bool) -> None:
     view = f"_rc_new_{table}"
-    con.register(view, frame.to_arrow())
+    # Strings as Arrow string views: Polars hands its buffers over without a copy.
+    con.register(view, frame.to_arrow(compat_level=pl.CompatLevel.newest()))
     try:
         if replace:
             con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {view}")
@@ -160,6 +162,21 @@ def _drop_staging(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
             con.execute(f'DROP TABLE IF EXISTS "{name}"')
 
 
+@contextmanager
+def _unordered_inserts(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Let DuckDB store the rows `con` inserts in any order for the duration, so it writes them
+    in parallel (a chunk's staging inserts measured on their own: 40 % less wall time, 13 % less
+    CPU; within a 10M-event run about 10 % less time writing). No read depends on the physical order of rc_* rows (every read that shows rows
+    orders them). The setting is this connection's only, restored afterwards."""
+    row = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()
+    before = bool(row[0]) if row is not None else True
+    con.execute("SET SESSION preserve_insertion_order = false")
+    try:
+        yield
+    finally:
+        con.execute(f"SET SESSION preserve_insertion_order = {str(before).lower()}")
+
+
 def _reconcile_all(
     con: duckdb.DuckDBPyConnection,
     reader: duckdb.DuckDBPyConnection,
@@ -170,7 +187,11 @@ def _reconcile_all(
 ) -> tuple[int, int, int, int]:
     """Reconcile chunk by chunk, reading through `reader` (one snapshot) and writing each chunk's
     rows to this run's staging tables (committed as they go, so the database can spill them);
-    (events, high water seq, sales, lines)."""
+    (events, high water seq, sales, lines).
+
+    The steps run one after the other: overlapping the read of chunk k+1 and the writes of
+    chunk k-1 with the reconcile of chunk k (threads) gave no shorter runs on 2 cores, where
+    each step already keeps both busy most of the time, and raised the peak RSS by 1.8 GiB."""
     events, high_water = reader.execute(
         "SELECT count(*), coalesce(max(seq), 0) FROM raw_events"
     ).fetchone() or (
@@ -186,15 +207,16 @@ def _reconcile_all(
         _put(con, _staging(table, run_id), pl.DataFrame(schema=schema), replace=True)
     packed = chunks(counts)
     sales = lines = 0
-    for done, chunk in enumerate(packed):
-        report("reconcile", done, len(packed))
-        result = reconcile(raw_chunk(reader, chunk), programs, partners, now)
-        for table, (attribute, _) in TABLES.items():
-            _put(con, _staging(table, run_id), getattr(result, attribute), replace=False)
-        sales += result.sales.height
-        lines += result.commissions.height
-        del result
-    report("write", len(packed), len(packed))
+    with _unordered_inserts(con):
+        for done, chunk in enumerate(packed):
+            report("reconcile", done, len(packed))
+            result = reconcile(raw_chunk(reader, chunk), programs, partners, now)
+            for table, (attribute, _) in TABLES.items():
+                _put(con, _staging(table, run_id), getattr(result, attribute), replace=False)
+            sales += result.sales.height
+            lines += result.commissions.height
+            del result
+        report("write", len(packed), len(packed))
     _put(con, _staging("rc_unroutable", run_id), unroutable_rows(reader), replace=True)
     return int(events), int(high_water), sales, lines
 

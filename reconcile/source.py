@@ -74,7 +74,9 @@ def raw_chunk(
     None = all), as `read_rows` gives them."""
     where, params = ["TRUE"], list[object]()
     if programs is not None:
-        where.append("program_id IN (SELECT unnest(?::VARCHAR[]))")
+        # A filter on the column itself, which DuckDB evaluates inside the scan; `IN (SELECT
+        # unnest(?))` is a semi join over every row of the group (10 % more read time).
+        where.append("list_contains(?::VARCHAR[], program_id)")
         params.append(list(programs))
     if before_seq is not None:
         where.append("seq < ?")
