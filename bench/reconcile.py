@@ -58,7 +58,8 @@ INCREMENTAL_NOTE = (
     "re-inserted in the rc_* tables, in one transaction with the run record; commission statuses of all "
     "other rows are brought up to `now` in place (pending -> approved). It falls back to a full run when "
     "the engine version, program settings or partners changed, an engineer action (metadata fix, "
-    "backfill, period close) arrived, the log has period closes, or there is no usable previous run. "
+    "backfill, period close) arrived, or there is no usable previous run; months closed before the "
+    "previous run do not prevent it (their snapshots are per component too). "
     "Its cost is dominated by one read of the link columns of the whole log; "
     "tests/reconcile/test_incremental.py proves it gives exactly a full run's tables."
 )

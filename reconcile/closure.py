@@ -21,8 +21,8 @@ rows arrive only the components that hold one of them can change:
 
 The caller (reconcile/incremental.py) deletes the stale rows and inserts what `reconcile`
 computes on the closure: exactly the tables a full run gives (tests/reconcile/test_incremental.py).
-Periods are the exception: closing a month snapshots whole prefixes of a program's log, so a log
-with closes is reconciled in full.
+That holds for closed months too: the snapshot of a program's log before a close is, again, the
+union of its components' snapshots, and a closed month's lines are composed key by key.
 
 Commission status is the only output that changes with `now` alone (`pending` becomes `approved`
 when the holding period ends); `refresh_sql` re-derives it in place for the rows no new row

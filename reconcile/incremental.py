@@ -8,9 +8,13 @@ when all of these hold:
   and partners;
 - its high water seq is not above the log's, and every rc_* table exists;
 - no engineer action (metadata fix, backfill, period close) arrived since: a backfill re-scopes
-  a date range of a whole program;
-- the log holds no period close: closed months are built from snapshots of whole program
-  prefixes (reconcile/periods.py), which this path does not recompute.
+  a date range of a whole program, a close freezes a month of every sale of one.
+
+Months closed before the previous run need no full run: a closed month's lines are composed per
+commission line key from the ledgers of the log's prefixes before each close
+(reconcile/periods.py), and the ledger of a prefix, like the ledger of the whole log, is the
+union of its components' ledgers. Reconciling the closure with every engineer action (closes
+included) therefore gives its components' frozen lines and adjustments exactly as a full run does.
 
 The patch: the rows added since the previous run (`seq` above its high water mark) seed a
 closure (reconcile/closure.py) over every routed non-click row of the log, found on their link
@@ -185,10 +189,8 @@ def prepare(
     previous = _previous(reader, fingerprint)
     if previous is None:
         return None
-    ((high, closes),) = reader.execute(
-        "SELECT coalesce(max(seq), 0), count(*) FILTER (WHERE kind = 'period_close') FROM raw_events"
-    ).fetchall()
-    if int(high) < previous or closes:
+    ((high,),) = reader.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchall()
+    if int(high) < previous:
         return None
     new = read_rows(reader, "seq > ?", [previous])
     if new.get_column("kind").is_in(NEW_ENGINEER_KINDS).any():
