@@ -1,7 +1,8 @@
 """bench/report: the finance report of a program month with 1M sales, json and xlsx, beside reading
 the same rows raw (`SELECT * ... WHERE program_id = ? AND period = ?` into Arrow).
 
-The rc_* tables are generated directly in a temporary DuckDB file (no reconcile run): 1M sales of
+The rc_* tables are generated directly in a temporary DuckDB file (no reconcile run; `raw_events`
+exists and is empty, so the month is open): 1M sales of
 the benched program in 2026-01 (3 currencies, 1,000 partners, 10 % unattributed, 1 % test sales),
 one commission line per commissioned sale, 5 % refunded, a few thousand double counts, plus 250k
 rows of another month and another program that the report must skip.
@@ -24,6 +25,7 @@ from typing import Any
 import duckdb
 
 from bench.harness import save
+from ingest.schema import raw_events_ddl
 from reports import load
 from reports.render import render
 
@@ -110,6 +112,9 @@ def generate(path: Path) -> dict[str, int]:
     con = duckdb.connect(str(path))
     try:
         con.execute("SET TimeZone = 'UTC'")
+        # A real database always has the raw log: the report looks up the month's close in it
+        # (empty here: the month is open).
+        con.execute(raw_events_ddl())
         con.execute(SALES_SQL.format(sales=SALES, total=SALES + OTHER, program=PROGRAM, period=PERIOD))
         for sql in (COMMISSIONS_SQL, REFUNDS_SQL, DOUBLES_SQL):
             con.execute(sql.format(period=PERIOD))
