@@ -13,6 +13,7 @@ from typing import Any
 from api.cli_http import CliError, call, emit, save_login
 from api.cli_ops import add_operations
 from api.settings import SettingsError, load_settings
+from reconcile import allocator
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    allocator.tune()  # before anything imports Polars (reconcile/allocator.py)
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], None] = args.func
     try:

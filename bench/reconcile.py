@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import ROOT, save
+from reconcile import allocator
 
 TARGET_WALL_S = 20.0
 TARGET_RSS_GIB = 6.0
@@ -421,6 +422,7 @@ def _step(argv: list[str]) -> dict[str, Any]:
     if name == "append":
         return step_append(Path(args[0]))
     if name == "run":
+        allocator.tune()  # as the `tally` command does, before Polars is imported
         return step_run(Path(args[0]))
     if name == "reference":
         return step_reference(int(args[0]))
