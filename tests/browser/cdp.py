@@ -147,7 +147,9 @@ class Page:
 class Chromium:
     """A headless Chromium process with its own throwaway profile."""
 
-    def __init__(self, *extra_flags: str, timeout: float = 15.0) -> None:
+    # Each wait is a guard against a hang, not a performance check: on a 2-core machine busy
+    # with other tests, starting Chromium and rendering a large report once took over 15 s.
+    def __init__(self, *extra_flags: str, timeout: float = 60.0) -> None:
         self.timeout = timeout
         self._profile = tempfile.mkdtemp(prefix="tally-chromium-")
         args = [CHROMIUM, *FLAGS, *extra_flags, f"--user-data-dir={self._profile}"]
