@@ -12,10 +12,23 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ingest.stripe import extract
 from tests.reconcile import builders as b
+
+
+def profile(examples: int) -> settings:
+    """Hypothesis settings of the stream tests: `examples` cases, the same ones every run, no
+    deadline (a case reconciles a whole log), large streams allowed."""
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
 
 PROGRAMS = ("prog_a", "prog_b")
 PARTNERS = ("p1", "p2", "p3")

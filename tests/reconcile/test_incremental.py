@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -17,7 +17,7 @@ from reconcile.pipeline import reconcile
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
-from tests.reconcile.streams import ENGINEER, Stream, streams
+from tests.reconcile.streams import ENGINEER, Stream, profile, streams
 from tests.reconcile.test_job import ORDERS, SALE, _materialised, append, program_database, stream_database
 
 MATERIALISED = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
@@ -41,12 +41,7 @@ def _split(rows: list[dict[str, Any]], cut: int) -> tuple[list[dict[str, Any]], 
     return head + [r for r in tail if r["kind"] in ENGINEER], [r for r in tail if r["kind"] not in ENGINEER]
 
 
-PROFILE = settings(
-    max_examples=60,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+PROFILE = profile(60)
 
 
 @PROFILE
@@ -68,7 +63,7 @@ def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data:
         assert_same_as_full_run(con, stream.now)
 
 
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@profile(40)
 @given(stream=streams(max_events=30), data=st.data())
 def test_months_closed_before_the_previous_run_are_reconciled_incrementally(
     stream: Stream, data: st.DataObject

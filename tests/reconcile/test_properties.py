@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconcile.pipeline import reconcile
 from tests.reconcile import builders as b
 from tests.reconcile.compare import assert_results_equal, checked
-from tests.reconcile.streams import ENGINEER, Stream, streams
+from tests.reconcile.streams import ENGINEER, Stream, profile, streams
 
-PROFILE = settings(
-    max_examples=80,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+PROFILE = profile(80)
 
 
 @PROFILE
