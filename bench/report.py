@@ -2,10 +2,10 @@
 the same rows raw (`SELECT * ... WHERE program_id = ? AND period = ?` into Arrow).
 
 The rc_* tables are generated directly in a temporary DuckDB file (no reconcile run; `raw_events`
-exists and is empty, so the month is open): 1M sales of
-the benched program in 2026-01 (3 currencies, 1,000 partners, 10 % unattributed, 1 % test sales),
-one commission line per commissioned sale, 5 % refunded, a few thousand double counts, plus 250k
-rows of another month and another program that the report must skip.
+exists and is empty, so the month is open): 1M sales of the benched program in 2026-01 (3
+currencies, 1,000 partners, 10 % unattributed, 1 % test sales), one commission line per
+commissioned sale, 5 % refunded, a few thousand double counts, plus 250k rows of another month and
+another program that the report must skip.
 
 Measured (median of `BENCH_REPEAT` runs after a warm-up, each on a fresh cursor):
 - raw read: the month's rc_sales rows, and rc_sales + rc_commissions rows, into Arrow;
