@@ -281,6 +281,38 @@ EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
     "k_provisional": BOOL,
 }
 
+# Materialised string columns holding ids that are unique, or nearly, per row: stored without
+# compression (reconcile/job.py `_put` says why).
+UNIQUE_STRINGS = frozenset(
+    {
+        "sale_id",
+        "transaction_id",
+        "invoice_id",
+        "payment_intent_id",
+        "checkout_session_id",
+        "charge_id",
+        "subscription_id",
+        "customer_key",
+        "processor_customer_id",
+        "email",
+        "click_id",
+        "refund_id",
+        "event_id",
+        "object_id",
+        "sale_transaction_id",
+        "duplicate_id",
+        "duplicate_transaction_id",
+        "eff_click",
+        "eff_key",
+        "email_norm",
+        "e_lead",
+        "e_click",
+        "k_lead",
+        "k_click",
+        "f_sale",
+    }
+)
+
 UNROUTABLE_SCHEMA: dict[str, pl.DataType] = {
     "event_id": STR,
     "reason": STR,

@@ -68,10 +68,13 @@ def read_rows(
 
 
 def raw_chunk(
-    con: duckdb.DuckDBPyConnection, programs: Sequence[str] | None = None, before_seq: int | None = None
+    con: duckdb.DuckDBPyConnection,
+    programs: Sequence[str] | None = None,
+    before_seq: int | None = None,
+    after_seq: int | None = None,
 ) -> pl.DataFrame:
-    """The rows of `raw_events` (of the given programs, None = all; received before `before_seq`,
-    None = all), as `read_rows` gives them."""
+    """The rows of `raw_events` (of the given programs, None = all; with seq before `before_seq`
+    and after `after_seq`, None = any), as `read_rows` gives them."""
     where, params = ["TRUE"], list[object]()
     if programs is not None:
         # A filter on the column itself, which DuckDB evaluates inside the scan; `IN (SELECT
@@ -81,6 +84,9 @@ def raw_chunk(
     if before_seq is not None:
         where.append("seq < ?")
         params.append(before_seq)
+    if after_seq:
+        where.append("seq > ?")
+        params.append(after_seq)
     return read_rows(con, " AND ".join(where), params)
 
 
@@ -105,10 +111,21 @@ def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.Data
     return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
 
 
-def unroutable_rows(reader: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """The rc_unroutable rows: processor events routed to no program (read on their own)."""
-    stray = reader.sql(
-        f"SELECT {', '.join(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL"
+def stray_rows(reader: duckdb.DuckDBPyConnection, after_seq: int = 0) -> pl.DataFrame:
+    """The rows routed to no program (with seq after `after_seq`), with the processor's columns."""
+    frame: pl.DataFrame = reader.sql(
+        f"SELECT {', '.join(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL AND seq > ?",
+        params=[after_seq],
     ).pl()
+    return frame
+
+
+def unroutable_table(stray: pl.DataFrame) -> pl.DataFrame:
+    """The rc_unroutable rows of the `stray` rows (`stray_rows`)."""
     lost = unroutable(prepare_raw(stray)).collect(engine=ENGINE)
     return conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE)
+
+
+def unroutable_rows(reader: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The rc_unroutable rows: processor events routed to no program (read on their own)."""
+    return unroutable_table(stray_rows(reader))

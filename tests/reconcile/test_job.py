@@ -235,3 +235,18 @@ def test_staging_tables_left_by_a_crash_are_cleaned_up(con: duckdb.DuckDBPyConne
     names = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert "rc_sales__rcr_crashed" not in names and "keep__rcr_crashed" in names
     assert not [n for n in names if n.startswith("rc_") and "__rcr_" in n]
+
+
+def test_unique_id_columns_are_stored_uncompressed(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    job.run(con, NOW)
+    con.execute("CHECKPOINT")
+    stored = dict(
+        con.execute(
+            "SELECT column_name, any_value(compression) FROM pragma_storage_info('rc_sales')"
+            " WHERE segment_type = 'VARCHAR' GROUP BY column_name"
+        ).fetchall()
+    )
+    assert stored["sale_id"] == stored["transaction_id"] == "Uncompressed"
+    assert stored["program_id"] != "Uncompressed"
+    assert table(con, "rc_sales").select("sale_id", "transaction_id").rows() == [("sale_1", "tx_1")]
