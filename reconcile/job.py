@@ -34,6 +34,7 @@ import duckdb
 import polars as pl
 
 from reconcile import explain, incremental
+from reconcile import mirror as mirror_module
 from reconcile.mirror import Mirror
 from reconcile.pipeline import Result, reconcile
 from reconcile.schema import (
@@ -383,9 +384,12 @@ def run(
             control = control_plane(reader)
             fingerprint = incremental.fingerprint(*control)
             patch = None if full else incremental.prepare(reader, control, fingerprint, now, report, TABLES)
+            mirror = Mirror.open(reader)
             if patch is None:
-                mirror = Mirror.open(reader)
                 counts = _reconcile_all(con, reader, run_id, now, report, control, mirror)
+            else:
+                # Whole segments only: the mirror keeps up with the log between full runs.
+                mirror.extend(reader, patch.high_water, report, least=mirror_module.SEGMENT_ROWS)
         finally:
             reader.close()
 
@@ -396,6 +400,7 @@ def run(
 
         def apply() -> RunSummary:
             assert patch is not None
+            mirror.register(con)
             return _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
 
         summary = _transaction(con, run_id, swap if patch is None else apply)

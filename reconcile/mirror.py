@@ -159,17 +159,21 @@ class Mirror:
         """The seq up to which the segments hold every routed row (0: none)."""
         return self.segments[-1].upto if self.segments else 0
 
-    def extend(self, reader: duckdb.DuckDBPyConnection, high_water: int, report: Progress) -> None:
-        """Write the rows after `covered` up to `high_water` as new segments, when there are at
-        least MIN_ROWS of them."""
+    def extend(
+        self, reader: duckdb.DuckDBPyConnection, high_water: int, report: Progress, least: int | None = None
+    ) -> None:
+        """Write the rows after `covered` up to `high_water` as new segments of at most
+        SEGMENT_ROWS rows, when there are at least `least` (default MIN_ROWS) of them; with
+        `least` = SEGMENT_ROWS (incremental runs), only whole segments."""
         if self.root is None:
             return
+        floor = MIN_ROWS if least is None else least
         ((pending,),) = reader.execute(
             "SELECT count(*) FROM raw_events WHERE seq > ? AND seq <= ?", [self.covered, high_water]
         ).fetchall()
-        if pending < MIN_ROWS:
+        if pending < floor:
             return
-        total = -(-int(pending) // SEGMENT_ROWS)
+        total = -(-int(pending) // SEGMENT_ROWS) if floor < SEGMENT_ROWS else int(pending) // SEGMENT_ROWS
         self.root.mkdir(parents=True, exist_ok=True)
         for done in range(total):
             report("mirror", done, total)

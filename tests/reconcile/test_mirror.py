@@ -183,3 +183,28 @@ def test_fewer_rows_than_a_segment_are_read_from_the_database(
 def test_an_in_memory_database_has_no_mirror() -> None:
     with duckdb.connect() as con:
         assert mirror.directory(con) is None
+
+
+def test_incremental_runs_add_whole_segments_only(con: duckdb.DuckDBPyConnection) -> None:
+    append(con, SALE)
+    job.run(con, NOW)
+    more = [
+        b.track_sale("sale_3", "tx_3", 500, customer_key="ck_1", occurred_at=at(3)),
+        b.track_sale("sale_4", "tx_4", 700, customer_key="ck_1", occurred_at=at(3)),
+        b.track_sale("sale_5", "tx_5", 900, customer_key="ck_1", occurred_at=at(4)),
+    ]
+    append(con, more[:2], first_seq=5)
+    assert job.run(con, NOW).mode == "incremental"
+    assert segments(con) == [(0, 3, 3), (3, 4, 1)]
+    append(con, more[2:], first_seq=7)
+    assert job.run(con, NOW).mode == "incremental"
+    assert segments(con) == [(0, 3, 3), (3, 4, 1), (4, 7, 3)]
+    incremental = table(con, "rc_sales").sort("sale_id")
+    assert job.run(con, NOW, full=True).mode == "full"
+    assert_frame_equal(table(con, "rc_sales").sort("sale_id"), incremental)
+    assert incremental.select("sale_id", "commission").rows() == [
+        ("sale_1", 2_000),
+        ("sale_3", 100),
+        ("sale_4", 140),
+        ("sale_5", 180),
+    ]
