@@ -6,7 +6,8 @@ Public API
   clock). `Result` holds frames: `sales`, `commissions`, `refunds`, `double_counts`, `evidence`,
   `unroutable`, plus `explain` (the ladder step by step, rendered from `evidence`) and
   `sorted()` (canonical row order). Output schemas: reconcile/schema.py.
-- `reconcile.job.run(con, now, on_progress=None) -> RunSummary`: reads `raw_events` and the
+- `reconcile.job.run(con, now, on_progress=None, *, full=False) -> RunSummary`: reads
+  `raw_events` (a full run through its Parquet column mirror, reconcile/mirror.py) and the
   control plane from a DuckDB connection, reconciles program chunk by program chunk, and
   replaces the `rc_*` tables in one transaction, recording the run in `rc_runs`; when the
   previous run can be built on, only what the new rows change is recomputed and patched in

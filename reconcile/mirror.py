@@ -42,6 +42,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import polars.selectors as cs
 
 from reconcile.schema import ENGINE, RAW_SCHEMA, READ_COLUMNS
 from reconcile.source import raw_chunk, read_rows, stray_rows, unroutable_table
@@ -50,7 +51,7 @@ SEGMENT_ROWS = 2_500_000
 MIN_ROWS = 250_000
 ROW_GROUP = 50_000
 # Bump the version when segments must be rewritten for another reason than the columns read.
-FORMAT = hashlib.sha256(f"1|{sorted(READ_COLUMNS.items())}|{sorted(RAW_SCHEMA)}".encode()).hexdigest()[:16]
+FORMAT = hashlib.sha256(f"2|{sorted(READ_COLUMNS.items())}|{sorted(RAW_SCHEMA)}".encode()).hexdigest()[:16]
 SUFFIX = ".parquet"
 
 REGISTRY_DDL = """CREATE TABLE IF NOT EXISTS rc_mirror (
@@ -103,6 +104,12 @@ def _intact(path: Path, rows: int) -> bool:
     except (OSError, pl.exceptions.PolarsError):
         return False
     return bool(counted == rows)
+
+
+def _utc(rows: pl.DataFrame) -> pl.DataFrame:
+    """Times in UTC: DuckDB hands them over in the session's time zone, which may differ from
+    one run to the next (and frames in two time zones do not concatenate)."""
+    return rows.with_columns(cs.datetime().dt.convert_time_zone("UTC"))
 
 
 def _write(path: Path, rows: pl.DataFrame) -> None:
@@ -185,7 +192,7 @@ class Mirror:
             upto = int(last[0][0]) if last else high_water
             rows = read_rows(reader, "seq > ? AND seq <= ?", [after, upto])
             segment = Segment(f"{uuid.uuid4().hex}{SUFFIX}", after, upto, rows.height)
-            _write(self.root / segment.name, rows.sort("program_id", "seq", nulls_last=True))
+            _write(self.root / segment.name, _utc(rows).sort("program_id", "seq", nulls_last=True))
             del rows
             self.segments.append(segment)
             self.written.append(segment)
@@ -201,7 +208,7 @@ class Mirror:
             .filter(pl.col("program_id").is_in(list(programs)))
             .collect(engine=ENGINE)
         )
-        return pl.concat([mirrored, after], how="diagonal_relaxed")
+        return pl.concat([mirrored, _utc(after)], how="diagonal_relaxed")
 
     def unroutable(self, reader: duckdb.DuckDBPyConnection) -> pl.DataFrame:
         """The rc_unroutable rows, as `source.unroutable_rows` gives them."""
@@ -214,7 +221,7 @@ class Mirror:
             .select(after.columns)
             .collect(engine=ENGINE)
         )
-        return unroutable_table(pl.concat([mirrored, after], how="diagonal_relaxed"))
+        return unroutable_table(pl.concat([mirrored, _utc(after)], how="diagonal_relaxed"))
 
     def _files(self) -> list[Path]:
         assert self.root is not None

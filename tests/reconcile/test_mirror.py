@@ -208,3 +208,18 @@ def test_incremental_runs_add_whole_segments_only(con: duckdb.DuckDBPyConnection
         ("sale_4", 140),
         ("sale_5", 180),
     ]
+
+
+def test_segments_and_newer_rows_meet_whatever_the_session_time_zones(con: duckdb.DuckDBPyConnection) -> None:
+    """Segments written by a session in one time zone, newer rows read in another."""
+    con.execute("SET TimeZone = 'Asia/Tokyo'")
+    append(con, SALE)
+    job.run(con, NOW)
+    con.execute("SET TimeZone = 'America/New_York'")
+    append(
+        con, [b.track_sale("sale_3", "tx_3", 500, customer_key="ck_1", occurred_at=at(21, 11.5))], first_seq=5
+    )
+    job.run(con, NOW, full=True)
+    assert segments(con) == [(0, 3, 3), (3, 4, 1)]
+    sales = table(con, "rc_sales").sort("sale_id")
+    assert sales.select("sale_id", "period").rows() == [("sale_1", "2026-01"), ("sale_3", "2026-01")]
