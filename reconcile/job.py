@@ -11,7 +11,8 @@ run goes:
 2. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows (a bigger program is a
    chunk of its own; `schedule` says in which order they run). Every reconcile rule is per
    program, so reconciling chunk by chunk gives exactly the result of reconciling the whole log
-   at once (tests/reconcile/test_job.py), while Polars only holds one chunk's input;
+   at once (tests/reconcile/test_job.py), while Polars holds at most two chunks' rows (one
+   being reconciled, the results of the previous one being written);
 3. each chunk is read (only the columns the reconciler uses for each kind of row, schema.py
    READ_COLUMNS; `body` only for engineer actions: from the mirror's segments, plus the newer
    rows from DuckDB) and reconciled (reconcile/pipeline.py); its rows are appended to this run's

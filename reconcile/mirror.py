@@ -1,12 +1,14 @@
 """The raw log's column mirror: what the reconciler reads of `raw_events`, in Parquet segments.
 
-A full run reads every routed row of the log. Out of DuckDB that costs far more than the
+A full run reads every row of the log. Out of DuckDB that costs far more than the
 reconcile itself: 2M events take 2 s and 3.7 CPU-s to decompress and export (DuckDB's string
 decompression and Arrow conversion, then Polars' string view conversion), where the same rows
 read back from a Parquet file take 0.2 s and 0.4 CPU-s. So a full run keeps a copy of the
 columns it reads (schema.READ_COLUMNS, as source.read_rows gives them), in segments of
-consecutive `seq` beside the database file (`<database>.mirror/`), and reads each program chunk
-from the segments plus, from DuckDB, the few rows received after the last one.
+consecutive `seq` (every row, routed or not) beside the database file (`<database>.mirror/`),
+and reads each program chunk, and the unroutable rows, from the segments plus, from DuckDB, the
+few rows received after the last one. Incremental runs add whole segments only, so the mirror
+keeps up with the log between full runs.
 
 Why a copy can be trusted:
 
@@ -131,8 +133,8 @@ def _write(path: Path, rows: pl.DataFrame) -> None:
 
 @dataclass
 class Mirror:
-    """The usable segments of one full run (read through its snapshot `reader`), and those it
-    wrote, to be registered in its final transaction (`register`)."""
+    """The usable segments of one run (read through its snapshot `reader`), and those it wrote,
+    to be registered in its final transaction (`register`)."""
 
     root: Path | None
     segments: list[Segment] = field(default_factory=list)
@@ -163,7 +165,7 @@ class Mirror:
 
     @property
     def covered(self) -> int:
-        """The seq up to which the segments hold every routed row (0: none)."""
+        """The seq up to which the segments hold every row (0: none)."""
         return self.segments[-1].upto if self.segments else 0
 
     def extend(
