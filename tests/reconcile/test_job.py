@@ -227,6 +227,12 @@ def test_programs_are_packed_into_chunks_without_splitting_one() -> None:
     assert job.chunks([], limit=6) == []
 
 
+def test_a_run_takes_the_largest_chunks_first() -> None:
+    counts = [("a", 3), ("b", 3), ("c", 10), ("d", 1), ("e", 1)]
+    assert job.schedule(counts, limit=6) == [["c"], ["a", "b"], ["d", "e"]]
+    assert job.schedule([("a", 1)], limit=6) == [["a"]]
+
+
 def test_staging_tables_left_by_a_crash_are_cleaned_up(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE TABLE rc_sales__rcr_crashed AS SELECT 1 AS x")
     con.execute("CREATE TABLE keep__rcr_crashed AS SELECT 1 AS x")
