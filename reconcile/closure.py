@@ -33,23 +33,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from reconcile.schema import PROGRAM_DEFAULTS, norm_email
+from reconcile.schema import PROGRAM_DEFAULTS, RAW_IDS, norm_email
 
 # Columns whose values link rows (ids share one namespace: a self-hosted transaction id may be
 # a processor invoice id).
-LINKS = (
-    "event_id",
-    "object_id",
-    "transaction_id",
-    "invoice_id",
-    "payment_intent_id",
-    "checkout_session_id",
-    "charge_id",
-    "subscription_id",
-    "click_id",
-    "customer_key",
-    "processor_customer_id",
-)
+LINKS = RAW_IDS
 _SEED = 0x7A11
 
 

@@ -281,24 +281,30 @@ EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
     "k_provisional": BOOL,
 }
 
+# The id columns of the raw log: event, processor object and transaction ids, click ids and
+# customer identities (the links of reconcile/closure.py).
+RAW_IDS = (
+    "event_id",
+    "object_id",
+    "transaction_id",
+    "invoice_id",
+    "payment_intent_id",
+    "checkout_session_id",
+    "charge_id",
+    "subscription_id",
+    "click_id",
+    "customer_key",
+    "processor_customer_id",
+)
+
 # Materialised string columns holding ids that are unique, or nearly, per row: stored without
 # compression (reconcile/job.py `_put` says why).
 UNIQUE_STRINGS = frozenset(
     {
+        *RAW_IDS,
         "sale_id",
-        "transaction_id",
-        "invoice_id",
-        "payment_intent_id",
-        "checkout_session_id",
-        "charge_id",
-        "subscription_id",
-        "customer_key",
-        "processor_customer_id",
         "email",
-        "click_id",
         "refund_id",
-        "event_id",
-        "object_id",
         "sale_transaction_id",
         "duplicate_id",
         "duplicate_transaction_id",
