@@ -46,7 +46,6 @@ RULES = ("click", "email", "processor_customer", "customer_key")
 INPUT = (
     "program_id",
     "sale_id",
-    "transaction_id",
     "occurred_at",
     "test_mode",
     "click_id",
@@ -57,7 +56,8 @@ INPUT = (
     "metadata_missing",
 )
 
-# What the ladder leaves per sale: its answer, and the evidence reconcile/explain.py renders.
+# What the ladder leaves per sale: its answer (kept with the sale), and the evidence
+# reconcile/explain.py renders (with the answer and the sale's ids, read from the sale).
 OUTPUT = (
     "partner_code",
     "attribution_rule",
@@ -67,14 +67,9 @@ OUTPUT = (
 EVIDENCE = (
     "program_id",
     "sale_id",
-    "transaction_id",
     "mismatch",
     "metadata_missing",
     "meta_program_id",
-    "processor_customer_id",
-    "partner_code",
-    "attribution_rule",
-    "unattributed_reason",
     "eff_click",
     "click_partner",
     "email_norm",

@@ -1,10 +1,12 @@
 """explain: the ladder of a sale, step by step, rendered from the evidence the ladder left.
 
 The reconciler keeps per sale only the evidence (`Result.evidence`, table `rc_evidence`; columns
-in reconcile/schema.py EVIDENCE_SCHEMA): what each rule looked up and what it found, as ids. One
-SQL query renders it as five rows per sale, the four rules in ladder order then `result`; it is
-both the view `rc_explain` the job creates over `rc_evidence` (so a read of one sale renders one
-sale) and, run on an in-memory DuckDB, `steps()` (so the two can never disagree).
+in reconcile/schema.py EVIDENCE_SCHEMA): what each rule looked up and what it found, as ids. What
+the sale itself holds (its transaction id, processor customer, partner, rule, reason) is read
+from the sale (`rc_sales`), not stored twice. One SQL query renders them as five rows per sale,
+the four rules in ladder order then `result`; it is both the view `rc_explain` the job creates
+over `rc_evidence` and `rc_sales` (so a read of one sale renders one sale) and, run on an
+in-memory DuckDB, `steps()` (so the two can never disagree).
 
 - `looked_up`: what the rule looked for (`svc_click_id=...`, `email=...`,
   `processor_customer_id=...`, `svc_customer_key=...`), null when the sale had nothing for it
@@ -87,13 +89,16 @@ def _ladder_step(step: int, rule: str, value: str, label: str, partner: str, *te
     FROM ranked"""
 
 
-def query(evidence: str) -> str:
-    """The explain steps of every sale in the table (or view) named `evidence`."""
+def query(evidence: str, sales: str) -> str:
+    """The explain steps of every sale in the table (or view) named `evidence`, whose sales are
+    in `sales`."""
     ladder = "\n    UNION ALL ".join(_ladder_step(*spec) for spec in _STEPS)
     return f"""WITH ranked AS (
-    SELECT *, CASE attribution_rule WHEN 'click' THEN 1 WHEN 'email' THEN 2
-        WHEN 'processor_customer' THEN 3 WHEN 'customer_key' THEN 4 ELSE 9 END AS rule_index
-    FROM {evidence}
+    SELECT e.*, s.transaction_id, s.processor_customer_id, s.partner_code, s.attribution_rule,
+        s.unattributed_reason,
+        CASE s.attribution_rule WHEN 'click' THEN 1 WHEN 'email' THEN 2
+            WHEN 'processor_customer' THEN 3 WHEN 'customer_key' THEN 4 ELSE 9 END AS rule_index
+    FROM {evidence} AS e JOIN {sales} AS s USING (program_id, sale_id)
 ), ladder AS (
     {ladder}
 )
@@ -112,16 +117,18 @@ SELECT program_id, sale_id, transaction_id, CAST(5 AS BIGINT) AS step, 'result' 
 FROM ranked"""
 
 
-def view_ddl(evidence_table: str = "rc_evidence", view: str = "rc_explain") -> str:
-    """The view the job creates: explain steps over the materialised evidence."""
-    return f"CREATE OR REPLACE VIEW {view} AS {query(evidence_table)}"
+def view_ddl() -> str:
+    """The view `rc_explain` the job creates: explain steps over `rc_evidence` and `rc_sales`."""
+    return f"CREATE OR REPLACE VIEW rc_explain AS {query('rc_evidence', 'rc_sales')}"
 
 
-def steps(evidence: pl.DataFrame) -> pl.DataFrame:
-    """The explain steps (five rows per sale) of the sales in `evidence`, in order."""
+def steps(evidence: pl.DataFrame, sales: pl.DataFrame) -> pl.DataFrame:
+    """The explain steps (five rows per sale) of the sales in `evidence` (the sales themselves
+    in `sales`), in order."""
     with duckdb.connect() as con:
         con.register("evidence", evidence.to_arrow())
+        con.register("sales", sales.to_arrow())
         frame: pl.DataFrame = con.sql(
-            f"SELECT * FROM ({query('evidence')}) ORDER BY program_id, sale_id, step"
+            f"SELECT * FROM ({query('evidence', 'sales')}) ORDER BY program_id, sale_id, step"
         ).pl()
     return frame.select(pl.col(name).cast(dtype) for name, dtype in EXPLAIN_SCHEMA.items())

@@ -19,8 +19,9 @@ run goes:
    staging tables by a second thread while the next chunk is reconciled;
 4. the staging tables replace `rc_sales`, `rc_commissions`, `rc_refunds`, `rc_double_counts`,
    `rc_evidence` and `rc_unroutable` (unroutable events belong to no program; read once), the
-   view `rc_explain` (steps rendered from `rc_evidence`, reconcile/explain.py) is (re)created,
-   the mirror's new segments are registered and a row is appended to `rc_runs`; then COMMIT.
+   view `rc_explain` (steps rendered from `rc_evidence` and `rc_sales`, reconcile/explain.py) is
+   (re)created, the mirror's new segments are registered and a row is appended to `rc_runs`;
+   then COMMIT.
    On any error: ROLLBACK, previous results stay.
 """
 
@@ -271,7 +272,7 @@ def _swap_in(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     for table in STAGED:
         con.execute(f"DROP TABLE IF EXISTS {table}")
         con.execute(f'ALTER TABLE "{_staging(table, run_id)}" RENAME TO {table}')
-    _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
+    _replace_view(con, "rc_explain", explain.view_ddl())
 
 
 def _record(
@@ -345,7 +346,7 @@ def write(
         for table, (attribute, _) in TABLES.items():
             _put(con, table, getattr(result, attribute), replace=True)
         _put(con, "rc_unroutable", result.unroutable, replace=True)
-        _replace_view(con, "rc_explain", explain.view_ddl("rc_evidence", "rc_explain"))
+        _replace_view(con, "rc_explain", explain.view_ddl())
         high_water = raw.get_column("seq").max() if raw.height else 0
         counts = (raw.height, int(high_water or 0), result.sales.height, result.commissions.height)  # type: ignore[arg-type]
         return _record(con, run_id, now, started, counts)

@@ -73,7 +73,7 @@ class Result:
     @property
     def explain(self) -> pl.DataFrame:
         """Every sale's ladder, step by step (reconcile/explain.py)."""
-        return explain.steps(self.evidence)
+        return explain.steps(self.evidence, self.sales)
 
     def sorted(self) -> Result:
         """The same result with every table in its canonical row order."""

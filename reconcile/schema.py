@@ -249,21 +249,17 @@ EXPLAIN_SCHEMA: dict[str, pl.DataType] = {
     "result": STR,
 }
 
-# What the ladder found per sale (table rc_explain; rendered by reconcile/explain.py). Lead
+# What the ladder found per sale (table rc_evidence; reconcile/explain.py renders it, with the
+# sale's ids and answer read from the sale itself, as the view rc_explain). Lead
 # lookups: `*_lead` the binding settled lead, `*_click` its click, `*_partner` that click's
 # partner, `*_provisional` whether provisional leads exist; prefix `e` by email, `k` by customer
 # key. `f_sale`/`f_partner`: the customer's first attributed sale; `pc_partner` set when earlier.
 EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "sale_id": STR,
-    "transaction_id": STR,
     "mismatch": BOOL,
     "metadata_missing": BOOL,
     "meta_program_id": STR,
-    "processor_customer_id": STR,
-    "partner_code": STR,
-    "attribution_rule": STR,
-    "unattributed_reason": STR,
     "eff_click": STR,
     "click_partner": STR,
     "email_norm": STR,

@@ -119,7 +119,7 @@ def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyCo
         "SELECT step, rule, looked_up, found, result FROM rc_explain"
         " WHERE program_id = 'prog_a' AND sale_id = 'sale_1' ORDER BY step"
     ).pl()
-    assert steps.equals(explain.steps(evidence).select(steps.columns))
+    assert steps.equals(explain.steps(evidence, sales).select(steps.columns))
     assert steps["result"].to_list() == ["no_data", "no_data", "no_data", "matched", "attributed"]
     for name in ("rc_refunds", "rc_unroutable"):
         assert table(con, name).is_empty()
