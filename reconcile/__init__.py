@@ -4,7 +4,7 @@ Public API
 ----------
 - `reconcile.pipeline.reconcile(raw, programs, partners, now) -> Result`: pure (no I/O, no
   clock). `Result` holds frames: `sales`, `commissions`, `refunds`, `double_counts`, `evidence`,
-  `unroutable`, plus `explain` (the ladder step by step, rendered from `evidence`) and
+  `unroutable`, plus `explain` (the ladder step by step, rendered from `evidence` and `sales`) and
   `sorted()` (canonical row order). Output schemas: reconcile/schema.py.
 - `reconcile.job.run(con, now, on_progress=None, *, full=False) -> RunSummary`: reads
   `raw_events` (a full run through its Parquet column mirror, reconcile/mirror.py) and the
@@ -12,8 +12,8 @@ Public API
   replaces the `rc_*` tables in one transaction, recording the run in `rc_runs`; when the
   previous run can be built on, only what the new rows change is recomputed and patched in
   (reconcile/incremental.py, reconcile/closure.py; `RunSummary.mode`).
-- `reconcile.explain.steps(evidence)`: the explain steps of some sales (the `rc_explain` view
-  renders the same from `rc_evidence`).
+- `reconcile.explain.steps(evidence, sales)`: the explain steps of some sales (the `rc_explain`
+  view renders the same from `rc_evidence` and `rc_sales`).
 
 The rules, one module each: normalise (one sale per transaction), doubles (connect vs
 self-hosted), fixes (metadata fixes applied by backfills), leads + attribution (the ladder),

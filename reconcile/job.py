@@ -21,8 +21,7 @@ run goes:
    `rc_evidence` and `rc_unroutable` (unroutable events belong to no program; read once), the
    view `rc_explain` (steps rendered from `rc_evidence` and `rc_sales`, reconcile/explain.py) is
    (re)created, the mirror's new segments are registered and a row is appended to `rc_runs`;
-   then COMMIT.
-   On any error: ROLLBACK, previous results stay.
+   then COMMIT. On any error: ROLLBACK, previous results stay.
 """
 
 from __future__ import annotations
@@ -366,8 +365,8 @@ def run(
     (`rc_sales__<run_id>`, ...) and a final short transaction swaps them in for the rc_* tables.
     `full` forces a full run. A full run reads the log through its column mirror
     (reconcile/mirror.py), extending it first, and registers the segments it wrote in its final
-    transaction. Either way the run is recorded in `rc_runs` in that same transaction, so readers see the
-    previous run or this one, never a mix. On failure nothing changes (staging tables are
+    transaction. Either way the run is recorded in `rc_runs` in that same transaction, so
+    readers see the previous run or this one, never a mix. On failure nothing changes (staging tables are
     dropped). `rc_runs.started_at` is `now`; `finished_at` is `now` plus the measured duration
     (the job reads no clock of its own, only a monotonic timer).
     """
