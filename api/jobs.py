@@ -16,6 +16,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from ingest.clock import utcnow
 from ingest.duckdb_store import DuckStore
+from ingest.errors import DatabaseUnavailable
 from ingest.writer import Writer
 from reconcile import backfill, job
 from reconcile.backfill import BackfillDiff
@@ -64,13 +65,19 @@ class Reconciler:
             log.exception("scheduled reconcile failed")
 
     def run(self, on_progress: Progress | None = None) -> Any:
-
+        """One run now; `DatabaseUnavailable` when the database cannot take its writes (disk
+        full...), the previous results staying in place."""
         with self._lock:
             if on_progress:
                 on_progress("flushing the journal", 0, 1)
             self._writer.sync_blocking()
             with self._store.snapshot() as cur:
-                return job.run(cur, utcnow(), on_progress)
+                try:
+                    return job.run(cur, utcnow(), on_progress)
+                except job.ReconcileFailed as exc:
+                    if self._store.resource_fault(exc):
+                        raise DatabaseUnavailable(f"reconcile could not write its results: {exc}") from exc
+                    raise
 
     def backfill(self, backfill_row: dict[str, Any], apply: bool) -> BackfillDiff:
         """Preview (and with `apply`, append and reconcile) a backfill. The diff is computed on

@@ -4,11 +4,22 @@ Writes happen only on the writer thread through `DuckTx`; raw-log, tracking-log,
 checklist rows are buffered per transaction and inserted in bulk (Arrow) at commit, which is what
 makes group commit cheap. Hot-path lookups are answered from `Index`, kept exact because this
 process is the only writer (see ingest/index.py).
+
+Faults: every raw row is checked against the column types before it is buffered (a value DuckDB
+cannot hold is refused there, as a 422, never acknowledged). A full disk or an I/O error while
+committing is `DatabaseUnavailable` (503, nothing acknowledged) and makes `readiness()` report
+the fault until a write or a probe succeeds again. The copier tells the database's refusals of a
+batch (which checked rows should never meet) from resource faults: a refused batch is set aside
+in `<database>.journal/set-aside/` with a loud error, so the rows behind it keep flowing and
+start-up never fails on it; a resource fault keeps every batch for the next attempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
 
+from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.index import Index, Undo
 from ingest.journal import Journal
 from ingest.records import (
@@ -49,6 +62,8 @@ def _schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
         [pa.field(name, _ARROW_TYPES[typ.split()[0]], "NOT NULL" not in typ) for name, typ in columns]
     )
 
+
+log = logging.getLogger("tally.store")
 
 RAW_SCHEMA = _schema(RAW_EVENT_COLUMNS)
 LOG_SCHEMA = _schema(
@@ -80,6 +95,63 @@ CHECK_SCHEMA = _schema(
 )
 
 EVENT_KEY_SPACE = "*"  # program id under which processor event ids are kept
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# (field, storage kind, nullable) of every raw-log column, checked before a row is buffered.
+_RAW_CHECKS: tuple[tuple[str, str, bool], ...] = tuple(
+    (name, typ.split()[0], "NOT NULL" not in typ) for name, typ in RAW_EVENT_COLUMNS
+)
+
+
+def _utf8(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, from a JSON `\ud800` escape
+        return False
+    return True
+
+
+def _storable(row: Mapping[str, Any]) -> list[dict[str, str]]:
+    """What in a raw-log row its column types cannot hold (empty when all of it fits)."""
+    problems = []
+    for name, kind, nullable in _RAW_CHECKS:
+        value = row.get(name)
+        if value is None:
+            fits = nullable
+        elif kind == "BIGINT":
+            fits = type(value) is int and _INT64_MIN <= value <= _INT64_MAX
+        elif kind == "VARCHAR":
+            fits = type(value) is str and _utf8(value)
+        elif kind == "BOOLEAN":
+            fits = type(value) is bool
+        else:  # TIMESTAMPTZ
+            fits = isinstance(value, datetime) and value.tzinfo is not None
+        if not fits:
+            problems.append({"field": name, "message": f"cannot be stored as {kind}"})
+    return problems
+
+
+# The database's refusals of the data itself; anything else while copying (I/O, a full disk,
+# memory) is a resource fault and the batch is kept for the next attempt.
+_DATA_FAULTS: tuple[type[BaseException], ...] = (
+    duckdb.ConversionException,
+    duckdb.ConstraintException,
+    duckdb.InvalidInputException,
+    duckdb.OutOfRangeException,
+    duckdb.TypeMismatchException,
+    duckdb.InvalidTypeException,
+    pa.ArrowException,
+    OverflowError,
+    TypeError,
+    ValueError,
+    UnicodeError,
+)
+
+
+def _resource_fault(exc: BaseException) -> bool:
+    return not isinstance(exc, _DATA_FAULTS)
 
 
 def _bulk_insert(
@@ -122,6 +194,7 @@ class _Batch:
     logs: list[tuple[Any, ...]]
     keys: list[tuple[Any, ...]]
     checks: list[tuple[Any, ...]]
+    number: int = 0  # its journal batch number (0: never journaled)
 
     @property
     def empty(self) -> bool:
@@ -159,12 +232,40 @@ class DuckTx:
             self._in_db_tx = True
         return self._cur
 
+    def mark(self) -> tuple[int, ...]:
+        """Where this transaction stands, for `release` (one operation's writes in a group)."""
+        return (
+            len(self._raw),
+            len(self._logs),
+            len(self._keys),
+            len(self._checks),
+            len(self.undo),
+            self._next_seq,
+            self._next_log,
+            int(self._in_db_tx),
+        )
+
+    def release(self, mark: tuple[int, ...]) -> bool:
+        """Drop what was written since `mark`; False when that cannot be done (statements ran
+        in the database since), and then only rolling back the whole transaction can."""
+        raw, logs, keys, checks, undo, next_seq, next_log, in_db = mark
+        if self._in_db_tx and not in_db:
+            return False
+        del self._raw[raw:], self._logs[logs:], self._keys[keys:], self._checks[checks:]
+        while len(self.undo) > undo:
+            self.undo.pop()()
+        self._next_seq, self._next_log = next_seq, next_log
+        return True
+
     def append(self, row: Mapping[str, Any]) -> int:
         seq = self._next_seq
-        self._next_seq += 1
         full = dict(row)
         full["seq"] = seq
         full.setdefault("test_mode", False)
+        problems = _storable(full)
+        if problems:
+            raise ValidationFailed("the event holds values tally cannot store", fields=problems)
+        self._next_seq += 1
         self._raw.append(tuple(map(full.get, RAW_EVENT_FIELDS)))
         self.index.observe(full, self.undo)
         return seq
@@ -278,19 +379,25 @@ class DuckTx:
         return self._sql()
 
     def commit(self) -> None:
-        """Commit control-plane changes (if any) to DuckDB, then make the batch's rows durable in
-        the journal (or, without one, in DuckDB directly)."""
+        """Make the batch durable: its rows in the journal, or, when control-plane changes are
+        part of it (or there is no journal), its rows and those changes in one DuckDB commit,
+        so a failure stores none of it. Raises `DatabaseUnavailable` on a resource fault."""
         batch = _Batch(self._raw, self._logs, self._keys, self._checks)
         store = self._store
-        if store._journal is None:
-            store._pending.append(batch)
-            store._copy_pending(self._sql(), store._pending)
-            store._pending.clear()
-        if self._in_db_tx:
-            self._cur.execute("COMMIT")
-            self._in_db_tx = False
-        if store._journal is not None and not batch.empty:
-            store._journal_batch(batch)
+        try:
+            if self._in_db_tx or store._journal is None:
+                store._commit_with(self._sql(), batch)
+                self._in_db_tx = False
+            elif not batch.empty:
+                store._journal_batch(batch)
+        except Exception as exc:
+            if not _resource_fault(exc):
+                raise
+            store._fault("write", exc)
+            raise DatabaseUnavailable(
+                "tally cannot write to its database right now; nothing of this request was stored"
+            ) from exc
+        store._fault("write", None)
         store._seq = self._next_seq - 1
         store._log_id = self._next_log - 1
         self.undo.clear()
@@ -298,8 +405,10 @@ class DuckTx:
     def rollback(self) -> None:
         try:
             if self._in_db_tx:
-                self._cur.execute("ROLLBACK")
                 self._in_db_tx = False
+                # (a failed COMMIT has already rolled the transaction back)
+                with contextlib.suppress(duckdb.TransactionException):
+                    self._cur.execute("ROLLBACK")
         finally:
             for step in reversed(self.undo):
                 step()
@@ -334,6 +443,8 @@ class DuckStore:
         self._lock = threading.Lock()  # pending batches and the journal's current segment
         self._copy_lock = threading.Lock()  # one copy into DuckDB at a time
         self._ccur: duckdb.DuckDBPyConnection | None = None
+        self._faults: dict[str, str] = {}  # "write" | "copy" -> what failed, while it lasts
+        self.set_aside = 0  # journal batches the database refused, kept in set-aside/
         row = self._con.execute("SELECT last_batch FROM journal_state").fetchone()
         self._batch_no = int(row[0]) if row else 0
         if str(path) != ":memory:":
@@ -349,31 +460,44 @@ class DuckStore:
             number = int(record["batch"])
             self._batch_no = max(self._batch_no, number)
             if number > done:
-                parts = (
-                    _revive_rows(record[part], schema)
-                    for part, schema in (
-                        ("raw", RAW_SCHEMA),
-                        ("logs", LOG_SCHEMA),
-                        ("keys", KEY_SCHEMA),
-                        ("checks", CHECK_SCHEMA),
-                    )
-                )
-                self._pending.append(_Batch(*parts))
+                try:
+                    parts = [
+                        _revive_rows(record[part], schema)
+                        for part, schema in (
+                            ("raw", RAW_SCHEMA),
+                            ("logs", LOG_SCHEMA),
+                            ("keys", KEY_SCHEMA),
+                            ("checks", CHECK_SCHEMA),
+                        )
+                    ]
+                except (KeyError, TypeError, ValueError) as exc:
+                    self._write_aside(number, record, exc)
+                    continue
+                raw, logs, keys, checks = parts
+                self._pending.append(_Batch(raw, logs, keys, checks, number))
+        before = self.set_aside
         self.flush()
+        if self.set_aside > before:
+            log.error(
+                "tally: start-up set aside %d journal batch(es) the database refused, in %s",
+                self.set_aside - before,
+                self._set_aside_dir(),
+            )
 
     def _journal_batch(self, batch: _Batch) -> None:
         assert self._journal is not None
         with self._lock:
-            self._batch_no += 1
+            number = self._batch_no + 1
             self._journal.append(
                 {
-                    "batch": self._batch_no,
+                    "batch": number,
                     "raw": batch.raw,
                     "logs": batch.logs,
                     "keys": batch.keys,
                     "checks": batch.checks,
                 }
             )
+            self._batch_no = batch.number = number
             if not self._pending:
                 self._pending_since = time.monotonic()
             self._pending.append(batch)
@@ -390,31 +514,150 @@ class DuckStore:
             rows = [row for batch in batches for row in getattr(batch, part)]
             _bulk_insert(cur, table, rows, schema)
 
-    def flush(self) -> None:
-        """Copy every journaled batch into DuckDB, then drop the journal segments that held them.
-        Safe from any thread; the writer keeps journaling new batches meanwhile."""
+    def _commit_with(self, cur: duckdb.DuckDBPyConnection, batch: _Batch) -> None:
+        """Commit the writer's open transaction with `batch`'s rows in it, after every journaled
+        batch not yet copied (so rows still reach the tables in sequence order)."""
         with self._copy_lock:
             with self._lock:
-                if not self._pending:
-                    return
+                batches = [*self._pending, batch]
+            self._copy_pending(cur, batches)
+            if len(batches) > 1:
+                cur.execute("UPDATE journal_state SET last_batch = ?", [batches[-2].number])
+            cur.execute("COMMIT")
+            self._fault("copy", None)
+            with self._lock:  # only this (the writer) thread adds to `_pending`
+                del self._pending[: len(batches) - 1]
+                self._pending_rows = sum(b.rows for b in self._pending)
+
+    def flush(self) -> None:
+        """Copy every journaled batch into DuckDB, then drop the journal segments that held them.
+        Safe from any thread; the writer keeps journaling new batches meanwhile. A batch the
+        database refuses is set aside (see the module docstring); a resource fault raises
+        `DatabaseUnavailable` and keeps every batch for the next attempt."""
+        with self._copy_lock:
+            with self._lock:
                 batches, self._pending = self._pending, []
                 self._pending_rows = 0
-                last = self._batch_no
-                closed = self._journal.rotate() if self._journal is not None else []
-            cur = self._copier_cursor()
+                try:
+                    closed = self._journal.rotate() if self._journal is not None else []
+                except OSError as exc:
+                    self._pending[:0] = batches
+                    self._pending_rows += sum(b.rows for b in batches)
+                    self._fault("copy", exc)
+                    raise DatabaseUnavailable(f"cannot rotate the journal: {exc}") from exc
             try:
-                cur.execute("BEGIN TRANSACTION")
-                self._copy_pending(cur, batches)
-                cur.execute("UPDATE journal_state SET last_batch = ?", [last])
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+                if batches:
+                    self._copy_batches(batches)
+            except Exception as exc:
                 with self._lock:  # keep them for the next attempt, oldest first
                     self._pending[:0] = batches
                     self._pending_rows += sum(b.rows for b in batches)
-                raise
+                self._fault("copy", exc)
+                raise DatabaseUnavailable(f"copying the journal into the database failed: {exc}") from exc
+            self._fault("copy", None)
             if self._journal is not None:
                 self._journal.remove(closed)
+
+    def _copy_batches(self, batches: list[_Batch]) -> None:
+        """Copy `batches` in one transaction; when the database refuses their data, copy them
+        one by one and set aside each it refuses alone. Resource faults propagate."""
+        cur = self._copier_cursor()
+        try:
+            self._copy_in_transaction(cur, batches)
+            return
+        except Exception as exc:
+            if _resource_fault(exc):
+                raise
+            log.warning("copying %d journal batches failed (%s); copying them one by one", len(batches), exc)
+        for batch in batches:
+            try:
+                self._copy_in_transaction(cur, [batch])
+            except Exception as exc:
+                if _resource_fault(exc):
+                    raise
+                self._set_aside(cur, batch, exc)
+
+    def _copy_in_transaction(self, cur: duckdb.DuckDBPyConnection, batches: list[_Batch]) -> None:
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            self._copy_pending(cur, batches)
+            cur.execute("UPDATE journal_state SET last_batch = ?", [batches[-1].number])
+            cur.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.TransactionException):  # a failed COMMIT rolled back
+                cur.execute("ROLLBACK")
+            raise
+
+    def _set_aside_dir(self) -> Path:
+        assert self._journal is not None
+        return self._journal.directory / "set-aside"
+
+    def _set_aside(self, cur: duckdb.DuckDBPyConnection, batch: _Batch, exc: Exception) -> None:
+        """Keep a batch the database refuses in its own file and move the copied-up-to mark past
+        it, so the batches behind it flow on."""
+        parts = {"raw": batch.raw, "logs": batch.logs, "keys": batch.keys, "checks": batch.checks}
+        self._write_aside(batch.number, parts, exc)
+        cur.execute("UPDATE journal_state SET last_batch = ?", [batch.number])
+
+    def _write_aside(self, number: int, record: Mapping[str, Any], exc: Exception) -> None:
+        """Write one journal batch to `set-aside/` (durably), count it and say so loudly."""
+        folder = self._set_aside_dir()
+        folder.mkdir(mode=0o700, exist_ok=True)
+        path = folder / f"{number:012d}.json"
+        kept = {**record, "batch": number, "error": f"{type(exc).__name__}: {exc}"}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, orjson.dumps(kept, default=str))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.set_aside += 1
+        log.error("journal batch %d was refused by the database and set aside in %s: %s", number, path, exc)
+
+    # -- faults and readiness ------------------------------------------------------------------
+    @staticmethod
+    def resource_fault(exc: BaseException) -> bool:
+        """Whether `exc` (or what it wraps) is the database failing rather than its data."""
+        cause: BaseException | None = exc
+        while cause is not None:
+            if isinstance(cause, (OSError, duckdb.IOException, duckdb.OutOfMemoryException)):
+                return True
+            if isinstance(cause, duckdb.TransactionException) and "Failed to commit" in str(cause):
+                return True
+            cause = cause.__cause__
+        return False
+
+    def _fault(self, where: str, exc: BaseException | None) -> None:
+        if exc is None:
+            self._faults.pop(where, None)
+        else:
+            self._faults[where] = f"{type(exc).__name__}: {exc}"
+
+    def readiness(self) -> str | None:
+        """Why the database cannot take writes right now, or None when it can. A write fault
+        clears itself once a probe write to the journal's disk succeeds; a copy fault once the
+        copier gets through again."""
+        if "copy" in self._faults:
+            return self._faults["copy"]
+        if "write" in self._faults:
+            try:
+                self._probe()
+            except OSError as exc:
+                return f"{self._faults.get('write')} (probe: {exc})"
+            self._fault("write", None)
+        return None
+
+    def _probe(self) -> None:
+        if self._journal is None:
+            return
+        path = self._journal.directory / "probe.tmp"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, bytes(64 * 1024))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            path.unlink(missing_ok=True)
 
     def backlog(self) -> tuple[int, float]:
         """Rows journaled but not yet in DuckDB, and for how many seconds the oldest has waited."""
@@ -454,7 +697,10 @@ class DuckStore:
         return DuckTx(self)
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        except DatabaseUnavailable as exc:  # the journal keeps it; start-up copies it in
+            log.error("closing with journaled rows not yet in the database (%s)", exc)
         if self._journal is not None:
             self._journal.close()
         self._con.close()

@@ -159,6 +159,20 @@ class Conflict(TallyError):
     status = 409
 
 
+class StripeAccountInUse(TallyError):
+    """Raised when a program setting names a processor account used by another workspace's program."""
+
+    code = "stripe_account_in_use"
+    status = 409
+
+
+class RequestTimeout(TallyError):
+    """Raised when a client sends its request body too slowly (the connection is then closed)."""
+
+    code = "request_timeout"
+    status = 408
+
+
 class PayloadTooLarge(TallyError):
     """Raised by body parsing when a request body exceeds 1 MiB."""
 
@@ -198,6 +212,14 @@ class ServiceUnavailable(TallyError):
     """Raised when the server cannot accept writes right now (starting or shutting down)."""
 
     code = "service_unavailable"
+    status = 503
+
+
+class DatabaseUnavailable(TallyError):
+    """Raised when the database or its journal cannot be written (disk full, unreachable); nothing
+    of the request was acknowledged, and `/readyz` answers 503 until it recovers."""
+
+    code = "database_unavailable"
     status = 503
 
 

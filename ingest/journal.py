@@ -13,11 +13,14 @@ got yet (by batch number) are copied in before anything else happens.
 Record format: 4-byte big-endian length, 4-byte CRC-32, JSON payload (datetimes as ISO 8601
 strings; the reader knows which columns are timestamps). A torn or corrupt tail (a
 crash in the middle of a write, before it returned and so before anyone was answered) is
-ignored.
+ignored. A write that fails (disk full) is cut off again before it is reported, so the segment
+stays readable and nothing new is created per failure; segments are only rotated when they
+hold something, so a copier that keeps failing cannot fill the directory with files.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -66,15 +69,20 @@ class Journal:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         existing = self.segments()
         self._number = int(existing[-1].stem) if existing else 0
+        self._size = 0  # bytes of whole records in the open segment
+        self._torn = False  # a failed write could not be cut off: the next append starts a segment
         self._fd = self._open_next()
 
     def segments(self) -> list[Path]:
         return sorted(self.directory.glob("*.log"))
 
+    @property
+    def current(self) -> Path:
+        return self.directory / f"{self._number:012d}.log"
+
     def _open_next(self) -> int:
         self._number += 1
-        path = self.directory / f"{self._number:012d}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _DSYNC, 0o600)
+        fd = os.open(self.current, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _DSYNC, 0o600)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the new file's name is durable before anything relies on it
@@ -83,32 +91,47 @@ class Journal:
         return fd
 
     def append(self, record: dict[str, Any]) -> None:
+        """Append one record durably, or raise `OSError` having stored none of it."""
         payload = orjson.dumps(record)
         data = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        if self._torn:
+            self._swap_segment()
+        code = errno.EIO
         try:
             written = os.write(self._fd, data)
             if not _DSYNC:
                 os.fsync(self._fd)
-        except OSError:
-            written = -1
+        except OSError as exc:
+            written, code = -1, exc.errno or errno.EIO
         if written != len(data):
-            # A short or failed write (disk full...) may leave a torn record; whatever follows it
-            # in this segment would be unreadable, so later batches go to a fresh segment.
-            old, self._fd = self._fd, self._open_next()
-            os.close(old)
-            raise OSError(f"journal write failed ({written} of {len(data)} bytes)")
+            # A short or failed write (disk full...) may have left part of a record, and whatever
+            # followed it in this segment would be unreadable: cut the segment back to its last
+            # whole record, or, failing that, send later records to a fresh segment.
+            try:
+                os.ftruncate(self._fd, self._size)
+                os.fsync(self._fd)
+            except OSError:
+                self._torn = True
+            raise OSError(code, f"journal write failed ({max(written, 0)} of {len(data)} bytes)")
+        self._size += written
+
+    def _swap_segment(self) -> None:
+        old, self._fd = self._fd, self._open_next()
+        self._size = 0
+        self._torn = False
+        os.close(old)
 
     def records(self) -> Iterator[dict[str, Any]]:
         for path in self.segments():
             yield from read_segment(path)
 
     def rotate(self) -> list[Path]:
-        """Start a new segment; return the closed ones (everything appended so far)."""
-        closed = self.segments()
-        old = self._fd
-        self._fd = self._open_next()
-        os.close(old)
-        return closed
+        """Close the open segment when it holds anything (a new one takes its place); return every
+        closed segment, which together hold everything appended so far."""
+        if self._size or self._torn:
+            self._swap_segment()
+        current = self.current
+        return [path for path in self.segments() if path != current]
 
     @staticmethod
     def remove(paths: list[Path]) -> None:

@@ -26,8 +26,16 @@ from ingest.records import (
 class Tx(Protocol):
     """One write transaction, owned by the writer thread. Domain checks happen before writes."""
 
+    def mark(self) -> Any:
+        """Where the transaction stands now, for `release`."""
+
+    def release(self, mark: Any) -> bool:
+        """Drop every write since `mark` (an operation that failed in a group); False when
+        that cannot be done short of rolling back the whole transaction."""
+
     def append(self, row: Mapping[str, Any]) -> int:
-        """Append one raw-log row (missing typed fields are NULL); returns its sequence number."""
+        """Append one raw-log row (missing typed fields are NULL); returns its sequence number.
+        Raises `ValidationFailed` when a value does not fit its column's type."""
 
     def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> None:
         """Record idempotency keys (sale ids, processor event ids) not yet recorded."""
@@ -66,7 +74,9 @@ class Tx(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Run a statement inside the transaction (materialised tables, reconcile runs)."""
 
-    def commit(self) -> None: ...
+    def commit(self) -> None:
+        """Make the transaction durable; raises `DatabaseUnavailable` on a resource fault
+        (disk full, database unreachable), having stored nothing of it."""
 
     def rollback(self) -> None: ...
 
@@ -82,6 +92,9 @@ class Store(Protocol):
 
     def backlog(self) -> tuple[int, float]:
         """Committed rows not yet visible to `query`, and the age in seconds of the oldest."""
+
+    def readiness(self) -> str | None:
+        """Why writes cannot be taken right now (a resource fault), or None when they can."""
 
     def close(self) -> None: ...
 

@@ -5,9 +5,13 @@ up while the previous commit was in flight inside one transaction, commits once,
 resolves each caller's future. So a request is answered only after its event is durable, and many
 concurrent requests share one commit.
 
-Operations must do their domain checks (raising `TallyError`) before writing anything. An
-unexpected failure rolls the whole batch back and replays its operations one by one, so a bad
-operation fails alone.
+An operation that raises `TallyError` has its own writes dropped (`Tx.mark`/`Tx.release`) and
+the rest of the group commits; when its writes cannot be dropped alone (database statements ran),
+the group is rolled back and replayed one by one. An unexpected failure rolls the whole batch
+back and replays its operations one by one, so a bad operation fails alone. A resource fault at
+commit (`DatabaseUnavailable`: disk full, database unreachable) fails the whole group at once:
+nothing of it was stored. The copier retries a failing copy with a growing pause, up to
+`COPY_BACKOFF_MAX_SECONDS`.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ingest.errors import ServiceUnavailable, TallyError
+from ingest.errors import DatabaseUnavailable, ServiceUnavailable, TallyError
 from ingest.store import Store, Tx
 
 T = TypeVar("T")
@@ -34,6 +39,7 @@ MAX_BATCH = 256
 COPY_ROWS = 4_000
 COPY_EVERY_SECONDS = 1.0
 COPY_POLL_SECONDS = 0.02
+COPY_BACKOFF_MAX_SECONDS = 5.0
 
 
 @dataclass
@@ -62,6 +68,15 @@ def _settle_async(outcomes: list[Outcome]) -> None:
 
 
 _STOP = object()
+
+
+class _Unclean(Exception):
+    """Raised inside `_commit` when an operation failed after database statements ran, so its
+    writes can only be dropped by rolling the whole transaction back."""
+
+    def __init__(self, error: TallyError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _nothing(tx: Tx) -> None:
@@ -147,10 +162,15 @@ class Writer:
 
     # -- the writer thread ----------------------------------------------------------------------
     def _copy_loop(self) -> None:
+        pause, next_try = 0.0, 0.0
         while not self._stopping.wait(COPY_POLL_SECONDS):
             rows, waited = self._store.backlog()
-            if rows >= COPY_ROWS or waited >= COPY_EVERY_SECONDS:
-                self._flush()
+            if (rows >= COPY_ROWS or waited >= COPY_EVERY_SECONDS) and time.monotonic() >= next_try:
+                if self._flush():
+                    pause = 0.0
+                else:
+                    pause = min(COPY_BACKOFF_MAX_SECONDS, max(0.1, pause * 2))
+                    next_try = time.monotonic() + pause
 
     def _loop(self) -> None:
         """Commit whatever queued up meanwhile as one group (at least `MAX_BATCH` jobs when that
@@ -177,25 +197,39 @@ class Writer:
             if stop:
                 return
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
         try:
             self._store.flush()
-        except Exception:  # the journal still holds everything; the next flush retries
+        except DatabaseUnavailable as exc:  # the journal still holds everything; retried later
+            log.error("%s; will retry", exc.message)
+            return False
+        except Exception:
             log.exception("copying the journal into the database failed; will retry")
+            return False
+        return True
 
     def _commit(self, batch: list[_Job[Any]]) -> None:
         outcomes: list[Outcome] = []
         tx = self._store.begin()
         try:
             for job in batch:
+                mark = tx.mark()
                 try:
                     outcomes.append((job, True, job.op(tx)))
                 except TallyError as exc:
+                    if not tx.release(mark):
+                        raise _Unclean(exc) from exc
                     outcomes.append((job, False, exc))
             tx.commit()
+        except DatabaseUnavailable as exc:
+            tx.rollback()
+            self._settle([(job, False, exc) for job in batch])
+            return
         except Exception as exc:
             tx.rollback()
-            if len(batch) > 1:
+            if isinstance(exc, _Unclean) and len(batch) == 1:
+                self._settle([(batch[0], False, exc.error)])
+            elif len(batch) > 1:
                 log.warning("batch of %d failed (%s); replaying one by one", len(batch), exc)
                 for job in batch:
                     self._commit([job])

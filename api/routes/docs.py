@@ -1,6 +1,10 @@
-"""Human pages that never need a credential: the error reference (the rotation Link target)."""
+"""Pages that never need a credential: the error reference (the rotation Link target), and the
+health (`/healthz`: the process is up) and readiness (`/readyz`: the database takes writes)
+probes."""
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -9,7 +13,7 @@ from starlette.routing import Route
 from api.auth import state
 from api.http import ok
 from api.templating import templates
-from ingest.errors import ALL_ERRORS
+from ingest.errors import ALL_ERRORS, DatabaseUnavailable, ServiceUnavailable
 
 WARNING_CODES: dict[str, str] = {
     "api_key_rotation_required": "The program API key is flagged for mandatory rotation. Before the "
@@ -46,7 +50,20 @@ async def healthz(request: Request) -> Response:
     return ok(request, {"status": "ok"})
 
 
+async def readyz(request: Request) -> Response:
+    """200 while the database takes writes; 503 `database_unavailable` during a resource fault
+    (disk full, I/O errors), turning back to 200 by itself once writes succeed again."""
+    st = state(request)
+    if not st.writer.running:
+        raise ServiceUnavailable("tally is not accepting writes right now")
+    problem = await asyncio.to_thread(st.store.readiness)
+    if problem is not None:
+        raise DatabaseUnavailable(f"the database cannot take writes: {problem}")
+    return ok(request, {"status": "ready", "journal_set_aside": st.store.set_aside})
+
+
 routes = [
     Route("/docs/errors", errors_page, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
 ]

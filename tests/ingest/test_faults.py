@@ -1,0 +1,227 @@
+"""Faults the storage layer must survive: values the columns cannot hold, an operation failing
+half-way through its writes, a journal batch the database refuses, a full disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ingest.duckdb_store import DuckStore
+from ingest.errors import DatabaseUnavailable, ValidationFailed
+from ingest.journal import Journal
+from ingest.schema import RAW_EVENT_FIELDS
+from ingest.store import Tx
+from ingest.writer import Writer
+
+AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+def _sale(n: int, amount: object = 100) -> dict[str, object]:
+    return {
+        "received_at": AT,
+        "source": "track",
+        "kind": "sale",
+        "program_id": "p",
+        "outcome": "accepted",
+        "event_id": f"sale_{n}",
+        "transaction_id": f"in_{n}",
+        "customer_key": "c",
+        "amount": amount,
+        "currency": "usd",
+        "occurred_at": AT,
+        "body": "{}",
+        "headers": "{}",
+    }
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[tuple[DuckStore, Writer]]:
+    store = DuckStore(tmp_path / "f.duckdb")
+    w = Writer(store)
+    w.start()
+    yield store, w
+    w.stop()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("amount", 2**63), ("amount", -(2**63) - 1), ("amount", 1.5), ("transaction_id", "in_\ud800")],
+)
+def test_a_value_the_columns_cannot_hold_is_refused_before_anything_is_stored(
+    writer: tuple[DuckStore, Writer], field: str, value: object
+) -> None:
+    store, w = writer
+    row = {**_sale(1), field: value}
+    with pytest.raises(ValidationFailed) as refused:
+        w.run_sync(lambda tx: tx.append(row))
+    assert refused.value.extra["fields"][0]["field"] == field
+    assert w.run_sync(lambda tx: tx.append(_sale(2))) == 1  # the sequence did not move either
+    w.sync_blocking()
+    assert store.query("SELECT transaction_id FROM raw_events") == [("in_2",)]
+    assert store.set_aside == 0
+
+
+def test_an_operation_refused_after_writing_leaves_nothing_and_its_group_commits(
+    writer: tuple[DuckStore, Writer],
+) -> None:
+    store, w = writer
+    gate = threading.Event()
+
+    def first(tx: Tx) -> int:
+        gate.wait(5)
+        return tx.append(_sale(1))
+
+    def half(tx: Tx) -> None:
+        seq = tx.append(_sale(2))
+        tx.claim_keys("p", ["in_2"], seq)
+        tx.log("p", AT, "track/sale", 200, "accepted", "x", None, seq)
+        tx.check("p", "sale_received", AT)
+        raise ValidationFailed("refused after writing")
+
+    futures = [w.submit(first), w.submit(half), w.submit(lambda tx: tx.append(_sale(3)))]
+    gate.set()
+    assert futures[0].result() == 1
+    with pytest.raises(ValidationFailed):
+        futures[1].result()
+    assert futures[2].result() == 2
+    w.sync_blocking()
+    assert store.query("SELECT transaction_id, seq FROM raw_events ORDER BY seq") == [("in_1", 1), ("in_3", 2)]
+    assert store.query("SELECT count(*) FROM idempotency_keys") == [(0,)]
+    assert store.query("SELECT count(*) FROM tracking_log") == [(0,)]
+    assert store.query("SELECT count(*) FROM checklist") == [(0,)]
+    assert store.sale("p", ["in_2"]) is None and store.checklist("p") == {}
+
+
+def test_a_refusal_after_database_statements_rolls_back_only_that_operation(
+    writer: tuple[DuckStore, Writer],
+) -> None:
+    store, w = writer
+    gate = threading.Event()
+
+    def first(tx: Tx) -> int:
+        gate.wait(5)
+        return tx.append(_sale(1))
+
+    def half(tx: Tx) -> None:
+        tx.add_workspace("ws_half", "Half", AT)
+        raise ValidationFailed("refused after a control-plane write")
+
+    futures = [w.submit(first), w.submit(half)]
+    gate.set()
+    assert futures[0].result() == 1
+    with pytest.raises(ValidationFailed):
+        futures[1].result()
+    w.sync_blocking()
+    assert store.query("SELECT count(*) FROM workspaces") == [(0,)]
+    assert store.query("SELECT transaction_id FROM raw_events") == [("in_1",)]
+
+
+def _journal_record(number: int, rows: list[dict[str, object]]) -> dict[str, object]:
+    raw = [[{**row, "seq": number * 10 + i}.get(f) for f in RAW_EVENT_FIELDS] for i, row in enumerate(rows)]
+    for values in raw:
+        for i, value in enumerate(values):
+            if isinstance(value, datetime):
+                values[i] = value.isoformat()
+        values[RAW_EVENT_FIELDS.index("test_mode")] = False
+    return {"batch": number, "raw": raw, "logs": [], "keys": [], "checks": []}
+
+
+def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tmp_path: Path) -> None:
+    db = tmp_path / "j.duckdb"
+    DuckStore(db).close()
+    journal = Journal(Path(f"{db}.journal"))
+    journal.append(_journal_record(1, [_sale(1)]))
+    journal.append(_journal_record(2, [_sale(2, amount="not a number")]))  # what DuckDB refuses
+    bad_time = _journal_record(3, [_sale(3)])
+    bad_time["raw"][0][RAW_EVENT_FIELDS.index("received_at")] = "year ten thousand"  # type: ignore[index]
+    journal.append(bad_time)
+    journal.append(_journal_record(4, [_sale(4)]))
+    journal.close()
+
+    store = DuckStore(db)  # start-up never fails on a journal row
+    try:
+        assert store.query("SELECT transaction_id FROM raw_events ORDER BY seq") == [("in_1",), ("in_4",)]
+        assert store.set_aside == 2
+        kept = sorted(p.name for p in (Path(f"{db}.journal") / "set-aside").iterdir())
+        assert kept == ["000000000002.json", "000000000003.json"]
+        assert store.readiness() is None
+    finally:
+        store.close()
+    reopened = DuckStore(db)  # and nothing is copied twice, nor set aside again
+    try:
+        assert reopened.query("SELECT count(*) FROM raw_events") == [(2,)]
+        assert reopened.set_aside == 0
+    finally:
+        reopened.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs: the test fills it up to the last byte."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill `disk` completely with one file; return it (delete it to free the space)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1024 * 1024, 4096, 1):  # down to the last byte
+            try:
+                while os.write(fd, bytes(size)):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_is_database_unavailable_and_recovers_by_itself(small_disk: Path) -> None:
+    store = DuckStore(small_disk / "d.duckdb")
+    w = Writer(store)
+    w.start()
+    try:
+        acked = ["in_0"]
+        assert w.run_sync(lambda tx: tx.append(_sale(0))) == 1
+        filler = fill(small_disk)
+        segments = len(list((small_disk / "d.duckdb.journal").glob("*.log")))
+        refused = 0
+        for n in range(1, 200):  # the open segment's last page may still take a few records
+            try:
+                w.run_sync(lambda tx, n=n: tx.append(_sale(n)))
+                acked.append(f"in_{n}")
+            except DatabaseUnavailable:
+                refused += 1
+        assert refused > 150
+        assert store.readiness() is not None
+        # failed writes neither tear the segment nor make new ones
+        assert len(list((small_disk / "d.duckdb.journal").glob("*.log"))) == segments
+        os.unlink(filler)
+        assert store.readiness() is None
+        w.run_sync(lambda tx: tx.append(_sale(200)))
+        acked.append("in_200")
+        w.sync_blocking()
+        stored = [r[0] for r in store.query("SELECT transaction_id FROM raw_events ORDER BY seq")]
+        assert stored == acked
+    finally:
+        w.stop()
+        store.close()
+    reopened = DuckStore(small_disk / "d.duckdb")
+    try:
+        assert reopened.query("SELECT count(*) FROM raw_events") == [(len(acked),)]
+    finally:
+        reopened.close()
