@@ -112,6 +112,35 @@ def world(client: TestClient) -> World:
     return make_world(client)
 
 
+# -- a small disk that tests fill up -------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs: the test fills it up to the last byte."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill `disk` completely with one file; return it (delete it to free the space)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1024 * 1024, 4096, 1):  # down to the last byte
+            try:
+                while os.write(fd, bytes(size)):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
 # -- a real server process ---------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
@@ -131,6 +160,8 @@ class LiveServer:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=20)
+        if self.process.stderr:
+            self.process.stderr.close()
 
 
 def start_server(database: Path, port: int | None = None, **env: str) -> LiveServer:

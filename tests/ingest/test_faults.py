@@ -4,7 +4,6 @@ half-way through its writes, a journal batch the database refuses, a full disk."
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from ingest.journal import Journal
 from ingest.schema import RAW_EVENT_FIELDS
 from ingest.store import Tx
 from ingest.writer import Writer
+from tests.conftest import fill
 
 AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 
@@ -92,7 +92,10 @@ def test_an_operation_refused_after_writing_leaves_nothing_and_its_group_commits
         futures[1].result()
     assert futures[2].result() == 2
     w.sync_blocking()
-    assert store.query("SELECT transaction_id, seq FROM raw_events ORDER BY seq") == [("in_1", 1), ("in_3", 2)]
+    assert store.query("SELECT transaction_id, seq FROM raw_events ORDER BY seq") == [
+        ("in_1", 1),
+        ("in_3", 2),
+    ]
     assert store.query("SELECT count(*) FROM idempotency_keys") == [(0,)]
     assert store.query("SELECT count(*) FROM tracking_log") == [(0,)]
     assert store.query("SELECT count(*) FROM checklist") == [(0,)]
@@ -160,34 +163,6 @@ def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tm
         assert reopened.set_aside == 0
     finally:
         reopened.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs: the test fills it up to the last byte."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Fill `disk` completely with one file; return it (delete it to free the space)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1024 * 1024, 4096, 1):  # down to the last byte
-            try:
-                while os.write(fd, bytes(size)):
-                    pass
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 def test_a_full_disk_is_database_unavailable_and_recovers_by_itself(small_disk: Path) -> None:
