@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.proxies import parse_networks
+
 
 class SettingsError(Exception):
     """Raised by `load_settings` when a required setting is missing or malformed."""
@@ -21,6 +23,11 @@ class Settings(BaseSettings):
     reconcile_interval_seconds: int = Field(default=60, ge=0)
     public_rate_per_second: float = Field(default=20.0, ge=0)
     public_rate_burst: int = Field(default=100, ge=1)
+    # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.
+    trusted_proxies: str = ""
+    # Slow clients: a request's headers, and each pause inside its body, may take this long.
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    body_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
 
     @field_validator("base_url")
     @classmethod
@@ -35,6 +42,11 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("must be a file path or a postgresql:// URL")
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies(cls, value: str) -> str:
+        return ",".join(str(network) for network in parse_networks(value))
 
     def webhook_secrets(self) -> list[str]:
         raw = self.stripe_webhook_secrets.get_secret_value()

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from api.auth import bearer, program_from_key, require_program_key, state
 from api.http import CORS_HEADERS, body_model, kept_headers, ok, recall, remember, request_id
+from api.proxies import client_address
 from ingest import tracking
 from ingest.clock import utcnow
 from ingest.errors import TallyError
@@ -56,7 +57,8 @@ async def _handle(request: Request, endpoint: str, status: int, work: Work, cors
 
 
 def _client(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    """The address the public rate limit keys on (the peer's, or past trusted proxies)."""
+    return client_address(request.scope, state(request).settings.trusted_proxies)
 
 
 async def preflight(request: Request) -> Response:
