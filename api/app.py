@@ -12,11 +12,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from api.errors import EXCEPTION_HANDLERS
+from api.failsafe import FailsafeMiddleware
 from api.hotpath import TallyApp
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
 from api.routes import accounts, agent, backfill, dashboard, docs, operator, reports, script, track, webhooks
+from api.serving import one_line
 from api.settings import Settings
 from api.state import State
 from ingest.duckdb_store import DuckStore
@@ -28,7 +30,11 @@ log = logging.getLogger("tally")
 def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = DuckStore(settings.database)
+        try:
+            store = DuckStore(settings.database)
+        except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
+            app.state.startup_failure = f"cannot open the database {settings.database}: {one_line(exc)}"
+            raise
         # The hot-path index is millions of long-lived objects: keep the collector from walking them.
         gc.collect()
         gc.freeze()
@@ -53,7 +59,7 @@ def create_app(settings: Settings) -> Starlette:
     return TallyApp(
         hot={**track.HOT, **webhooks.HOT},
         routes=routes,
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=[Middleware(RequestIdMiddleware), Middleware(FailsafeMiddleware)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

@@ -18,8 +18,7 @@ from reconcile import allocator
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
+    from api import serving
     from api.app import create_app
 
     overrides: dict[str, Any] = {}
@@ -39,15 +38,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
     # Requests allocate many short-lived objects; collecting the young generation every 700
     # allocations (the default) and the old one often costs more than the requests themselves.
     gc.set_threshold(50_000, 50, 1_000)
-    print(f"tally: listening on http://{args.host}:{args.port} (database {settings.database})", flush=True)
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=10,
-    )
+    listening = f"tally: listening on http://{args.host}:{args.port} (database {settings.database})"
+    try:
+        serving.run(create_app(settings), args.host, args.port, settings.header_timeout_seconds, listening)
+    except serving.StartupFailed as exc:
+        raise CliError(f"cannot start: {exc}") from None
 
 
 def cmd_login(args: argparse.Namespace) -> None:

@@ -9,8 +9,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from api.http import CORS_HEADERS, json_response, rotation_headers
-from ingest.errors import MethodNotAllowed, NotFound, RateLimited, TallyError
+from api.http import CORS_HEADERS, json_response, request_id, rotation_headers
+from ingest.errors import MethodNotAllowed, NotFound, RateLimited, RequestTimeout, TallyError
 
 log = logging.getLogger("tally.api")
 
@@ -32,6 +32,8 @@ def error_response(request: Request, error: TallyError) -> Response:
         headers.update(CORS_HEADERS)
     if isinstance(error, RateLimited):
         headers["Retry-After"] = str(error.extra.get("retry_after", 1))
+    elif isinstance(error, RequestTimeout):  # the rest of a stalled body is not worth waiting for
+        headers["Connection"] = "close"
     return json_response(error_body(request, error), error.status, headers)
 
 
@@ -49,17 +51,27 @@ async def http_error(request: Request, exc: Exception) -> Response:
         error = NotFound(f"no such path: {request.url.path}")
     else:
         error = TallyError(str(exc.detail))
-        return JSONResponse(error_body(request, error), exc.status_code)
+        return JSONResponse(error_body(request, error), exc.status_code, headers=exc.headers)
     return error_response(request, error)
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(request, TallyError("internal error; the request id identifies it in the logs"))
+    """Log an unexpected exception once (request id, method, path, traceback) and answer the
+    500 envelope. Used by the fast lane (`api.hotpath`) and the full stack (`api.failsafe`)."""
+    rid = request_id(request)
+    method, path = request.scope.get("method", "-"), request.scope.get("path", "-")
+    log.error(
+        "unhandled error on %s %s (request %s)",
+        method,
+        path,
+        rid,
+        exc_info=exc,
+        extra={"request_id": rid, "method": method, "path": path},
+    )
+    return error_response(request, TallyError(f"internal error; request {rid} identifies it in the logs"))
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {
     TallyError: tally_error,
     HTTPException: http_error,
-    Exception: server_error,
-}
+}  # anything else: api.failsafe answers it, keeping the connection

@@ -2,7 +2,7 @@
 
 Brand servers post sales, leads and refunds at high rates. For these few (method, path) pairs
 the app calls the same endpoint functions directly, skipping Starlette's middleware stack
-(server-error, request-id and exception middleware, route matching over every route, the
+(server-error, request-id, failsafe and exception middleware, route matching over every route, the
 endpoint wrapper and their wrappers of `send`). What a client sees is identical: the same
 endpoint code, the same error map (`api.errors`), the same `X-Request-Id` rule
 (tests/api/test_hotpath.py compares both lanes). Everything else takes the full stack.
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -44,7 +44,9 @@ class TallyApp(Starlette):
             response = await endpoint(request)
         except TallyError as exc:
             response = error_response(request, exc)
-        except Exception as exc:  # the same answer the full stack gives
+        except ClientDisconnect:  # the client left mid-body: nobody to answer (as api.failsafe)
+            return
+        except Exception as exc:  # the same answer, and log record, the full stack gives
             response = await server_error(request, exc)
         response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
         await response(scope, receive, send)

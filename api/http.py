@@ -3,6 +3,7 @@ success envelope and the rotation headers."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import date, datetime
 from email.utils import format_datetime
@@ -16,7 +17,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingest.clock import rfc3339, utcnow
-from ingest.errors import InvalidJson, PayloadTooLarge, ValidationFailed
+from ingest.errors import InvalidJson, PayloadTooLarge, RequestTimeout, ValidationFailed
 from ingest.records import Credential
 from ingest.tokens import new_id
 
@@ -125,15 +126,22 @@ def header(request: Request, name: bytes) -> str | None:
 
 
 async def read_body(request: Request) -> bytes:
-    """The raw body, refusing more than 1 MiB (413) without reading past the limit. Reads the
-    ASGI messages directly (`request.stream()` is an async generator, costly per call)."""
+    """The raw body, refusing more than 1 MiB (413) without reading past the limit, and a client
+    that pauses longer than `TALLY_BODY_TIMEOUT_SECONDS` between parts of it (408; the answer
+    closes the connection). Reads the ASGI messages directly (`request.stream()` is an async
+    generator, costly per call)."""
     declared = header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
+    wait = request.scope["app"].state.tally.settings.body_timeout_seconds
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await request.receive()
+        try:
+            async with asyncio.timeout(wait):  # no task per message, unlike wait_for on 3.11
+                message = await request.receive()
+        except TimeoutError:
+            raise RequestTimeout(f"no part of the request body arrived for {wait:g} s") from None
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()
         chunk = message.get("body", b"")

@@ -1,0 +1,49 @@
+"""The last answer to an unexpected exception on the full stack.
+
+Starlette's `ServerErrorMiddleware` answers a 500 and then re-raises, and uvicorn closes the
+connection of any request whose application raised: every unexpected error cost the client its
+keep-alive connection. This middleware sits just inside `RequestIdMiddleware` (so the answer
+carries `X-Request-Id`), logs the exception once through `api.errors.server_error` and answers the
+contract's 500 envelope; it never re-raises, so the connection stays usable. When the response had
+already started there is nothing honest left to send: the exception is logged and uvicorn closes
+the connection, the response being incomplete.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import server_error
+
+log = logging.getLogger("tally.api")
+
+
+class FailsafeMiddleware:
+    """Unexpected exceptions become the 500 envelope (logged with request id and traceback)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except ClientDisconnect:  # the client left mid-body: nobody to answer
+            log.debug("client disconnected during %s %s", scope["method"], scope["path"])
+        except Exception as exc:
+            response = await server_error(Request(scope, receive), exc)
+            if not started:
+                await response(scope, receive, send)

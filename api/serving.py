@@ -1,0 +1,151 @@
+"""How `tally serve` runs uvicorn: no proxy-header trust of its own, slow clients timed out, and a
+failed start reported as one line.
+
+- `proxy_headers=False`: uvicorn would otherwise believe `X-Forwarded-For` from 127.0.0.1; the
+  client address is found by `api.proxies` against `TALLY_TRUSTED_PROXIES` instead.
+- `GuardedProtocol`: uvicorn's httptools protocol with a header read timeout. A connection that
+  has not completed a request's headers within `header_timeout` of connecting, or of the previous
+  response on a kept-alive connection, is closed (uvicorn has no such option; its keep-alive
+  timer stops at the first byte, so a client dribbling header bytes held a connection forever).
+  Slow bodies are timed out by `api.http.read_body` (`TALLY_BODY_TIMEOUT_SECONDS`, 408).
+- `run`: uvicorn's start-up errors (lifespan failure, port in use) are held back while starting;
+  `StartupFailed` carries the reason in one line instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any, ClassVar
+
+import uvicorn
+from starlette.applications import Starlette
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class StartupFailed(Exception):
+    """Raised by `run` when the server did not start (database unusable, port in use); one line."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type when the message is empty, whitespace collapsed."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol, closing connections whose request headers take too long."""
+
+    header_timeout: ClassVar[float] = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # Pipelined requests whose headers already arrived started above; otherwise the next
+        # request's headers get `header_timeout` from now.
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._arm_header_timer()
+
+
+def guarded_protocol(header_timeout: float) -> type[GuardedProtocol]:
+    """`GuardedProtocol` with this header timeout (uvicorn builds protocols from a class)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"header_timeout": header_timeout})
+
+
+class _StartupGate(logging.Filter):
+    """Holds back uvicorn's error records until the server has started, keeping their text."""
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self.server = server
+        self.held: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.server.started or record.levelno < logging.ERROR:
+            return True
+        self.held.append(record.getMessage())
+        return False
+
+    def reason(self) -> str:
+        for text in self.held:
+            lines = [line for line in text.strip().splitlines() if line.strip()]
+            if not lines or text.startswith("Application startup failed"):
+                continue
+            # A lifespan failure arrives as a traceback: its last line names the exception.
+            return " ".join((lines[-1] if lines[0].startswith("Traceback") else lines[0]).split())
+        return "the server did not start"
+
+
+def config(app: Starlette, host: str, port: int, header_timeout: float) -> uvicorn.Config:
+    """uvicorn's configuration for `tally serve` (tests run the same in a thread)."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=guarded_protocol(header_timeout),
+        proxy_headers=False,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, printing `announce` to stdout once it accepts connections."""
+
+    announce = ""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.announce:
+            print(self.announce, flush=True)
+
+
+def run(app: Starlette, host: str, port: int, header_timeout: float, announce: str = "") -> None:
+    """Serve `app` until stopped (printing `announce` once started); raise `StartupFailed` (one
+    line) when it cannot start."""
+    server = _Server(config(app, host, port, header_timeout))
+    server.announce = announce
+    gate = _StartupGate(server)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addFilter(gate)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's way out of a failed start
+        if server.started:
+            raise
+    finally:
+        uvicorn_log.removeFilter(gate)
+    if not server.started:
+        reason = getattr(app.state, "startup_failure", None) or gate.reason()
+        raise StartupFailed(reason)

@@ -1,0 +1,190 @@
+"""`tally serve` as a process: client addresses behind the rate limit, slow clients timed out,
+and a failed start reported in one line."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import OPERATOR_TOKEN, ROOT, LiveServer, free_port, start_server
+
+pytestmark = pytest.mark.slow
+
+CLICK = "/api/v1/track/click"
+LIMITS = {"TALLY_PUBLIC_RATE_PER_SECOND": "0.001", "TALLY_PUBLIC_RATE_BURST": "3"}
+TIMEOUTS = {"TALLY_HEADER_TIMEOUT_SECONDS": "1", "TALLY_BODY_TIMEOUT_SECONDS": "1"}
+CLOSED_WITHIN = 10.0  # a generous bound for a 1 s timeout on a shared machine
+
+
+def serve(tmp: Path, **env: str) -> Iterator[LiveServer]:
+    server = start_server(tmp / "serve.duckdb", **env)
+    try:
+        yield server
+    finally:
+        server.stop()
+        if server.process.stderr:
+            server.process.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def untrusted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from serve(tmp_path_factory.mktemp("untrusted"), **LIMITS, **TIMEOUTS)
+
+
+@pytest.fixture(scope="module")
+def behind_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from serve(tmp_path_factory.mktemp("proxy"), **LIMITS, TALLY_TRUSTED_PROXIES="127.0.0.1")
+
+
+def clicks(
+    server: LiveServer, n: int, forwarded: list[str] | None = None, source: str = "127.0.0.1"
+) -> list[int]:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=server.url, transport=transport, timeout=10) as c:
+        return [
+            c.post(CLICK, json={}, headers={"X-Forwarded-For": forwarded[i]} if forwarded else {}).status_code
+            for i in range(n)
+        ]
+
+
+# -- client address ----------------------------------------------------------------------------
+def test_spoofed_forwarded_for_neither_escapes_nor_locks_out(untrusted: LiveServer) -> None:
+    # From 127.0.0.1, the address uvicorn's own proxy-header handling trusted by default.
+    statuses = clicks(untrusted, 5, [f"198.51.100.{i}" for i in range(5)])
+    assert 429 not in statuses[:3]
+    assert statuses[3:] == [429, 429]
+    clicks(untrusted, 5, ["127.0.0.4"] * 5)  # naming another client (its victim) every time
+    assert clicks(untrusted, 1, source="127.0.0.4") != [429]
+
+
+def test_trusted_proxy_forwarded_address_is_the_client(behind_proxy: LiveServer) -> None:
+    assert 429 not in clicks(behind_proxy, 5, [f"198.51.100.{i}" for i in range(5)])
+    statuses = clicks(behind_proxy, 4, ["192.0.2.1"] * 4)
+    assert statuses[-1] == 429
+    assert clicks(behind_proxy, 1, ["192.0.2.2"]) != [429]
+
+
+# -- slow clients ------------------------------------------------------------------------------
+def connect(server: LiveServer, source: str) -> socket.socket:
+    """A raw connection from its own loopback address (the rate-limit tests use up 127.0.0.1's)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=CLOSED_WITHIN, source_address=(source, 0))
+
+
+def closed_after(sock: socket.socket) -> float:
+    """Seconds until the server closes `sock` (reading and discarding anything it sends)."""
+    start = time.monotonic()
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        pytest.fail(f"the server kept the connection open for {CLOSED_WITHIN} s")
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start
+
+
+def test_partial_request_line_is_closed(untrusted: LiveServer) -> None:
+    with connect(untrusted, "127.0.0.10") as sock:
+        sock.sendall(b"POST /api/v1/track/cl")
+        assert closed_after(sock) < CLOSED_WITHIN
+
+
+def test_dribbled_headers_after_a_response_are_closed(untrusted: LiveServer) -> None:
+    with connect(untrusted, "127.0.0.11") as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert b" 200 " in sock.recv(65536)
+        start = time.monotonic()
+        try:  # one header byte every 0.2 s: never idle long, never finished
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: " + b"a" * 200:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.2)
+                if time.monotonic() - start > CLOSED_WITHIN:
+                    pytest.fail("the server kept a dribbling connection open")
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        pytest.fail("the server kept a dribbling connection open")  # pragma: no cover
+
+
+def test_stalled_body_gets_408_and_close(untrusted: LiveServer) -> None:
+    with connect(untrusted, "127.0.0.12") as sock:
+        sock.sendall(
+            b"POST /api/v1/track/lead HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"customer_'
+        )
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pytest.fail(f"no answer to a stalled body within {CLOSED_WITHIN} s")
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), received
+    assert b"connection: close" in head.lower()
+    assert b'"code":"request_timeout"' in body
+
+
+def test_slow_but_timely_requests_are_unaffected(untrusted: LiveServer) -> None:
+    with connect(untrusted, "127.0.0.13") as sock:
+        for part in (b"GET /hea", b"lthz HTTP/1.1\r\n", b"Host: t\r\n\r\n"):
+            sock.sendall(part)
+            time.sleep(0.1)
+        assert b" 200 " in sock.recv(65536)
+        time.sleep(0.2)  # idle on keep-alive, within the timeout
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert b" 200 " in sock.recv(65536)
+    transport = httpx.HTTPTransport(local_address="127.0.0.14")
+    with httpx.Client(base_url=untrusted.url, transport=transport) as c:
+        r = c.post("/api/v1/track/lead", content=b"{}", headers={"Content-Type": "application/json"})
+        assert r.status_code == 422
+
+
+# -- a failed start is one line ----------------------------------------------------------------
+def tally_serve(database: Path, port: int | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "TALLY_DATABASE": str(database), "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN, **env}
+    cmd = [sys.executable, "-m", "api.cli", "serve", "--port", str(port or free_port())]
+    return subprocess.run(
+        cmd, env=full_env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def assert_one_line_refusal(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tally: "), result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_corrupt_database_refuses_in_one_line(tmp_path: Path) -> None:
+    database = tmp_path / "corrupt.duckdb"
+    database.write_bytes(os.urandom(64 * 1024))
+    assert_one_line_refusal(tally_serve(database), "cannot start", str(database))
+
+
+def test_database_locked_by_another_server_refuses_in_one_line(untrusted: LiveServer) -> None:
+    assert_one_line_refusal(tally_serve(untrusted.database), "cannot start", str(untrusted.database))
+
+
+def test_port_in_use_refuses_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert_one_line_refusal(
+            tally_serve(tmp_path / "t.duckdb", port), "cannot start", "address already in use"
+        )
+
+
+def test_malformed_trusted_proxies_refuses_in_one_line(tmp_path: Path) -> None:
+    result = tally_serve(tmp_path / "t.duckdb", TALLY_TRUSTED_PROXIES="127.0.0.1,proxy.internal")
+    assert_one_line_refusal(result, "TALLY_TRUSTED_PROXIES", "proxy.internal")
