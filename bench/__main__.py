@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, reconcile, report, webhook
+from bench import ingest, reconcile, report, slowclients, webhook
 
 
 def main() -> None:
@@ -14,6 +14,7 @@ def main() -> None:
         "webhook": webhook.main,
         "report": report.main,
         "reconcile": reconcile.main,
+        "slowclients": slowclients.main,
     }
     for name, run in benches.items():
         if not selected or name in selected:
