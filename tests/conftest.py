@@ -198,6 +198,18 @@ def start_server(database: Path, port: int | None = None, **env: str) -> LiveSer
     raise RuntimeError("tally serve did not become healthy in 60 s")
 
 
+def live_program(url: str) -> tuple[dict[str, str], str, str]:
+    """Through a live server: an account owning a program with a key; (owner auth, program, key)."""
+    with httpx.Client(base_url=url, timeout=10) as c:
+        r = c.post("/api/v1/operator/accounts", json={"email": "o@x.test", "workspace_name": "W"}, headers=OP)
+        acct = r.json()["data"]
+        auth = bearer(acct["token"])
+        r = c.post("/api/v1/programs", json={"workspace_id": acct["workspace_id"], "name": "P"}, headers=auth)
+        pid = str(r.json()["data"]["program_id"])
+        key = str(c.post(f"/api/v1/programs/{pid}/api-key", headers=auth).json()["data"]["api_key"])
+    return auth, pid, key
+
+
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     server = start_server(tmp_path / "live.duckdb")

@@ -11,19 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import OP, fill, start_server
-
-
-def _setup(c: httpx.Client) -> tuple[dict[str, str], str, str]:
-    acct = c.post(
-        "/api/v1/operator/accounts", json={"email": "o@x.test", "workspace_name": "W"}, headers=OP
-    ).json()["data"]
-    auth = {"Authorization": f"Bearer {acct['token']}"}
-    pid = c.post(
-        "/api/v1/programs", json={"workspace_id": acct["workspace_id"], "name": "P"}, headers=auth
-    ).json()["data"]["program_id"]
-    key = c.post(f"/api/v1/programs/{pid}/api-key", headers=auth).json()["data"]["api_key"]
-    return auth, str(pid), str(key)
+from tests.conftest import OP, fill, live_program, start_server
 
 
 def _sale(c: httpx.Client, key: str, txn: str) -> httpx.Response:
@@ -45,7 +33,7 @@ def test_disk_full_is_503_then_recovers_with_nothing_acknowledged_lost(small_dis
     server = start_server(small_disk / "tally.duckdb")
     try:
         with httpx.Client(base_url=server.url, timeout=10) as c:
-            auth, pid, key = _setup(c)
+            auth, pid, key = live_program(server.url)
             acked = [f"in_{n}" for n in range(20) if _sale(c, key, f"in_{n}").status_code == 200]
             assert len(acked) == 20
             filler = fill(small_disk)

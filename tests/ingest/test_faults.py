@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +41,10 @@ def _sale(n: int, amount: object = 100) -> dict[str, object]:
         "body": "{}",
         "headers": "{}",
     }
+
+
+def _append(row: dict[str, object], tx: Tx) -> int:
+    return tx.append(row)
 
 
 @pytest.fixture
@@ -85,7 +92,7 @@ def test_an_operation_refused_after_writing_leaves_nothing_and_its_group_commits
         tx.check("p", "sale_received", AT)
         raise ValidationFailed("refused after writing")
 
-    futures = [w.submit(first), w.submit(half), w.submit(lambda tx: tx.append(_sale(3)))]
+    futures: list[Future[Any]] = [w.submit(first), w.submit(half), w.submit(lambda tx: tx.append(_sale(3)))]
     gate.set()
     assert futures[0].result() == 1
     with pytest.raises(ValidationFailed):
@@ -116,7 +123,7 @@ def test_a_refusal_after_database_statements_rolls_back_only_that_operation(
         tx.add_workspace("ws_half", "Half", AT)
         raise ValidationFailed("refused after a control-plane write")
 
-    futures = [w.submit(first), w.submit(half)]
+    futures: list[Future[Any]] = [w.submit(first), w.submit(half)]
     gate.set()
     assert futures[0].result() == 1
     with pytest.raises(ValidationFailed):
@@ -177,7 +184,7 @@ def test_a_full_disk_is_database_unavailable_and_recovers_by_itself(small_disk: 
         refused = 0
         for n in range(1, 200):  # the open segment's last page may still take a few records
             try:
-                w.run_sync(lambda tx, n=n: tx.append(_sale(n)))
+                w.run_sync(partial(_append, _sale(n)))
                 acked.append(f"in_{n}")
             except DatabaseUnavailable:
                 refused += 1
