@@ -1,4 +1,5 @@
-"""Our own request bodies: strict pydantic models (frozen, unknown fields refused).
+"""Our own request bodies: strict pydantic models (frozen, unknown fields refused), every
+number, string and time bounded by the types of `ingest/bounds.py`.
 
 Processor payloads are not modelled here: they are read tolerantly by `ingest/stripe.py`.
 """
@@ -6,21 +7,33 @@ Processor payloads are not modelled here: they are read tolerantly by `ingest/st
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     AliasChoices,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
-    StrictInt,
     model_validator,
 )
 
+from ingest.bounds import (
+    Amount,
+    Bps,
+    Day,
+    Email,
+    FlatCommission,
+    HoldingDays,
+    Id,
+    Moment,
+    Name,
+    RecurringMonths,
+    Text,
+    Url,
+)
 from ingest.records import ProgramSettings
 
 _CURRENCY = re.compile(r"^[A-Za-z]{3}$")
@@ -39,11 +52,8 @@ def _code(value: str) -> str:
     return value
 
 
-Id = Annotated[str, Field(min_length=1, max_length=255)]
-Text = Annotated[str, Field(max_length=2048)]
 Currency = Annotated[str, AfterValidator(_currency)]
 Code = Annotated[str, AfterValidator(_code)]
-Email = Annotated[str, Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")]
 
 
 def _alias(*names: str) -> Any:
@@ -57,8 +67,8 @@ class Strict(BaseModel):
 class ClickIn(Strict):
     program_id: Id
     partner_code: Id
-    url: Text | None = None
-    referrer: Text | None = None
+    url: Url | None = None
+    referrer: Url | None = None
 
 
 class LeadIn(Strict):
@@ -74,7 +84,7 @@ class LeadIn(Strict):
 class SaleIn(Strict):
     transaction_id: Id | None = _alias("transaction_id", "invoiceId", "invoice_id")
     customer_external_id: Id | None = _alias("customer_external_id", "customerExternalId")
-    amount: StrictInt | None = None
+    amount: Amount | None = None
     currency: Currency = "usd"
     is_recurring: StrictBool = Field(
         default=False, validation_alias=AliasChoices("is_recurring", "isRecurring")
@@ -83,7 +93,7 @@ class SaleIn(Strict):
     subscription_id: Id | None = _alias("subscription_id", "subscriptionId")
     email: Email | None = None
     click_id: Id | None = _alias("click_id", "clickId")
-    occurred_at: AwareDatetime | None = None
+    occurred_at: Moment | None = None
     additional_data: dict[str, Any] | None = None
 
     @property
@@ -94,14 +104,14 @@ class SaleIn(Strict):
 class RefundIn(Strict):
     transaction_id: Id = Field(validation_alias=AliasChoices("transaction_id", "invoiceId", "invoice_id"))
     refund_id: Id = Field(validation_alias=AliasChoices("refund_id", "refundId"))
-    amount: StrictInt = Field(gt=0)
+    amount: Amount
     reason: Text | None = None
-    occurred_at: AwareDatetime | None = None
+    occurred_at: Moment | None = None
 
 
 class AccountIn(Strict):
     email: Email
-    workspace_name: Annotated[str, Field(min_length=1, max_length=200)]
+    workspace_name: Name
 
 
 class MemberIn(Strict):
@@ -112,13 +122,13 @@ class MemberIn(Strict):
 class SettingsPatch(Strict):
     """Partial program settings; only the fields sent change."""
 
-    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    name: Name | None = None
     commission_type: Literal["percent", "flat"] | None = None
-    commission_bps: Annotated[StrictInt, Field(ge=0, le=10000)] | None = None
-    commission_flat: Annotated[StrictInt, Field(ge=0)] | None = None
-    recurring_months: Annotated[StrictInt, Field(ge=0)] | None = None
-    platform_fee_bps: Annotated[StrictInt, Field(ge=0, le=10000)] | None = None
-    holding_days: Annotated[StrictInt, Field(ge=0)] | None = None
+    commission_bps: Bps | None = None
+    commission_flat: FlatCommission | None = None
+    recurring_months: RecurringMonths | None = None
+    platform_fee_bps: Bps | None = None
+    holding_days: HoldingDays | None = None
     requires_server_side_leads: StrictBool | None = None
     stripe_account_id: Id | None = None
 
@@ -130,27 +140,27 @@ class SettingsPatch(Strict):
 
 class ProgramCreateIn(SettingsPatch):
     workspace_id: Id
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Name
 
 
 class PartnerIn(Strict):
     code: Code
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Name
     email: Email | None = None
 
 
 class AgentKeyIn(Strict):
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Name
     scopes: list[Literal["programs:read", "programs:write"]] = Field(min_length=1)
     workspace_ids: list[Id] = Field(min_length=1)
 
 
 class RotationIn(Strict):
-    deadline: AwareDatetime
+    deadline: Moment
 
 
 class LegacyKeyIn(Strict):
-    api_key: Annotated[str, Field(min_length=16, max_length=255, pattern=r"^\S+$")]
+    api_key: Annotated[Id, Field(min_length=16, pattern=r"^\S+$")]
 
 
 def when(value: datetime | None, default: datetime) -> datetime:
@@ -179,8 +189,8 @@ class MetadataFixesIn(Strict):
 
 
 class BackfillIn(Strict):
-    start: date | None = Field(default=None, validation_alias=AliasChoices("from", "start"))
-    end: date | None = Field(default=None, validation_alias=AliasChoices("to", "end"))
+    start: Day | None = Field(default=None, validation_alias=AliasChoices("from", "start"))
+    end: Day | None = Field(default=None, validation_alias=AliasChoices("to", "end"))
     dry_run: StrictBool = True
 
     @model_validator(mode="after")

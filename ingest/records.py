@@ -2,29 +2,76 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ingest.bounds import SETTING_RANGES, Bps, FlatCommission, HoldingDays, Id, RecurringMonths
+
+log = logging.getLogger("tally.ingest")
 
 CredentialKind = Literal["program", "agent", "account"]
 Role = Literal["owner", "member"]
 
 
 class ProgramSettings(BaseModel):
-    """Commission and integration settings of a program (CONTRACT section 6)."""
+    """Commission and integration settings of a program (CONTRACT section 6), bounded by
+    `ingest/bounds.py` whichever way they arrive."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     commission_type: Literal["percent", "flat"] = "percent"
-    commission_bps: int = Field(default=3000, ge=0, le=10000)
-    commission_flat: int = Field(default=0, ge=0)
-    recurring_months: int | None = Field(default=None, ge=0)
-    platform_fee_bps: int = Field(default=0, ge=0, le=10000)
-    holding_days: int = Field(default=30, ge=0)
+    commission_bps: Bps = 3000
+    commission_flat: FlatCommission = 0
+    recurring_months: RecurringMonths | None = None
+    platform_fee_bps: Bps = 0
+    holding_days: HoldingDays = 30
     requires_server_side_leads: bool = False
-    stripe_account_id: str | None = Field(default=None, min_length=1, max_length=255)
+    stripe_account_id: Id | None = None
+
+    @classmethod
+    def from_stored(cls, stored: str | bytes, program_id: str = "(unknown)") -> ProgramSettings:
+        """Settings as the database holds them, saved perhaps before today's bounds: an integer
+        setting out of its range is clamped into it, an unusable value or unknown key falls back
+        to the default, each with a warning, so an old program never stops start-up or a
+        reconcile run."""
+        try:
+            return cls.model_validate_json(stored)
+        except ValidationError:
+            pass
+        try:
+            parsed: Any = json.loads(stored)
+        except ValueError:
+            parsed = None
+        values: dict[str, Any] = dict(parsed) if isinstance(parsed, dict) else {}
+        repaired: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in cls.model_fields:
+                log.warning("program %s: stored setting %s is unknown; dropped", program_id, name)
+            else:
+                repaired[name] = _clamped(program_id, name, value)
+        for name in list(repaired):
+            try:
+                cls.model_validate({name: repaired[name]})
+            except ValidationError:
+                log.warning("program %s: stored %s is not valid; the default is used", program_id, name)
+                del repaired[name]
+        return cls.model_validate(repaired)
+
+
+def _clamped(program_id: str, name: str, value: Any) -> Any:
+    """A stored integer setting clamped into its bounds (with a warning); other values as they are."""
+    if name not in SETTING_RANGES or isinstance(value, bool) or not isinstance(value, int):
+        return value
+    low, high = SETTING_RANGES[name]
+    if low <= value <= high:
+        return value
+    log.warning("program %s: stored %s=%d is outside %d..%d; clamped", program_id, name, value, low, high)
+    return min(max(value, low), high)
 
 
 SETTING_NAMES: tuple[str, ...] = tuple(ProgramSettings.model_fields)

@@ -176,10 +176,8 @@ def _require_real_sale(inp: SaleIn) -> tuple[str, str, int]:
         problems.append({"field": "transaction_id", "message": "required for a real sale"})
     if inp.customer_external_id is None:
         problems.append({"field": "customer_external_id", "message": "required for a real sale"})
-    if inp.amount is None:
+    if inp.amount is None:  # its bounds (1..10^12) are the model's, `ingest.bounds.Amount`
         problems.append({"field": "amount", "message": "required for a real sale"})
-    elif inp.amount <= 0:
-        problems.append({"field": "amount", "message": "must be a positive integer (minor units)"})
     if problems:
         raise ValidationFailed("the sale is not valid", fields=problems)
     assert inp.transaction_id and inp.customer_external_id and inp.amount

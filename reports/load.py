@@ -32,6 +32,8 @@ def month_bounds(period: str) -> tuple[datetime, datetime]:
     """`2026-01` -> [2026-01-01T00:00Z, 2026-02-01T00:00Z)."""
     year, month = int(period[:4]), int(period[5:7])
     start = datetime(year, month, 1, tzinfo=UTC)
+    if (year, month) == (9999, 12):  # no year 10000: every time tally can hold is before max
+        return start, datetime.max.replace(tzinfo=UTC)
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
     return start, end
 

@@ -4,7 +4,6 @@ diff, and closing a month."""
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 import polars as pl
@@ -14,14 +13,12 @@ from starlette.routing import Route
 
 from api.auth import account_program, bearer, is_operator, require_account, state
 from api.http import body_model, ok
-from ingest import control, engineering
+from ingest import bounds, control, engineering
 from ingest.clock import utcnow
 from ingest.errors import MissingCredentials, ProgramNotFound, ValidationFailed
 from ingest.inputs import BackfillIn, MetadataFixesIn
 from ingest.records import Program
 from reconcile.backfill import BackfillDiff
-
-PERIOD = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 def _owner_or_operator(request: Request) -> tuple[Program, str]:
@@ -80,9 +77,10 @@ async def run_backfill(request: Request) -> Response:
 
 async def close_period(request: Request) -> Response:
     program, actor = _owner_or_operator(request)
-    period = request.path_params["period"]
-    if not PERIOD.match(period):
-        raise ValidationFailed("period must be YYYY-MM", fields=[{"field": "period", "message": "YYYY-MM"}])
+    try:
+        period = bounds.period(request.path_params["period"])
+    except ValueError as exc:
+        raise ValidationFailed(f"period {exc}", fields=[{"field": "period", "message": str(exc)}]) from None
     if period > utcnow().strftime("%Y-%m"):
         raise ValidationFailed(
             f"{period} has not started yet", fields=[{"field": "period", "message": "a month that has begun"}]

@@ -4,8 +4,7 @@ the finance and double-counting reports in their formats (`?format=`, default js
 from __future__ import annotations
 
 import asyncio
-import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,12 +13,11 @@ from starlette.routing import Route
 from api.auth import account_program, require_account, state
 from api.http import ok
 from api.state import State
+from ingest import bounds
 from ingest.errors import SaleNotFound, ValidationFailed
 from reports import load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
-
-PERIOD = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 def _bad(field: str, message: str) -> ValidationFailed:
@@ -27,20 +25,15 @@ def _bad(field: str, message: str) -> ValidationFailed:
 
 
 def _moment(request: Request, name: str, end: bool) -> datetime | None:
-    """A query date (`YYYY-MM-DD`, whole day) or RFC 3339 time; `to` dates include their day."""
+    """A query date (`YYYY-MM-DD`, whole day) or RFC 3339 time; `to` dates include their day.
+    Years 1970..9999 (`ingest.bounds`)."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
     try:
-        if len(raw) == 10:
-            day = date.fromisoformat(raw)
-            return datetime.combine(day + timedelta(days=1) if end else day, time(), UTC)
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise _bad(name, "must be YYYY-MM-DD or an RFC 3339 time") from None
-    if moment.tzinfo is None:
-        raise _bad(name, "an RFC 3339 time needs a time zone")
-    return moment
+        return bounds.query_moment(raw, end)
+    except ValueError as exc:
+        raise _bad(name, str(exc)) from None
 
 
 def _bool(request: Request, name: str) -> bool | None:
@@ -65,9 +58,10 @@ def period_param(request: Request, required: bool = False) -> str | None:
     raw = request.query_params.get("period")
     if raw is None and not required:
         return None
-    if raw is None or not PERIOD.match(raw):
-        raise _bad("period", "must be YYYY-MM")
-    return raw
+    try:
+        return bounds.period(raw or "")
+    except ValueError as exc:
+        raise _bad("period", str(exc)) from None
 
 
 async def list_sales(request: Request) -> Response:
