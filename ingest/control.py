@@ -17,6 +17,7 @@ from ingest.errors import (
     NotFound,
     OwnerRequired,
     ProgramNotFound,
+    StripeAccountInUse,
     ValidationFailed,
 )
 from ingest.inputs import (
@@ -136,6 +137,21 @@ def _settings(inp: SettingsPatch, base: ProgramSettings) -> ProgramSettings:
         raise ValidationFailed("program settings are not valid", fields=fields) from exc
 
 
+def _claim_stripe_account(store: Store, program: Program) -> None:
+    """Refuse a processor account already used by a program of another workspace (programs of
+    one workspace may share one). Called inside the writer operation that saves `program`, so of
+    two concurrent claims from different workspaces only the first can win."""
+    account = program.settings.stripe_account_id
+    if account is None:
+        return
+    for other in store.programs_for_stripe_account(account):
+        if other.workspace_id != program.workspace_id:
+            raise StripeAccountInUse(
+                f"processor account {account} is connected to a program of another workspace; "
+                f"program {program.program_id} cannot use it"
+            )
+
+
 async def create_program(store: Store, writer: Writer, actor: str, inp: ProgramCreateIn) -> Program:
     require_owner(store, inp.workspace_id, actor)
     settings = _settings(inp, ProgramSettings())
@@ -145,6 +161,7 @@ async def create_program(store: Store, writer: Writer, actor: str, inp: ProgramC
     unseen = new_token(PROGRAM_KEY_PREFIX)
 
     def op(tx: Tx) -> None:
+        _claim_stripe_account(store, program)
         tx.put_program(program)
         tx.add_credential(_credential(unseen, "program", program.program_id, now))
 
@@ -152,11 +169,15 @@ async def create_program(store: Store, writer: Writer, actor: str, inp: ProgramC
     return program
 
 
-async def update_program(writer: Writer, program: Program, inp: SettingsPatch) -> Program:
+async def update_program(store: Store, writer: Writer, program: Program, inp: SettingsPatch) -> Program:
     settings = _settings(inp, program.settings)
     updated = replace(program, settings=settings, name=inp.name or program.name, updated_at=utcnow())
+    # A program keeps the account it has (even one shared across workspaces before this check).
+    claims = settings.stripe_account_id != program.settings.stripe_account_id
 
     def op(tx: Tx) -> None:
+        if claims:
+            _claim_stripe_account(store, updated)
         tx.put_program(updated)
 
     await writer.run(op)

@@ -55,7 +55,7 @@ async def patch_program(request: Request) -> Response:
     program = _owned_program(request)
     _, inp = await body_model(request, SettingsPatch)
     st = state(request)
-    updated = await control.update_program(st.writer, program, inp)
+    updated = await control.update_program(st.store, st.writer, program, inp)
     return ok(request, control.program_view(st.store, updated))
 
 

@@ -42,7 +42,7 @@ from api.session import (
 from api.state import State
 from ingest import control
 from ingest.clock import utcnow
-from ingest.errors import Conflict, SaleNotFound, TallyError, ValidationFailed
+from ingest.errors import Conflict, SaleNotFound, StripeAccountInUse, TallyError, ValidationFailed
 from ingest.inputs import PartnerIn, SettingsPatch
 from ingest.records import Program
 from reports import load, reads
@@ -209,8 +209,9 @@ async def update_settings(request: Request) -> Response:
     program = owned_program(request, who)
     try:
         inp = validate(SettingsPatch, settings_data(form))
-        await control.update_program(state(request).writer, program, inp)
-    except ValidationFailed as exc:
+        st = state(request)
+        await control.update_program(st.store, st.writer, program, inp)
+    except (ValidationFailed, StripeAccountInUse) as exc:
         return program_page(
             request, who, program, exc.status, settings_errors=problems(exc), settings_form=form
         )
