@@ -7,6 +7,12 @@ verbatim, whatever it holds: a repeated event id as `duplicate`, an event matchi
 `unroutable` (program NULL), anything else as `accepted`. The duplicate check runs inside the
 writer operation, so two concurrent deliveries of one event cannot both be accepted.
 
+A delivery with an amount or a time out of bounds (`ingest/bounds.py`) is `unusable`: stored
+verbatim with those typed fields NULL (routed to its program when it has one, with a
+tracking-log line), claiming no idempotency key, so each retry of it is stored as unusable again;
+it is answered 422 `validation_error` naming the payload paths, with `"stored": true`. The
+reconciler reads only accepted rows, so an unusable one never becomes a sale.
+
 A live processor sale claims the ids it is known by (invoice, payment intent, checkout session,
 charge) for its program, so a later self-hosted `track/sale` with one of them is a 409. An id a
 self-hosted sale already claimed is left as it is: the processor's event is never refused, and
@@ -21,11 +27,11 @@ from datetime import datetime
 from typing import Any
 
 from ingest.duckdb_store import EVENT_KEY_SPACE
-from ingest.errors import InvalidJson, InvalidSignature, TallyError
+from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
 from ingest.index import processor_sale_keys
 from ingest.records import Program
 from ingest.store import Store, Tx
-from ingest.stripe import extract, parse_event, verify_signature
+from ingest.stripe import Problems, extract, parse_event, read, verify_signature
 from ingest.writer import Writer
 
 ENDPOINT = "webhooks/stripe"
@@ -73,7 +79,8 @@ def route(store: Store, fields: Mapping[str, Any]) -> Program | None:
 async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: Delivery) -> dict[str, Any]:
     """Verify, parse and append one delivery; return the response `data`.
 
-    Raises `InvalidSignature` (nothing stored) or `InvalidJson` (signed, but not a JSON object).
+    Raises `InvalidSignature` (nothing stored), `InvalidJson` (signed, but not a JSON object) or,
+    once it is stored as unusable, `ValidationFailed` (a value out of bounds).
     """
     try:
         verify_signature(
@@ -90,9 +97,19 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
         text = delivery.body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidJson("webhook body is not UTF-8 text") from None
-    fields = extract(parse_event(delivery.body))
+    fields, problems = read(parse_event(delivery.body))
     program = route(store, fields)
     event_id = fields["event_id"]
+    if problems:
+        await _store_unusable(writer, delivery, text, fields, program, problems)
+        paths = ", ".join(p["field"] for p in problems)
+        error = ValidationFailed(
+            f"event {event_id or '(no id)'} was stored but is unusable: {paths} out of bounds",
+            fields=list(problems),
+            stored=True,
+        )
+        error.logged = True
+        raise error
 
     def op(tx: Tx) -> bool:
         program_id = program.program_id if program else None
@@ -141,6 +158,39 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
         "duplicate": False,
         "test_mode": fields["test_mode"],
     }
+
+
+async def _store_unusable(
+    writer: Writer,
+    delivery: Delivery,
+    text: str,
+    fields: Mapping[str, Any],
+    program: Program | None,
+    problems: Problems,
+) -> None:
+    """Append a delivery holding values out of bounds as `unusable`: no key claimed, no step."""
+    program_id = program.program_id if program else None
+    paths = ", ".join(p["field"] for p in problems)
+
+    def op(tx: Tx) -> None:
+        row = {
+            **fields,
+            "received_at": delivery.received_at,
+            "source": "stripe",
+            "kind": "stripe",
+            "program_id": program_id,
+            "outcome": "unusable",
+            "body": text,
+            "headers": delivery.headers,
+        }
+        seq = tx.append(row)
+        if program_id is not None:
+            detail = f"{fields['event_type'] or 'event'} {fields['event_id'] or '(no id)'} unusable: "
+            detail += f"{paths} out of bounds"
+            at, request_id = delivery.received_at, delivery.request_id
+            tx.log(program_id, at, ENDPOINT, 422, "unusable", detail, request_id, seq)
+
+    await writer.run(op)
 
 
 def _detail(fields: Mapping[str, Any], duplicate: bool) -> str:

@@ -14,7 +14,8 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
   processor delivery), ``metadata_fix`` | ``backfill`` | ``period_close`` (engineer actions).
 - ``program_id``: the program the event belongs to (NULL for unroutable processor events).
 - ``outcome``: ``accepted`` | ``duplicate`` (a refused duplicate track call, or a repeated
-  processor event id) | ``unroutable`` (processor event matching no program).
+  processor event id) | ``unroutable`` (processor event matching no program) | ``unusable``
+  (processor event with an amount or time out of bounds: those fields NULL, never reconciled).
 - ``event_id``: our id for track calls (``clk_``/``lead_``/``sale_``/``rfd_``), the processor's
   event id (``evt_...``) for deliveries, a generated id for engineer actions.
 - ``event_type``: the processor's event type (``checkout.session.completed``...) or

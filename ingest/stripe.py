@@ -3,6 +3,9 @@
 Pure functions: no I/O and no clock (`now` is a parameter). `extract` follows the column meanings
 documented in `ingest/schema.py` and never raises: a signed but oddly shaped payload is still
 stored verbatim, with NULL typed fields where a value is missing or of an unexpected type.
+`read` also names the values that are present but out of bounds (`ingest/bounds.py`: amounts
+0..10^12, times 1970-01-01..9999-12-30 UTC), each by its payload path; their typed fields are
+NULL, and the delivery is unusable (see `ingest/deliveries.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ingest.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
 from ingest.errors import InvalidJson, InvalidSignature
 
 CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
@@ -38,6 +42,34 @@ STRIPE_FIELDS: tuple[str, ...] = (
 # fmt: on
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_OBJECT = "data.object"
+
+
+class Problems(list[dict[str, str]]):
+    """Values present but out of bounds, as `{"field": <payload path>, "message": ...}`."""
+
+    def money(self, value: Any, path: str) -> int | None:
+        """An amount in minor units, 0..10^12; None (and a problem noted) beyond."""
+        amount = _whole(value)
+        if amount is None:
+            return None
+        if not amount_in_range(amount, low=0):
+            self.append({"field": path, "message": f"must be an integer from 0 to {MAX_AMOUNT}"})
+            return None
+        return amount
+
+    def time(self, value: Any, path: str) -> datetime | None:
+        """Unix seconds within the time bounds; None (and a problem noted) beyond."""
+        seconds = _whole(value)
+        if seconds is None:
+            return None
+        try:
+            moment = utc_in_range(datetime.fromtimestamp(seconds, tz=UTC))
+        except (OverflowError, OSError, ValueError):
+            moment = None
+        if moment is None:
+            self.append({"field": path, "message": f"must be unix seconds {TIME_RANGE}"})
+        return moment
 
 
 # --- signatures -------------------------------------------------------------------------------
@@ -134,10 +166,17 @@ def parse_event(payload: bytes) -> dict[str, Any]:
 
 def extract(event: Mapping[str, Any]) -> dict[str, Any]:
     """Return the typed raw-log fields (kind `stripe`) of a parsed event envelope."""
+    return read(event)[0]
+
+
+def read(event: Mapping[str, Any]) -> tuple[dict[str, Any], Problems]:
+    """The typed raw-log fields (kind `stripe`) of a parsed event envelope, and the values in it
+    that are out of bounds (their fields are NULL)."""
     out: dict[str, Any] = dict.fromkeys(STRIPE_FIELDS)
+    problems = Problems()
     if not isinstance(event, Mapping):
         out["test_mode"] = False
-        return out
+        return out, problems
     data = _map(event.get("data"))
     obj = _map(data.get("object") if data else None) or {}
     event_type = _str(event.get("type"))
@@ -148,24 +187,26 @@ def extract(event: Mapping[str, Any]) -> dict[str, Any]:
         object_id=_str(obj.get("id")),
         livemode=livemode if isinstance(livemode, bool) else None,
         test_mode=livemode is False,
-        occurred_at=_time(event.get("created")),
+        occurred_at=problems.time(event.get("created"), "created"),
         stripe_account=_id(event.get("account")),
         processor_customer_id=_id(obj.get("customer")),
     )
     if event_type in CHECKOUT_EVENTS:
-        out.update(_checkout(obj))
+        out.update(_checkout(obj, problems))
     elif event_type in INVOICE_EVENTS:
-        out.update(_invoice(obj))
-        paid_at = _time(_get(obj, "status_transitions", "paid_at"))
+        out.update(_invoice(obj, problems))
+        paid_at = problems.time(
+            _get(obj, "status_transitions", "paid_at"), f"{_OBJECT}.status_transitions.paid_at"
+        )
         out["occurred_at"] = paid_at or out["occurred_at"]
     elif event_type in REFUND_EVENTS:
-        out.update(_refund(obj))
+        out.update(_refund(obj, problems))
     elif event_type in SUBSCRIPTION_EVENTS:
         out.update(subscription_id=_str(obj.get("id")), **_attribution(obj.get("metadata")))
-    return out
+    return out, problems
 
 
-def _checkout(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _checkout(obj: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
     session_id = _str(obj.get("id"))
     invoice_id = _id(obj.get("invoice"))
     payment_intent_id = _id(obj.get("payment_intent"))
@@ -178,14 +219,16 @@ def _checkout(obj: Mapping[str, Any]) -> dict[str, Any]:
         "subscription_id": _id(obj.get("subscription")),
         "checkout_mode": _str(obj.get("mode")),
         "email": email,
-        "amount": _int(obj.get("amount_total")),
-        "tax": _int(_get(obj, "total_details", "amount_tax")),
+        "amount": problems.money(obj.get("amount_total"), f"{_OBJECT}.amount_total"),
+        "tax": problems.money(
+            _get(obj, "total_details", "amount_tax"), f"{_OBJECT}.total_details.amount_tax"
+        ),
         "currency": _currency(obj.get("currency")),
         **_attribution(obj.get("metadata")),
     }
 
 
-def _invoice(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _invoice(obj: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
     invoice_id = _str(obj.get("id"))
     payment = _invoice_payment(obj)
     payment_intent_id = _id(obj.get("payment_intent")) or _id(payment.get("payment_intent"))
@@ -203,8 +246,8 @@ def _invoice(obj: Mapping[str, Any]) -> dict[str, Any]:
         "subscription_id": subscription_id or _id(obj.get("subscription")),
         "billing_reason": _str(obj.get("billing_reason")),
         "email": _str(obj.get("customer_email")),
-        "amount": _int(obj.get("amount_paid")),
-        "tax": _invoice_tax(obj),
+        "amount": problems.money(obj.get("amount_paid"), f"{_OBJECT}.amount_paid"),
+        "tax": _invoice_tax(obj, problems),
         "currency": _currency(obj.get("currency")),
         **_attribution(chosen),
     }
@@ -224,20 +267,20 @@ def _invoice_payment(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def _invoice_tax(obj: Mapping[str, Any]) -> int | None:
-    tax = _int(obj.get("tax"))
-    if tax is not None:
-        return tax
+def _invoice_tax(obj: Mapping[str, Any], problems: Problems) -> int | None:
+    if _whole(obj.get("tax")) is not None:
+        return problems.money(obj.get("tax"), f"{_OBJECT}.tax")
     taxes = obj.get("total_taxes")
     if not isinstance(taxes, list):
         return None
-    amounts = [_int(_get(t, "amount")) for t in taxes]
+    path = f"{_OBJECT}.total_taxes"
+    amounts = [problems.money(_get(t, "amount"), f"{path}.{i}.amount") for i, t in enumerate(taxes)]
     if any(a is None for a in amounts):
         return None
-    return _bounded(sum(a for a in amounts if a is not None))
+    return problems.money(sum(a for a in amounts if a is not None), path)
 
 
-def _refund(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _refund(obj: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
     charge_id = _str(obj.get("id"))
     invoice_id = _id(obj.get("invoice"))
     payment_intent_id = _id(obj.get("payment_intent"))
@@ -246,7 +289,7 @@ def _refund(obj: Mapping[str, Any]) -> dict[str, Any]:
         "charge_id": charge_id,
         "invoice_id": invoice_id,
         "payment_intent_id": payment_intent_id,
-        "amount": _int(obj.get("amount_refunded")),
+        "amount": problems.money(obj.get("amount_refunded"), f"{_OBJECT}.amount_refunded"),
         "currency": _currency(obj.get("currency")),
         "refund_id": _newest_refund_id(_get(obj, "refunds", "data")),
         **_attribution(obj.get("metadata"), with_presence=False),
@@ -312,22 +355,18 @@ def _bounded(value: int) -> int | None:
     return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
-def _int(value: Any) -> int | None:
+def _whole(value: Any) -> int | None:
+    """An integer of any size (a bool or anything else: None)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    return _bounded(value)
+    return value
+
+
+def _int(value: Any) -> int | None:
+    whole = _whole(value)
+    return None if whole is None else _bounded(whole)
 
 
 def _currency(value: Any) -> str | None:
     text = _str(value)
     return text.lower() if text else None
-
-
-def _time(value: Any) -> datetime | None:
-    seconds = _int(value)
-    if seconds is None:
-        return None
-    try:
-        return datetime.fromtimestamp(seconds, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
