@@ -1,4 +1,5 @@
-"""Public Stripe payloads from `shared/fixtures/stripe-public/`, as event envelopes for tests.
+"""Public Stripe payloads from `tests/fixtures/stripe-public/` (provenance and licences in its
+README), as event envelopes for tests.
 
 Reused by the webhook endpoint, reconciler and SDK tests:
 
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from ingest.stripe import sign
 
-FIXTURES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "stripe-public"
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "stripe-public"
 
 TEMPLATE_NAME = "go-foks__paymentSuccessWebhookJson.invoice.payment_succeeded.json.tmpl"
 
