@@ -33,6 +33,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from ingest import bounds
 from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.index import Index, Undo
 from ingest.journal import Journal
@@ -181,6 +182,15 @@ def _revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ..
                 row[i] = datetime.fromisoformat(row[i])
         out.append(tuple(row))
     return out
+
+
+def _stored_time(value: Any) -> datetime | None:
+    """A stored time, within today's bounds: one saved before them beyond year 9999 comes back
+    from DuckDB as text and is read as the latest time tally accepts."""
+    if value is None or isinstance(value, datetime):
+        return value
+    log.warning("a stored time %r is beyond year 9999; read as %s", value, bounds.LATEST)
+    return bounds.LATEST
 
 
 def _json_set(raw: str) -> frozenset[str]:
@@ -728,14 +738,14 @@ class DuckStore:
                     workspace_ids=_json_set(r[5]),
                     name=r[6],
                     created_at=r[7],
-                    flagged_at=r[8],
-                    rotation_deadline=r[9],
+                    flagged_at=_stored_time(r[8]),
+                    rotation_deadline=_stored_time(r[9]),
                 ),
                 undo,
             )
         for r in con.execute("SELECT * FROM programs").fetchall():
             idx.put_program(
-                Program(r[0], r[1], r[2], ProgramSettings.model_validate_json(r[3]), r[4], r[5]),
+                Program(r[0], r[1], r[2], ProgramSettings.from_stored(r[3], r[0]), r[4], r[5]),
                 undo,
             )
         for r in con.execute(

@@ -126,7 +126,7 @@ class Index:
     # -- the raw log, replayed: one code path for live ingest and for rebuilding at start ----
     def observe(self, row: dict[str, object], undo: Undo) -> None:
         """Update the hot-path indexes for one accepted raw-log row."""
-        if row.get("outcome") == "duplicate":
+        if row.get("outcome") in ("duplicate", "unusable"):
             return
         kind = row["kind"]
         program_id = row.get("program_id")

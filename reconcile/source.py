@@ -3,13 +3,13 @@ control plane (program settings, partners)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 import polars as pl
 
+from ingest.records import ProgramSettings
 from reconcile.pipeline import unroutable
 from reconcile.schema import (
     ENGINE,
@@ -93,11 +93,8 @@ def raw_chunk(
 def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
     records = []
     for program_id, settings in rows:
-        try:
-            parsed = json.loads(settings) if settings else {}
-        except ValueError:
-            parsed = {}
-        values = parsed if isinstance(parsed, dict) else {}
+        # settings saved before today's bounds are clamped into them, never fail a run
+        values = ProgramSettings.from_stored(settings or "{}", program_id).model_dump()
         records.append(
             {"program_id": program_id, **{k: values.get(k) for k in PROGRAM_SCHEMA if k != "program_id"}}
         )
