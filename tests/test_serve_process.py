@@ -14,7 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import OPERATOR_TOKEN, ROOT, LiveServer, free_port, start_server
+from tests.conftest import (
+    OPERATOR_TOKEN,
+    ROOT,
+    WEBHOOK_SECRET,
+    LiveServer,
+    free_port,
+    live_program,
+    start_server,
+)
+from tests.stripe_fixtures import signed_delivery
 
 pytestmark = pytest.mark.slow
 
@@ -188,3 +197,28 @@ def test_port_in_use_refuses_in_one_line(tmp_path: Path) -> None:
 def test_malformed_trusted_proxies_refuses_in_one_line(tmp_path: Path) -> None:
     result = tally_serve(tmp_path / "t.duckdb", TALLY_TRUSTED_PROXIES="127.0.0.1,proxy.internal")
     assert_one_line_refusal(result, "TALLY_TRUSTED_PROXIES", "proxy.internal")
+
+
+# -- tenancy -----------------------------------------------------------------------------------
+def test_cross_workspace_processor_account_claim_is_refused(untrusted: LiveServer) -> None:
+    a_auth, a_pid, _ = live_program(untrusted.url)
+    b_auth, b_pid, _ = live_program(untrusted.url)
+    with httpx.Client(base_url=untrusted.url, timeout=10) as c:
+        r = c.patch(f"/api/v1/programs/{a_pid}", json={"stripe_account_id": "acct_tenant_a"}, headers=a_auth)
+        assert r.status_code == 200, r.text
+        r = c.patch(f"/api/v1/programs/{b_pid}", json={"stripe_account_id": "acct_tenant_a"}, headers=b_auth)
+        assert r.status_code == 409 and r.json()["error"]["code"] == "stripe_account_in_use"
+        event = {
+            "id": "evt_tenant_a",
+            "object": "event",
+            "type": "checkout.session.completed",
+            "created": int(time.time()),
+            "livemode": True,
+            "account": "acct_tenant_a",
+            "data": {"object": {"id": "cs_tenant_a", "object": "checkout.session", "amount_total": 100}},
+        }
+        body, header = signed_delivery(event, WEBHOOK_SECRET, int(time.time()))
+        r = c.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header})
+        assert r.status_code == 200 and r.json()["data"]["program_id"] == a_pid  # still A's sale
+        r = c.get(f"/api/v1/programs/{b_pid}", headers=b_auth)
+        assert r.json()["data"]["stripe_account_id"] is None
