@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from email.utils import format_datetime
 from typing import Any, TypeVar
 
@@ -198,7 +198,7 @@ def rotation_headers(request: Request, cred: Credential | None = None) -> dict[s
     base = request.app.state.tally.settings.base_url
     return {
         "Deprecation": f"@{int(cred.flagged_at.timestamp())}",
-        "Sunset": format_datetime(cred.rotation_deadline, usegmt=True),
+        "Sunset": format_datetime(cred.rotation_deadline.astimezone(UTC), usegmt=True),
         "Link": f'<{base}/docs/errors#api_key_rotation_required>; rel="deprecation"; type="text/html"',
     }
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -185,10 +185,13 @@ def _revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ..
 
 
 def _stored_time(value: Any) -> datetime | None:
-    """A stored time, within today's bounds: one saved before them beyond year 9999 comes back
-    from DuckDB as text and is read as the latest time tally accepts."""
-    if value is None or isinstance(value, datetime):
-        return value
+    """A stored time in UTC (`datetime.UTC`, whatever zone object DuckDB hands back), within
+    today's bounds: one saved before them beyond year 9999 comes back from DuckDB as text and is
+    read as the latest time tally accepts."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
     log.warning("a stored time %r is beyond year 9999; read as %s", value, bounds.LATEST)
     return bounds.LATEST
 

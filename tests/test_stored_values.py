@@ -91,3 +91,20 @@ def test_an_unusable_delivery_claims_nothing_now_or_after_a_restart(settings: Se
         world.client = client
         assert world.sale(transaction_id="in_later").status_code == 200
         assert world.sale(transaction_id="in_now").status_code == 409
+
+
+def test_a_key_flagged_for_rotation_keeps_its_headers_after_a_restart(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as client:
+        world = make_world(client)
+        r = client.post(
+            f"/api/v1/operator/programs/{world.program_id}/api-key/rotation",
+            json={"deadline": "2099-06-15T12:00:00+02:00"},
+            headers=OP,
+        )
+        assert r.status_code == 200, r.text
+    with TestClient(create_app(settings)) as client:  # the deadline now comes from the database
+        world.client = client
+        r = world.sale()
+        assert r.status_code == 200, r.text
+        assert r.headers["Sunset"] == "Mon, 15 Jun 2099 10:00:00 GMT"
+        assert r.json()["warnings"][0]["deadline"] == "2099-06-15T10:00:00Z"
