@@ -18,6 +18,11 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings, load_settings
+from tests import hypothesis_profiles
+
+# -- hypothesis profiles: registered in tests/hypothesis_profiles.py, chosen by TALLY_HYPOTHESIS --
+hypothesis_profiles.load()
+# -- end of hypothesis profiles ---------------------------------------------------------------------
 
 OPERATOR_TOKEN = "op-test-token-0123456789abcdef"
 WEBHOOK_SECRET = "whsec_test_primary"
