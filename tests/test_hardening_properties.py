@@ -20,7 +20,6 @@ reports each broken endpoint as its own bug with its own minimal batch.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -28,11 +27,12 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import OP
 from tests.hostile import BATCHES, HANDLERS, Act, Server, describe, running_server, settle
+from tests.hypothesis_profiles import examples
 
 # About 2 s an example on 2 cores (each batch reconciles, restarts and rechecks); a failing run
 # spends a few minutes shrinking one bug to its smallest batch.
 PROFILE = settings(
-    max_examples=60 if os.environ.get("TALLY_HYPOTHESIS") == "ci" else 8,
+    max_examples=examples(8, ci=60),
     derandomize=True,
     deadline=None,
     report_multiple_bugs=False,
