@@ -15,8 +15,8 @@ from starlette.testclient import TestClient
 
 from ingest.bounds import MAX_AMOUNT
 from ingest.records import ProgramSettings
-from tests.api.test_dashboard import logged_in, program_path, settings_form
 from tests.conftest import OP, World, bearer, start_server
+from tests.helpers import logged_in, program_path, settings_form
 
 BIG = 2**63  # one past BIGINT: the value that wedged the journal copier
 

@@ -17,40 +17,15 @@ from api.app import create_app
 from api.settings import load_settings
 from ingest.tokens import mask
 from tests.conftest import OP, OPERATOR_TOKEN, World, bearer, make_world
+from tests.helpers import csrf_of, logged_in, login, program_path, settings_form
 
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 MASKED = re.compile(r'<code id="api-key-masked">([^<]+)</code>')
 NEW_KEY = re.compile(r'<code id="new-api-key" class="secret">([^<]+)</code>')
 TEST_SALE = {"additional_data": {"test_mode": True}}
 
 
-def csrf_of(html: str) -> str:
-    found = CSRF.search(html)
-    assert found, "the page has no CSRF field"
-    return found.group(1)
-
-
-def login(client: TestClient, token: str) -> httpx.Response:
-    form = client.get("/dashboard/login")
-    assert form.status_code == 200
-    return client.post(
-        "/dashboard/login", data={"token": token, "csrf_token": csrf_of(form.text)}, follow_redirects=False
-    )
-
-
-def logged_in(client: TestClient, token: str) -> str:
-    """Log in; the CSRF token of the new session (from the programs page)."""
-    r = login(client, token)
-    assert r.status_code == 303, r.text
-    return csrf_of(client.get("/dashboard").text)
-
-
 def member_token(world: World, role: str = "member") -> str:
     return world.member(role)["Authorization"].removeprefix("Bearer ")
-
-
-def program_path(world: World, suffix: str = "") -> str:
-    return f"/dashboard/programs/{world.program_id}{suffix}"
 
 
 def set_cookie_headers(response: httpx.Response) -> list[str]:
@@ -337,22 +312,6 @@ def test_members_see_partners_but_no_add_form_and_cannot_add(world: World) -> No
         data={"csrf_token": token, "name": "M", "commission_type": "flat", "commission_bps": "1"},
     )
     assert r.status_code == 403
-
-
-def settings_form(token: str, **changes: str) -> dict[str, str]:
-    form = {
-        "csrf_token": token,
-        "name": "Brand partners",
-        "commission_type": "percent",
-        "commission_bps": "3000",
-        "commission_flat": "0",
-        "recurring_months": "",
-        "platform_fee_bps": "0",
-        "holding_days": "30",
-        "stripe_account_id": "",
-    }
-    form.update(changes)
-    return form
 
 
 def test_owner_updates_settings_through_the_form(world: World) -> None:

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from ingest.stripe import sign
 from reports.html import DOCUMENT_CSP
 from tests.conftest import OP, WEBHOOK_SECRET, World, bearer, make_world
-from tests.reports.test_render import as_cell, parse_finance_csv
+from tests.helpers import as_cell, parse_finance_csv
 from tests.stripe_fixtures import load_event, serialise, with_metadata
 
 ACCOUNT = "acct_1TallyReportsAccount"

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from ingest.bounds import LATEST, MAX_AMOUNT
 from ingest.stripe import read
-from tests.api.test_webhooks import ACCOUNT, LEGACY_INVOICE, LIVE_CHECKOUT, deliver, log_entries, query
 from tests.conftest import OP, World, make_world
+from tests.helpers import ACCOUNT, LEGACY_INVOICE, LIVE_CHECKOUT, deliver, log_entries, query
 from tests.stripe_fixtures import load_event, serialise
 
 BIG = 2**63

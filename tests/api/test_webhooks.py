@@ -16,12 +16,10 @@ from starlette.testclient import TestClient
 from ingest.duckdb_store import EVENT_KEY_SPACE
 from ingest.stripe import STRIPE_FIELDS, extract, sign
 from tests.conftest import WEBHOOK_SECRET, World, make_world
+from tests.helpers import ACCOUNT, LEGACY_INVOICE, LIVE_CHECKOUT, deliver, log_entries, query
 from tests.stripe_fixtures import TEMPLATE_NAME, fixture_names, load_event, serialise, with_metadata
 
-ACCOUNT = "acct_1TallyTestAccount"
 ROLLED_SECRET = "whsec_test_rolled"
-LIVE_CHECKOUT = "stripe-sync-engine__checkout_session_completed.json"  # livemode, invoice + pi + cs
-LEGACY_INVOICE = "stripe-ruby-mock__invoice.paid.json"  # invoice, payment intent, charge; 2000 usd
 CHECKOUT_IDS = (
     "in_1KJqKBJDPojXS6LNJbvLUgEy",
     "pi_1IqxJOJDPojXS6LN9uOebAea",
@@ -36,36 +34,8 @@ def connected(client: TestClient) -> World:
     return make_world(client, stripe_account_id=ACCOUNT)
 
 
-def deliver(
-    client: TestClient,
-    event: dict[str, Any] | bytes,
-    secret: str = WEBHOOK_SECRET,
-    timestamp: int | None = None,
-    signature: str | None = None,
-) -> httpx.Response:
-    body = event if isinstance(event, bytes) else serialise(event)
-    header = signature or sign(body, secret, timestamp if timestamp is not None else int(time.time()))
-    headers = {"Stripe-Signature": header, "Content-Type": "application/json", "User-Agent": "Stripe/1.0"}
-    return client.post("/webhooks/stripe", content=body, headers=headers)
-
-
-def query(client: TestClient, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    state = client.app.state.tally  # type: ignore[attr-defined]
-    sync = getattr(state.writer, "sync_blocking", None)
-    if sync is not None:
-        sync()
-    rows: list[tuple[Any, ...]] = state.store.query(sql, params)
-    return rows
-
-
 def raw_rows(client: TestClient, *columns: str) -> list[tuple[Any, ...]]:
     return query(client, f"SELECT {', '.join(columns)} FROM raw_events ORDER BY seq")
-
-
-def log_entries(world: World) -> list[dict[str, Any]]:
-    r = world.client.get(f"/api/v1/programs/{world.program_id}/tracking-log", headers=world.owner)
-    assert r.status_code == 200, r.text
-    return [e for e in r.json()["data"]["entries"] if e["endpoint"] == "webhooks/stripe"]
 
 
 def checklist(world: World) -> dict[str, bool]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
 import io
 import json
@@ -23,6 +22,7 @@ from reports.html import DOCUMENT_CSP, STYLESHEET
 from reports.labels import COLUMN_LABELS, SUMMARY_LABELS, check_label, is_money
 from reports.money import minor
 from reports.render import SECTIONS, finance_data, render
+from tests.helpers import as_cell, parse_finance_csv
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
 from tests.reports.scenario import FEBRUARY, JANUARY, PROGRAM, january, run
@@ -60,27 +60,6 @@ def test_json_is_the_contract_envelope(report: FinanceReport) -> None:
     assert list(parsed) == ["data"]
     assert parsed["data"] == finance_data(report)
     assert list(parsed["data"])[:5] == ["program_id", "program_name", "period", "currencies", "reconciled"]
-
-
-def parse_finance_csv(text: str) -> dict[str, Any]:
-    """The documented layout read back: rows grouped by (section, row), values typed by the JSON."""
-    reader = csv.reader(io.StringIO(text))
-    assert next(reader) == ["section", "row", "currency", "metric", "value"]
-    sections: dict[str, dict[int, dict[str, str]]] = {}
-    for section, row, currency, metric, value in reader:
-        entry = sections.setdefault(section, {}).setdefault(int(row), {})
-        if currency:
-            entry["currency"] = currency
-        entry[metric] = value
-    return {name: [rows[i] for i in sorted(rows)] for name, rows in sections.items()}
-
-
-def as_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def test_csv_parses_back_to_the_json(report: FinanceReport) -> None:

@@ -1,0 +1,126 @@
+"""Helpers that several test modules share (test modules never import each other):
+
+- signed connect deliveries into the in-process app, and reads of what it stored;
+- the dashboard's login and settings forms;
+- the finance CSV read back into the JSON report's shape.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from typing import Any
+
+import httpx
+from starlette.testclient import TestClient
+
+from ingest.stripe import sign
+from tests.conftest import WEBHOOK_SECRET, World
+from tests.stripe_fixtures import serialise
+
+# -- connect deliveries ---------------------------------------------------------------------------
+ACCOUNT = "acct_1TallyTestAccount"
+LIVE_CHECKOUT = "stripe-sync-engine__checkout_session_completed.json"  # livemode, invoice + pi + cs
+LEGACY_INVOICE = "stripe-ruby-mock__invoice.paid.json"  # invoice, payment intent, charge; 2000 usd
+
+
+def deliver(
+    client: TestClient,
+    event: dict[str, Any] | bytes,
+    secret: str = WEBHOOK_SECRET,
+    timestamp: int | None = None,
+    signature: str | None = None,
+) -> httpx.Response:
+    """POST `event` to /webhooks/stripe, signed with `secret` at `timestamp` (default now)."""
+    body = event if isinstance(event, bytes) else serialise(event)
+    header = signature or sign(body, secret, timestamp if timestamp is not None else int(time.time()))
+    headers = {"Stripe-Signature": header, "Content-Type": "application/json", "User-Agent": "Stripe/1.0"}
+    return client.post("/webhooks/stripe", content=body, headers=headers)
+
+
+def query(client: TestClient, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of `sql` on the app's database, once the writer has flushed everything acknowledged."""
+    state = client.app.state.tally  # type: ignore[attr-defined]
+    sync = getattr(state.writer, "sync_blocking", None)
+    if sync is not None:
+        sync()
+    rows: list[tuple[Any, ...]] = state.store.query(sql, params)
+    return rows
+
+
+def log_entries(world: World) -> list[dict[str, Any]]:
+    """The program's tracking-log lines for the connect webhook, newest first."""
+    r = world.client.get(f"/api/v1/programs/{world.program_id}/tracking-log", headers=world.owner)
+    assert r.status_code == 200, r.text
+    return [e for e in r.json()["data"]["entries"] if e["endpoint"] == "webhooks/stripe"]
+
+
+# -- the dashboard's forms ------------------------------------------------------------------------
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+def login(client: TestClient, token: str) -> httpx.Response:
+    form = client.get("/dashboard/login")
+    assert form.status_code == 200
+    return client.post(
+        "/dashboard/login", data={"token": token, "csrf_token": csrf_of(form.text)}, follow_redirects=False
+    )
+
+
+def logged_in(client: TestClient, token: str) -> str:
+    """Log in; the CSRF token of the new session (from the programs page)."""
+    r = login(client, token)
+    assert r.status_code == 303, r.text
+    return csrf_of(client.get("/dashboard").text)
+
+
+def program_path(world: World, suffix: str = "") -> str:
+    return f"/dashboard/programs/{world.program_id}{suffix}"
+
+
+def settings_form(token: str, **changes: str) -> dict[str, str]:
+    """The program settings form with the defaults of `make_world`'s program, and `changes`."""
+    form = {
+        "csrf_token": token,
+        "name": "Brand partners",
+        "commission_type": "percent",
+        "commission_bps": "3000",
+        "commission_flat": "0",
+        "recurring_months": "",
+        "platform_fee_bps": "0",
+        "holding_days": "30",
+        "stripe_account_id": "",
+    }
+    form.update(changes)
+    return form
+
+
+# -- the finance CSV ------------------------------------------------------------------------------
+def parse_finance_csv(text: str) -> dict[str, Any]:
+    """The documented layout read back: rows grouped by (section, row), values typed by the JSON."""
+    reader = csv.reader(io.StringIO(text))
+    assert next(reader) == ["section", "row", "currency", "metric", "value"]
+    sections: dict[str, dict[int, dict[str, str]]] = {}
+    for section, row, currency, metric, value in reader:
+        entry = sections.setdefault(section, {}).setdefault(int(row), {})
+        if currency:
+            entry["currency"] = currency
+        entry[metric] = value
+    return {name: [rows[i] for i in sorted(rows)] for name, rows in sections.items()}
+
+
+def as_cell(value: Any) -> str:
+    """A JSON value as the finance CSV writes it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
