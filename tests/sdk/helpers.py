@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from sdk import AsyncTally, RetryPolicy, Tally
+from tests.stripe_fixtures import load_event, with_metadata
 
 BASE_URL = "http://tally.test"
 API_KEY = "aff_test0123456789abcdefghijklmnopqrstuv"
@@ -79,3 +80,26 @@ def async_client(script: Script, sleeps: Sleeps | None = None, retries: int = 2)
         retry=RetryPolicy(max_retries=retries),
         sleep=(sleeps if sleeps is not None else Sleeps()).asleep,
     )
+
+
+# -- a renewal invoice in the legacy layout, and the sale the SDK tracks for it ------------------
+KEY = {"svc_customer_key": "user_42", "svc_click_id": "clk_1", "program_id": "prog_1"}
+
+
+def legacy_cycle(amount: Any = 4900) -> dict[str, Any]:
+    """Legacy layout: top-level `subscription` string and `subscription_details.metadata`."""
+    event = with_metadata(load_event("stripe-sync-engine__invoice_paid.json"), KEY, "legacy")
+    event["data"]["object"]["amount_paid"] = amount
+    return event
+
+
+LEGACY_SALE = {
+    "customerExternalId": "user_42",
+    "invoiceId": "in_1KJqKBJDPojXS6LNJbvLUgEy",
+    "amount": 4900,
+    "currency": "usd",
+    "isRecurring": True,
+    "saleType": "subscription",
+    "subscriptionId": "sub_JsuPyCPhXWfZar",
+    "occurred_at": "2022-01-20T03:25:10Z",
+}

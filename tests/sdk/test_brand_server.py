@@ -8,8 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from sdk.examples.brand_server import checkout_session_params, create_app
-from tests.sdk.helpers import Script, async_client, ok
-from tests.sdk.test_renewals import LEGACY_SALE, legacy_cycle
+from tests.sdk.helpers import LEGACY_SALE, Script, async_client, legacy_cycle, ok
 from tests.stripe_fixtures import load_event
 
 URLS = {"success_url": "https://brand.test/ok", "cancel_url": "https://brand.test/no"}

@@ -14,18 +14,10 @@ from sdk.renewals import (
     handle_invoice_paid_async,
     plan_renewal,
 )
-from tests.sdk.helpers import Script, async_client, client, err, ok
+from tests.sdk.helpers import KEY, LEGACY_SALE, Script, async_client, client, err, legacy_cycle, ok
 from tests.stripe_fixtures import TEMPLATE_NAME, load_event, with_metadata
 
 SALE = {"sale_id": "sale_1", "transaction_id": "x", "test_mode": False, "attributed": True}
-KEY = {"svc_customer_key": "user_42", "svc_click_id": "clk_1", "program_id": "prog_1"}
-
-
-def legacy_cycle(amount: Any = 4900) -> dict[str, Any]:
-    """Legacy layout: top-level `subscription` string and `subscription_details.metadata`."""
-    event = with_metadata(load_event("stripe-sync-engine__invoice_paid.json"), KEY, "legacy")
-    event["data"]["object"]["amount_paid"] = amount
-    return event
 
 
 def new_cycle(amount: Any = 190) -> dict[str, Any]:
@@ -37,16 +29,6 @@ def new_cycle(amount: Any = 190) -> dict[str, Any]:
     return event
 
 
-LEGACY_SALE = {
-    "customerExternalId": "user_42",
-    "invoiceId": "in_1KJqKBJDPojXS6LNJbvLUgEy",
-    "amount": 4900,
-    "currency": "usd",
-    "isRecurring": True,
-    "saleType": "subscription",
-    "subscriptionId": "sub_JsuPyCPhXWfZar",
-    "occurred_at": "2022-01-20T03:25:10Z",
-}
 NEW_SALE = {
     "customerExternalId": "user_42",
     "invoiceId": "in_foks_0000000000000001",
