@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ingest.clock import utcnow
@@ -93,7 +94,7 @@ def test_unexpected_failure_is_isolated_and_rolled_back(writer: tuple[DuckStore,
     f3 = w.submit(lambda tx: tx.append(_row(3)))
     gate.set()
     assert f1.result() == 1
-    with pytest.raises(Exception, match="no_such_table"):
+    with pytest.raises(duckdb.CatalogException, match="no_such_table"):
         f2.result()
     assert f3.result() == 2
     w.sync_blocking()
