@@ -18,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
-from tests.helpers import ACCOUNT, LIVE_CHECKOUT, deliver
+from tests.helpers import ACCOUNT, LIVE_CHECKOUT, deliver, query
 from tests.stripe_fixtures import load_event, serialise
 
 ROUNDS = 24
@@ -103,6 +103,14 @@ def test_connect_webhook_and_track_sale_racing_count_the_sale_once(connected: Wo
             track_won.add(n)
         else:
             assert (track.status_code, track.json()["error"]["code"]) == (409, "duplicate_transaction")
+
+    # The writer serialises the two: the raw log's order is the order they happened in, and the
+    # answers agree with it (the track call is refused exactly when the delivery came first).
+    seqs = dict(query(client, "SELECT event_id, seq FROM raw_events WHERE kind = 'stripe'"))
+    tracked = dict(query(client, "SELECT transaction_id, seq FROM raw_events WHERE kind = 'sale'"))
+    for n in range(ROUNDS):
+        track_first = tracked[track_body(n)["transaction_id"]] < seqs[f"evt_race{n:03d}"]
+        assert (n in track_won) is track_first, n
 
     reconcile(client)
     counted = sales(connected)
