@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -168,34 +169,29 @@ def test_either_order_in_turn_counts_the_processor_record(connected: World, trac
 def test_concurrent_partial_refunds_accept_exactly_the_ones_that_fit(
     world: World, amount: int, size: int
 ) -> None:
-    client, sales_count, per_sale = world.client, 6, 10
-    for s in range(sales_count):
-        r = world.sale(transaction_id=f"in_refund{s}", customer_external_id=f"c{s}", amount=amount)
-        assert r.status_code == 200, r.text
-    refunds = [
-        {"transaction_id": f"in_refund{s}", "refund_id": f"re_{s}_{i}", "amount": size}
-        for s in range(sales_count)
-        for i in range(per_sale)
-    ]
-    random.Random(7).shuffle(refunds)
-
-    def post(body: dict[str, Any]) -> tuple[str, httpx.Response]:
-        return body["transaction_id"], client.post("/api/v1/track/refund", json=body, headers=world.key)
-
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(post, refunds))
-
+    client, rounds, per_sale = world.client, 8, 10
     fit = amount // size
-    for s in range(sales_count):
-        mine = [r for txn, r in answers if txn == f"in_refund{s}"]
-        accepted = [r for r in mine if r.status_code == 200]
-        refused = [r for r in mine if r.status_code != 200]
-        assert len(accepted) == fit, [r.text for r in mine]
+    for n in range(rounds):
+        txn = f"in_refund{n}"
+        r = world.sale(transaction_id=txn, customer_external_id=f"c{n}", amount=amount)
+        assert r.status_code == 200, r.text
+        start = threading.Barrier(per_sale)
+
+        def post(i: int, txn: str = txn, start: threading.Barrier = start) -> httpx.Response:
+            body = {"transaction_id": txn, "refund_id": f"re_{txn}_{i}", "amount": size}
+            start.wait(10)  # all of this sale's refunds leave together
+            return client.post("/api/v1/track/refund", json=body, headers=world.key)
+
+        with ThreadPoolExecutor(per_sale) as pool:
+            answers = list(pool.map(post, range(per_sale)))
+        accepted = [r for r in answers if r.status_code == 200]
+        assert len(accepted) == fit, [r.text for r in answers]
         for r in accepted:
             assert "warnings" not in r.json(), r.text
-        for r in refused:
-            assert (r.status_code, r.json()["error"]["code"]) == (422, "refund_exceeds_sale"), r.text
+        for r in answers:
+            if r.status_code != 200:
+                assert (r.status_code, r.json()["error"]["code"]) == (422, "refund_exceeds_sale"), r.text
 
     reconcile(client)
-    for sale in sales(world):
-        assert sale["refunded"] == fit * size <= amount, sale
+    refunded = {s["transaction_id"]: s["refunded"] for s in sales(world)}
+    assert refunded == {f"in_refund{n}": fit * size for n in range(rounds)}
