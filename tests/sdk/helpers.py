@@ -1,4 +1,6 @@
-"""Scripted httpx transports and envelope builders for the SDK tests."""
+"""Transports for the SDK tests: `RealApp` puts the in-process tally behind an httpx transport
+(its own answers, plus scripted faults built by its own error map); `Script` answers from a list,
+for the client-side behaviour no server shows (and requests that must not be sent)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from starlette.requests import Request
 
+from api.errors import error_response
+from ingest.errors import TallyError
 from sdk import AsyncTally, RetryPolicy, Tally
+from tests.conftest import World
 from tests.stripe_fixtures import load_event, with_metadata
 
 BASE_URL = "http://tally.test"
@@ -62,6 +68,101 @@ def err(status: int, code: str, message: str = "refused", **extra: Any) -> httpx
     return httpx.Response(status, json={"error": error}, headers=headers)
 
 
+# -- the real app behind an httpx transport -------------------------------------------------------
+APP_URL = "http://testserver"  # the in-process app's base URL (doc_url and Link point there)
+
+
+class RealApp:
+    """A MockTransport handler in front of the real app of `world` (its TestClient's lifespan runs):
+    records each request and answers it with the app's own response, unless a scripted fault is
+    due (in order): an exception (the network failed), a response, or a callable of the request."""
+
+    def __init__(self, world: World, *faults: Answer) -> None:
+        self.world = world
+        self.faults = list(faults)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        fault = self.faults.pop(0) if self.faults else None
+        if fault is None:
+            return self.forward(request)
+        if isinstance(fault, Exception):
+            raise fault
+        if isinstance(fault, httpx.Response):
+            return fault
+        return fault(request)
+
+    def forward(self, request: httpx.Request) -> httpx.Response:
+        """The app's answer to `request`, as an httpx response."""
+        answer = self.world.client.request(
+            request.method, request.url.raw_path.decode(), content=request.content, headers=request.headers
+        )
+        return httpx.Response(
+            answer.status_code, headers=answer.headers.multi_items(), content=answer.content
+        )
+
+    def lost(self, exc: Exception) -> Callable[[httpx.Request], httpx.Response]:
+        """A fault: the app processes the request, then the answer is lost on the way back."""
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            self.forward(request)
+            raise exc
+
+        return answer
+
+    def error(self, error: TallyError) -> Callable[[httpx.Request], httpx.Response]:
+        """A fault: `error` answered by the app's own error map (envelope, doc_url, headers) for
+        the request, without running it; the app echoes the client's `X-Request-Id`."""
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            scope = {
+                "type": "http",
+                "app": self.world.client.app,
+                "method": request.method,
+                "path": request.url.path,
+                "headers": request.headers.raw,
+                "query_string": request.url.query,
+                "state": {},
+            }
+            response = error_response(Request(scope), error)
+            headers = [(k.decode(), v.decode()) for k, v in response.raw_headers if k != b"content-length"]
+            headers.append(("X-Request-Id", request.headers["x-request-id"]))
+            return httpx.Response(response.status_code, headers=headers, content=bytes(response.body))
+
+        return answer
+
+    @property
+    def bodies(self) -> list[Any]:
+        return [json.loads(r.content) for r in self.requests]
+
+
+def proxy(status: int) -> httpx.Response:
+    """What a proxy in front of tally answers when tally does not (502, 504): not tally's envelope."""
+    reason = {502: "Bad Gateway", 504: "Gateway Timeout"}[status]
+    return httpx.Response(status, text=f"<html><body><h1>{status} {reason}</h1></body></html>")
+
+
+def real_client(app: RealApp, sleeps: Sleeps | None = None, retries: int = 2, **kwargs: Any) -> Tally:
+    return Tally(
+        **{"base_url": APP_URL, "api_key": app.world.api_key, **kwargs},
+        transport=httpx.MockTransport(app),
+        retry=RetryPolicy(max_retries=retries),
+        sleep=sleeps if sleeps is not None else Sleeps(),
+    )
+
+
+def real_async_client(app: RealApp, sleeps: Sleeps | None = None, retries: int = 2) -> AsyncTally:
+    return AsyncTally(
+        base_url=APP_URL,
+        api_key=app.world.api_key,
+        transport=httpx.MockTransport(app),
+        retry=RetryPolicy(max_retries=retries),
+        sleep=(sleeps if sleeps is not None else Sleeps()).asleep,
+    )
+
+
+# -- scripted answers ---------------------------------------------------------------------------------
 def client(script: Script, sleeps: Sleeps | None = None, retries: int = 2) -> Tally:
     return Tally(
         base_url=BASE_URL,

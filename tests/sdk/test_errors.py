@@ -1,13 +1,19 @@
-"""sdk errors: mapping from the error envelope, and rotation warnings and deadlines."""
+"""sdk errors: mapping from the error envelope, and rotation warnings and deadlines.
+
+Against the real app (`RealApp`): real refusals, and a key really flagged for rotation. Envelopes
+the app does not produce on demand (future codes, other statuses) are built by the app's own error
+map; only what no tally answers (non-JSON bodies, success without an envelope) is written here."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
 
+from ingest import errors as app_errors
 from sdk import (
     ApiKeyRotationRequired,
     ApiKeyRotationWarning,
@@ -24,24 +30,53 @@ from sdk import (
     TrackResult,
     ValidationError,
 )
-from tests.sdk.helpers import BASE_URL, Script, async_client, client, err, ok
+from tests.conftest import OP, World
+from tests.sdk.helpers import (
+    APP_URL,
+    RealApp,
+    Script,
+    client,
+    ok,
+    real_async_client,
+    real_client,
+)
 
-DEADLINE = "2026-12-01T00:00:00Z"
-DEADLINE_DT = datetime(2026, 12, 1, tzinfo=UTC)
-ROTATION_HEADERS = {
-    "Deprecation": "@1763700000",
-    "Sunset": "Tue, 01 Dec 2026 00:00:00 GMT",
-    "Link": f'<{BASE_URL}/docs/errors#api_key_rotation_required>; rel="deprecation"',
-}
-ROTATION_WARNING = {
-    "code": "api_key_rotation_required",
-    "deadline": DEADLINE,
-    "message": "rotate your key",
-}
+DEADLINE_DT = (datetime.now(UTC) + timedelta(days=7)).replace(microsecond=0)
+DEADLINE = DEADLINE_DT.isoformat().replace("+00:00", "Z")
 
 
-def sale(script: Script) -> TrackResult:
-    return client(script, retries=0).track_sale(customer_external_id="user_42", amount=100, invoice_id="in_1")
+def flag_rotation(world: World, deadline: datetime = DEADLINE_DT) -> None:
+    r = world.client.post(
+        f"/api/v1/operator/programs/{world.program_id}/api-key/rotation",
+        json={"deadline": deadline.isoformat()},
+        headers=OP,
+    )
+    assert r.status_code == 200, r.text
+
+
+def rotation_headers(world: World) -> dict[str, str]:
+    """The Deprecation, Sunset and Link headers the app sends for the world's flagged key."""
+    flag_rotation(world)
+    r = world.client.post(
+        "/api/v1/track/sale", json={"additional_data": {"test_mode": True}}, headers=world.key
+    )
+    return {name: r.headers[name] for name in ("Deprecation", "Sunset", "Link")}
+
+
+class Refusal(app_errors.TallyError):
+    """An error of any code and status, for the app's error map to answer."""
+
+    def __init__(self, code: str, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.code, self.status = code, status  # type: ignore[misc]
+
+
+def sale(transport: Script | RealApp, invoice_id: str = "in_1") -> TrackResult:
+    if isinstance(transport, RealApp):
+        tally = real_client(transport, retries=0)
+    else:
+        tally = client(transport, retries=0)
+    return tally.track_sale(customer_external_id="user_42", amount=100, invoice_id=invoice_id)
 
 
 @pytest.mark.parametrize(
@@ -69,24 +104,30 @@ def sale(script: Script) -> TrackResult:
         (507, "insufficient_storage", ServerError),
     ],
 )
-def test_error_class_from_code_then_status(status: int, code: str, cls: type[Exception]) -> None:
+def test_error_class_from_code_then_status(
+    world: World, status: int, code: str, cls: type[Exception]
+) -> None:
+    app = RealApp(world)
+    app.faults = [app.error(Refusal(code, status, "the message", extra_key=[1]))]
     with pytest.raises(TallyAPIError) as info:
-        sale(Script(err(status, code, "the message", extra_key=[1])))
+        sale(app)
     error = info.value
     assert type(error) is cls
     assert (error.code, error.message, error.status) == (code, "the message", status)
-    assert error.request_id == "req_err"
-    assert error.doc_url == f"{BASE_URL}/docs/errors#{code}"
+    assert error.request_id == app.requests[0].headers["x-request-id"]
+    assert error.doc_url == f"{APP_URL}/docs/errors#{code}"
     assert error.details == {"extra_key": [1]}
     assert error.after_retry is False
-    assert str(error) == f"{code}: the message (request req_err)"
+    assert str(error) == f"{code}: the message (request {error.request_id})"
 
 
-def test_validation_error_exposes_fields() -> None:
-    fields = [{"field": "amount", "message": "must be positive"}]
-    with pytest.raises(ValidationError) as info:
-        sale(Script(err(422, "validation_error", fields=fields)))
-    assert info.value.fields == fields
+def test_validation_error_exposes_fields(world: World) -> None:
+    with pytest.raises(ValidationError) as info:  # the SDK lets any non-empty currency through
+        real_client(RealApp(world), retries=0).track_sale(
+            customer_external_id="u", amount=100, invoice_id="in_1", currency="dollars"
+        )
+    [field] = info.value.fields
+    assert field["field"] == "currency" and field["message"]
 
 
 def test_non_json_error_body_falls_back_to_status() -> None:
@@ -114,85 +155,90 @@ def test_success_without_envelope_is_invalid_response(response: httpx.Response) 
     assert info.value.code == "invalid_response"
 
 
-def test_rate_limit_carries_retry_after() -> None:
-    response = err(429, "rate_limited")
-    response.headers["Retry-After"] = "120"  # beyond the policy's max: not retried
-    script = Script(response)
+def test_rate_limit_carries_retry_after(world: World) -> None:
+    app = RealApp(world)
+    app.faults = [app.error(app_errors.RateLimited("slow down", retry_after=120))]  # beyond the policy's max
     with pytest.raises(RateLimitError) as info:
-        client(script).track_test_sale()
+        real_client(app).track_test_sale()
     assert info.value.retry_after == 120.0
-    assert len(script.requests) == 1
+    assert len(app.requests) == 1
 
 
-def test_rotation_warning_on_success_sets_deadline_and_points_at_caller() -> None:
-    script = Script(ok({"test_mode": True}, [ROTATION_WARNING], **ROTATION_HEADERS))
-    with pytest.warns(ApiKeyRotationWarning, match="2026-12-01T00:00:00Z") as record:
-        result = client(script).track_test_sale()
+def test_rotation_warning_on_success_sets_deadline_and_points_at_caller(world: World) -> None:
+    flag_rotation(world)
+    with pytest.warns(ApiKeyRotationWarning, match=DEADLINE) as record:
+        result = real_client(RealApp(world)).track_test_sale()
     assert result.rotation_deadline == DEADLINE_DT
     assert result.rotation_flagged is True
-    assert result.warnings == (ROTATION_WARNING,)
-    assert result.data == {"test_mode": True}
+    [warning] = result.warnings
+    assert (warning["code"], warning["deadline"]) == ("api_key_rotation_required", DEADLINE)
+    assert result.data["test_mode"] is True
     assert len(record) == 1
     assert record[0].filename == __file__
-    assert "docs/errors#api_key_rotation_required" in str(record[0].message)
+    assert f"See {APP_URL}/docs/errors#api_key_rotation_required" in str(record[0].message)
 
 
-def test_rotation_signalled_by_headers_only_uses_sunset() -> None:
-    script = Script(ok({"test_mode": True}, None, **ROTATION_HEADERS))
+def test_rotation_signalled_by_headers_only_uses_sunset(world: World) -> None:
+    headers = rotation_headers(world)  # the app's own headers, without the body's warning
+    script = Script(ok({"test_mode": True}, None, **headers))
     with pytest.warns(ApiKeyRotationWarning):
         result = client(script).track_test_sale()
     assert (result.rotation_deadline, result.warnings) == (DEADLINE_DT, ())
 
 
-def test_other_warnings_do_not_warn() -> None:
-    note = {"code": "customer_not_attributed", "message": "no settled lead"}
-    result = sale(Script(ok({"attributed": False}, [note])))
-    assert result.warnings == (note,)
+def test_other_warnings_do_not_warn(world: World) -> None:
+    result = sale(RealApp(world))  # no settled lead for user_42
+    assert [w["code"] for w in result.warnings] == ["customer_not_attributed"]
+    assert result.data["attributed"] is False
     assert (result.rotation_deadline, result.rotation_flagged) == (None, False)
 
 
-def test_error_before_deadline_still_warns_and_carries_deadline() -> None:
-    response = httpx.Response(
-        409,
-        json={"error": {"code": "duplicate_transaction", "message": "dup"}, "warnings": [ROTATION_WARNING]},
-        headers=ROTATION_HEADERS,
-    )
+def test_error_before_deadline_still_warns_and_carries_deadline(world: World) -> None:
+    assert world.sale(transaction_id="in_1").status_code == 200
+    flag_rotation(world)
     with pytest.warns(ApiKeyRotationWarning), pytest.raises(DuplicateError) as info:
-        sale(Script(response))
+        sale(RealApp(world), invoice_id="in_1")
     assert info.value.rotation_deadline == DEADLINE_DT
 
 
-def test_rotation_required_after_deadline_raises_without_warning() -> None:
-    response = err(401, "api_key_rotation_required", "key must be rotated", deadline=DEADLINE)
-    response.headers.update(ROTATION_HEADERS)
+def test_rotation_required_after_deadline_raises_without_warning(world: World) -> None:
+    past = (datetime.now(UTC) - timedelta(seconds=1)).replace(microsecond=0)
+    flag_rotation(world, past)
     with pytest.raises(ApiKeyRotationRequired) as info:  # filterwarnings=error: no warning
-        sale(Script(response))
+        sale(RealApp(world))
     error = info.value
     assert isinstance(error, AuthenticationError)
-    assert error.deadline == DEADLINE_DT
+    assert error.deadline == past
     assert error.status == 401
-    assert error.details == {"deadline": DEADLINE}
+    assert error.details == {"deadline": past.isoformat().replace("+00:00", "Z")}
 
 
-def test_rotation_required_deadline_from_sunset_when_body_has_none() -> None:
-    response = err(401, "api_key_rotation_required")
-    response.headers.update(ROTATION_HEADERS)
+def test_rotation_required_deadline_from_sunset_when_body_has_none(world: World) -> None:
+    headers = rotation_headers(world)
+    app = RealApp(world)
+    refuse = app.error(app_errors.ApiKeyRotationRequired("rotate"))  # no deadline in the body
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        response = refuse(request)
+        response.headers.update(headers)
+        return response
+
+    app.faults = [answer]
     with pytest.raises(ApiKeyRotationRequired) as info:
-        sale(Script(response))
+        sale(app)
     assert info.value.deadline == DEADLINE_DT
 
 
-def test_async_client_warns_and_maps_errors_the_same_way() -> None:
-    script = Script(
-        ok({"test_mode": True}, [ROTATION_WARNING], **ROTATION_HEADERS),
-        err(404, "program_not_found"),
-    )
+def test_async_client_warns_and_maps_errors_the_same_way(world: World) -> None:
+    flag_rotation(world)
+    app = RealApp(world)
 
     async def run() -> TrackResult:
-        tally = async_client(script, retries=0)
+        tally = real_async_client(app, retries=0)
         result = await tally.track_test_sale()
-        with pytest.raises(NotFoundError):
-            await tally.track_test_sale()
+        with pytest.raises(DuplicateError):
+            for _ in range(2):
+                await tally.track_sale(customer_external_id="u", amount=5, invoice_id="in_async")
         return result
 
     with pytest.warns(ApiKeyRotationWarning) as record:
@@ -201,6 +247,7 @@ def test_async_client_warns_and_maps_errors_the_same_way() -> None:
     assert record[0].filename == __file__
 
 
-def test_sunset_alone_is_not_a_rotation_flag() -> None:
-    result = sale(Script(ok({}, None, Sunset="Tue, 01 Dec 2026 00:00:00 GMT")))
+def test_sunset_alone_is_not_a_rotation_flag(world: World) -> None:
+    sunset = rotation_headers(world)["Sunset"]
+    result = sale(Script(ok({}, None, Sunset=sunset)))
     assert (result.rotation_deadline, result.rotation_flagged) == (None, False)
