@@ -21,6 +21,7 @@ from sdk import (
     DuplicateError,
     RetryPolicy,
     Tally,
+    TallyAPIError,
     ValidationError,
 )
 from sdk.renewals import handle_invoice_paid, handle_invoice_paid_async
@@ -180,7 +181,7 @@ def test_async_happy_path_and_typed_errors(world: World) -> None:
         ):
             try:
                 outcomes.append(await call)
-            except Exception as exc:  # collected and asserted below
+            except TallyAPIError as exc:  # collected and asserted below
                 outcomes.append(exc)
         return outcomes
 
