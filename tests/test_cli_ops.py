@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import OP, OPERATOR_TOKEN, ROOT, LiveServer
 
@@ -106,3 +107,69 @@ def test_reconcile_explain_backfill_report(live_server: LiveServer, tmp_path: Pa
         home, "report", "finance", "--program", pid, "--period", "11-2026", "--format", "csv", "-o", str(out)
     )
     assert r.returncode != 0 and "validation_error" in r.stderr
+
+
+def test_backfill_apply(live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tally backfill --apply` prints the diff it applied, and the sale is attributed after it;
+    a second --apply changes nothing."""
+    monkeypatch.setenv("COLUMNS", "160")  # the tables' rows on one line each
+    url = live_server.url
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "o@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+        owner = {"Authorization": f"Bearer {acct['token']}"}
+        pid = c.post(
+            "/api/v1/programs",
+            json={"workspace_id": acct["workspace_id"], "name": "P", "commission_bps": 2500},
+            headers=owner,
+        ).json()["data"]["program_id"]
+        key = {
+            "Authorization": "Bearer "
+            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
+        }
+        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
+        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
+            "data"
+        ]["click_id"]
+        # sold to a customer no lead names: unattributed until a fix is backfilled
+        body = {"transaction_id": "in_fixme", "customer_external_id": "u_unknown", "amount": 4000}
+        sale = c.post("/api/v1/track/sale", json={**body, "occurred_at": "2026-10-15T23:59:59Z"}, headers=key)
+        assert sale.status_code == 200, sale.text
+        r = c.post(
+            f"/api/v1/programs/{pid}/metadata-fixes",
+            json={"fixes": [{"transaction_id": "in_fixme", "svc_click_id": click}]},
+            headers=owner,
+        )
+        assert r.status_code == 201, r.text
+    home = tmp_path / "cfg"
+    assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
+
+    def sales() -> list[tuple[str, str | None, int]]:
+        rows = httpx.get(f"{url}/api/v1/programs/{pid}/sales", headers=owner, timeout=30).json()["data"]
+        return [(s["transaction_id"], s["partner_code"], s["commission"]) for s in rows]
+
+    assert tally(home, "reconcile", operator=True).returncode == 0
+    assert sales() == [("in_fixme", None, 0)]
+
+    backfill = ("backfill", "--program", pid, "--from", "2026-10-15", "--to", "2026-10-15")
+    r = tally(home, *backfill)
+    assert r.returncode == 0, r.stderr
+    assert "1 sale(s) would change" in r.stdout and "dry run: nothing changed" in r.stdout
+    assert sales() == [("in_fixme", None, 0)]
+
+    r = tally(home, *backfill, "--apply")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "applied changes" in r.stdout and "dry run" not in r.stdout
+    [changed] = [line for line in lines if "in_fixme" in line]
+    assert "2026-10-15" in changed and "- -> alice" in changed and "0 usd -> 1000 usd" in changed
+    [total] = [line for line in lines if "alice" in line and "+1000" in line]
+    assert "usd" in total
+    assert f"applied by {acct['account_id']}" in r.stdout
+    assert sales() == [("in_fixme", "alice", 1_000)]
+
+    r = tally(home, *backfill, "--apply")
+    assert r.returncode == 0, r.stderr
+    assert "in_fixme" not in r.stdout and "applied by" in r.stdout
+    assert sales() == [("in_fixme", "alice", 1_000)]
