@@ -2,13 +2,16 @@
 
 Small id pools make collisions likely: the same customer across programs, sessions and invoices
 that share ids, self-hosted sales reusing connect ids, refunds of known and unknown sales.
+Values reach the edges ingest lets through: currencies with zero, two and three decimals,
+amounts up to 10^12 minor units, times at any second (month ends, leap days, year ends), three
+programs and four partners.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -16,26 +19,50 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ingest.stripe import extract
+from tests.hypothesis_profiles import examples
 from tests.reconcile import builders as b
 
 
-def profile(examples: int) -> settings:
-    """Hypothesis settings of the stream tests: `examples` cases, the same ones every run, no
-    deadline (a case reconciles a whole log), large streams allowed."""
+def profile(default: int, ci: int | None = None) -> settings:
+    """Hypothesis settings of the stream tests: `default` cases (`ci` under TALLY_HYPOTHESIS=ci,
+    tests/hypothesis_profiles.py), no deadline (a case reconciles a whole log), large streams
+    allowed; derandomised and the rest as the loaded profile says."""
     return settings(
-        max_examples=examples,
-        derandomize=True,
+        max_examples=examples(default, ci),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
 
-PROGRAMS = ("prog_a", "prog_b")
-PARTNERS = ("p1", "p2", "p3")
-PARTNER_EMAILS = {"p1": "u1@x.com", "p2": "p2@x.com", "p3": None}
+PROGRAMS = ("prog_a", "prog_b", "prog_c")
+PARTNERS = ("p1", "p2", "p3", "p4")
+PARTNER_EMAILS = {"p1": "u1@x.com", "p2": "p2@x.com", "p3": None, "p4": "u3@x.com"}
 CLICKS = tuple(f"clk_{i}" for i in range(1, 6))
 CUSTOMERS = (1, 2, 3, 4)
-AMOUNTS = (0, 1, 2, 5, 6, 10, 15, 999, 1000, 1001, 2500, 10_000, 33_333)
+MAX_AMOUNT = 10**12  # ingest/bounds.py: amounts 1..10^12 minor units
+AMOUNTS = (0, 1, 2, 5, 6, 10, 15, 999, 1000, 1001, 2500, 10_000, 33_333, 999_999_999_999, MAX_AMOUNT)
+# Zero-decimal (jpy, krw), two-decimal and three-decimal (bhd, kwd) currencies: amounts are minor
+# units whatever the currency, so none may be rounded as if it had two decimals.
+CURRENCIES = ("usd", "usd", "eur", "jpy", "krw", "bhd", "kwd")
+# Instants at the edges of days, months and years, leap days included.
+EDGES = tuple(
+    datetime(*parts, tzinfo=UTC)
+    for parts in (
+        (2026, 1, 31, 23, 59, 59),
+        (2026, 2, 1, 0, 0, 0),
+        (2026, 2, 28, 23, 59, 59),
+        (2026, 3, 1, 0, 0, 0),
+        (2026, 3, 31, 23, 59, 59),
+        (2026, 4, 30, 0, 0, 1),
+        (2026, 12, 31, 23, 59, 59),
+        (2027, 1, 1, 0, 0, 0),
+        (2028, 1, 31, 12, 0, 0),
+        (2028, 2, 29, 0, 0, 0),
+        (2028, 2, 29, 23, 59, 59),
+        (2028, 3, 1, 0, 0, 0),
+        (2029, 2, 28, 23, 59, 59),
+    )
+)
 ENGINEER = ("metadata_fix", "backfill", "period_close")
 SESSION_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 
@@ -63,7 +90,26 @@ def _maybe(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> Any:
 
 
 def _time(draw: st.DrawFn) -> datetime:
+    """Mostly coarse times near T0 (so that ties and shared months are likely), else any second
+    of those 100 days, or an edge of a month or year (leap days included)."""
+    shape = draw(st.integers(0, 3))
+    if shape == 2:
+        return b.at(hours=draw(st.integers(0, 100 * 86_400)) / 3600)
+    if shape == 3:
+        return draw(st.sampled_from(EDGES))
     return b.at(days=draw(st.integers(0, 100)), hours=draw(st.sampled_from((0, 12))))
+
+
+def _amount(draw: st.DrawFn, *, zero: bool = True) -> int:
+    """An amount of the small pool (ties and round numbers), else any up to 10^12."""
+    pool = AMOUNTS if zero else AMOUNTS[1:]
+    if draw(st.integers(0, 3)) == 3:
+        return draw(st.integers(1, MAX_AMOUNT))
+    return draw(st.sampled_from(pool))
+
+
+def _currency(draw: st.DrawFn) -> str:
+    return draw(st.sampled_from(CURRENCIES))
 
 
 def _email(draw: st.DrawFn, customer: int) -> str:
@@ -110,8 +156,9 @@ def _session(draw: st.DrawFn, n: int, program: str) -> Row:
     return b.session(
         f"evt_{n}",
         f"cs_{k}",
-        draw(st.sampled_from(AMOUNTS)),
+        _amount(draw),
         mode=mode,
+        currency=_currency(draw),
         event_type=draw(st.sampled_from(SESSION_TYPES)),
         program_id=program,
         occurred_at=_time(draw),
@@ -133,7 +180,8 @@ def _invoice(draw: st.DrawFn, n: int, program: str) -> Row:
     return b.invoice(
         f"evt_{n}",
         f"in_{k}",
-        draw(st.sampled_from(AMOUNTS)),
+        _amount(draw),
+        currency=_currency(draw),
         billing_reason=draw(
             st.sampled_from(("subscription_create", "subscription_cycle", "subscription_cycle", "manual"))
         ),
@@ -166,8 +214,8 @@ def _invoice_delivery(draw: st.DrawFn, n: int, program: str) -> Row:
     invoice: dict[str, Any] = {
         "id": f"in_{k}",
         "object": "invoice",
-        "amount_paid": draw(st.sampled_from(AMOUNTS)),
-        "currency": "usd",
+        "amount_paid": _amount(draw),
+        "currency": _currency(draw),
         "billing_reason": draw(st.sampled_from(("subscription_create", "subscription_cycle"))),
         "status_transitions": {"paid_at": int(paid.timestamp())},
         "customer": f"cus_{customer}",
@@ -198,7 +246,8 @@ def _track_sale(draw: st.DrawFn, n: int, program: str) -> Row:
     return b.track_sale(
         f"sale_{n}",
         tx,
-        None if test and draw(st.booleans()) else draw(st.sampled_from(AMOUNTS[1:])),
+        None if test and draw(st.booleans()) else _amount(draw, zero=False),
+        currency=_currency(draw),
         program_id=program,
         occurred_at=_time(draw),
         test_mode=test,
@@ -230,7 +279,7 @@ def _refund(draw: st.DrawFn, n: int, program: str) -> Row:
         return b.track_refund(
             f"re_{n}",
             tx,
-            draw(st.sampled_from(AMOUNTS[1:])),
+            _amount(draw, zero=False),
             program_id=program,
             occurred_at=_time(draw),
         )
@@ -238,7 +287,8 @@ def _refund(draw: st.DrawFn, n: int, program: str) -> Row:
     return b.charge_refunded(
         f"evt_{n}",
         f"ch_{k}",
-        draw(st.sampled_from(AMOUNTS)),
+        _amount(draw),
+        currency=_currency(draw),
         program_id=program,
         occurred_at=_time(draw),
         invoice_id=_maybe(draw, st.just(f"in_{k}")),
@@ -266,15 +316,22 @@ def _fix(draw: st.DrawFn, n: int, program: str) -> Row:
 
 
 def _backfill(draw: st.DrawFn, n: int, program: str) -> Row:
-    start = b.at(days=draw(st.integers(-10, 60))).date()
-    end = start + timedelta(days=draw(st.integers(20, 120)))
+    """A range near T0, or one that starts or ends on the day of an edge instant (both bounds
+    inclusive: a sale at 23:59:59 on the last day is covered)."""
+    if draw(st.booleans()):
+        start = b.at(days=draw(st.integers(-10, 60))).date()
+        end = start + timedelta(days=draw(st.integers(20, 120)))
+    else:
+        edge = draw(st.sampled_from(EDGES)).date()
+        before, after = draw(st.sampled_from(((0, 0), (0, 40), (40, 0), (400, 0), (800, 800))))
+        start, end = edge - timedelta(days=before), edge + timedelta(days=after)
     return b.backfill(
         f"bf_{n}", start.isoformat(), end.isoformat(), program_id=program, occurred_at=_time(draw)
     )
 
 
 def _close(draw: st.DrawFn, n: int, program: str) -> Row:
-    period = draw(st.sampled_from(("2026-01", "2026-02", "2026-03", "2026-04")))
+    period = draw(st.sampled_from(("2026-01", "2026-02", "2026-03", "2026-04", "2026-12", "2028-02")))
     return b.period_close(f"close_{n}", period, program_id=program, occurred_at=_time(draw))
 
 
@@ -282,7 +339,8 @@ def _unroutable(draw: st.DrawFn, n: int) -> Row:
     return b.invoice(
         f"evt_{n}",
         f"in_u{n}",
-        draw(st.sampled_from(AMOUNTS)),
+        _amount(draw),
+        currency=_currency(draw),
         program_id=None,
         outcome="unroutable",
         occurred_at=_time(draw),
@@ -346,11 +404,11 @@ def _programs(draw: st.DrawFn) -> pl.DataFrame:
             {
                 "program_id": program,
                 "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
-                "commission_bps": draw(st.sampled_from((0, 2500, 3000, 3333, 5000))),
-                "commission_flat": draw(st.sampled_from((0, 150, 999))),
-                "recurring_months": draw(st.sampled_from((None, 0, 1, 2, 12))),
-                "platform_fee_bps": draw(st.sampled_from((0, 500, 1250))),
-                "holding_days": draw(st.sampled_from((0, 7, 30))),
+                "commission_bps": draw(st.sampled_from((0, 2500, 3000, 3333, 5000, 1, 9_999, 10_000))),
+                "commission_flat": draw(st.sampled_from((0, 150, 999, MAX_AMOUNT))),
+                "recurring_months": draw(st.sampled_from((None, 0, 1, 2, 12, 13, 1200))),
+                "platform_fee_bps": draw(st.sampled_from((0, 500, 1250, 10_000))),
+                "holding_days": draw(st.sampled_from((0, 7, 30, 3650))),
                 "requires_server_side_leads": False,
                 "stripe_account_id": "acct_1",
             }
@@ -363,4 +421,7 @@ def _partners() -> pl.DataFrame:
 
 
 def _now(draw: st.DrawFn) -> datetime:
+    """Before, inside or after the stream's times (a few edge instants fall years later)."""
+    if draw(st.integers(0, 4)) == 4:
+        return draw(st.sampled_from((EDGES[9], EDGES[10], datetime(2040, 1, 1, tzinfo=UTC))))
     return b.at(days=draw(st.sampled_from((0, 20, 45, 200))))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -19,7 +19,7 @@ from reconcile.pipeline import reconcile
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
-from tests.reconcile.streams import Stream, streams
+from tests.reconcile.streams import Stream, profile, streams
 from tests.reconcile.test_job import (
     NOW,
     ORDERS,
@@ -66,7 +66,7 @@ def assert_matches_pipeline(con: duckdb.DuckDBPyConnection, stream: Stream, upto
         assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
 
 
-@settings(max_examples=12, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@profile(8, ci=120)
 @given(stream=streams(max_events=30), cuts=st.lists(st.integers(0, 30), max_size=3))
 def test_full_runs_through_the_mirror_give_the_pipeline_tables(stream: Stream, cuts: list[int]) -> None:
     """The log arrives in parts with a full run after each (so later runs read segments written

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reconcile.pipeline import reconcile
@@ -39,7 +39,7 @@ def test_any_arrival_order_gives_identical_output(stream: Stream, data: st.DataO
     assert_results_equal(first, second)
 
 
-@settings(max_examples=10, derandomize=True, deadline=None)
+@profile(10)
 @given(stream=streams())
 def test_running_twice_gives_identical_output(stream: Stream) -> None:
     raw = stream.frame()
