@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from ingest.records import ProgramSettings
 from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
-from reconcile import explain, job, pipeline
-from reconcile.pipeline import reconcile
+from reconcile import explain, job, mirror, pipeline
+from reconcile.pipeline import Result
 from reconcile.schema import PROGRAM_DEFAULTS, UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
-from tests.reconcile.streams import Stream, streams
+from tests.reconcile.compare import checked
+from tests.reconcile.streams import Stream, profile, streams
 
 ORDERS = {
     "sales": pipeline.SALES_ORDER,
@@ -67,6 +71,32 @@ def stream_database(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
             "INSERT INTO partners VALUES (?, ?, ?, 'n', ?, ?)",
             [partner["program_id"], partner["code"], f"ptr_{i}", partner["email"], b.T0],
         )
+
+
+@contextmanager
+def stream_file(stream: Stream, segment_rows: int = 3) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A fresh DuckDB file in a folder of its own (its mirror folder beside it) holding the
+    control plane of `stream`; the mirror cuts segments of `segment_rows` rows from 2 pending
+    rows on, so that a small log makes several (for a hypothesis example, where function-scoped
+    fixtures would be shared between examples)."""
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mirror, "MIN_ROWS", 2)
+        patch.setattr(mirror, "SEGMENT_ROWS", segment_rows)
+        connection = duckdb.connect(str(Path(folder) / "tally.duckdb"))
+        try:
+            stream_database(connection, stream)
+            yield connection
+        finally:
+            connection.close()
+
+
+def mirrored_rows(con: duckdb.DuckDBPyConnection) -> int:
+    """How many raw rows the mirror's registered segments hold."""
+    names = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if "rc_mirror" not in names:
+        return 0
+    ((rows,),) = con.execute("SELECT coalesce(sum(rows), 0) FROM rc_mirror").fetchall()
+    return int(rows)
 
 
 @pytest.fixture
@@ -187,27 +217,33 @@ def _materialised(con: duckdb.DuckDBPyConnection, name: str, schema: dict[str, p
     )
 
 
-@settings(max_examples=15, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stream=streams(max_events=30))
-def test_job_materialises_exactly_what_the_pure_pipeline_computes(stream: Stream) -> None:
-    """Chunked by program, reading only the columns each kind needs, the job must give the very
-    tables `reconcile` gives on the whole log (chunks of one program's size force many chunks)."""
-    raw = stream.frame()
-    with duckdb.connect() as con:
-        stream_database(con, stream)
+def assert_materialised(con: duckdb.DuckDBPyConnection, expected: Result) -> None:
+    """The rc_* tables (and the rc_explain view) hold exactly `expected` (sorted)."""
+    for table, (attribute, schema) in {
+        **job.TABLES,
+        "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA),
+    }.items():
+        got = _materialised(con, table, schema).sort(ORDERS[attribute], nulls_last=True)
+        assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
+    steps = con.sql("SELECT * FROM rc_explain").pl().sort("program_id", "sale_id", "step")
+    assert_frame_equal(steps, expected.explain, check_dtypes=False)
+
+
+@profile(12, ci=150)
+@given(stream=streams(max_events=30), segment_rows=st.sampled_from((3, 7)))
+def test_job_materialises_exactly_what_the_reference_computes(stream: Stream, segment_rows: int) -> None:
+    """On a database file, reading the log through the Parquet mirror (segments of a few rows,
+    so several) and chunked one program a chunk, reading only the columns each kind needs, the
+    job must give the very tables the pure pipeline gives on the whole log, which must be the
+    reference's (tests/reconcile/reference.py)."""
+    expected = checked(stream.frame(), stream.programs, stream.partners, stream.now)
+    with stream_file(stream, segment_rows) as con:
         append(con, stream.rows)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(job, "CHUNK_EVENTS", 1)
             job.run(con, stream.now)
-        expected = reconcile(raw, stream.programs, stream.partners, stream.now).sorted()
-        for table, (attribute, schema) in {
-            **job.TABLES,
-            "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA),
-        }.items():
-            got = _materialised(con, table, schema).sort(ORDERS[attribute], nulls_last=True)
-            assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
-        steps = con.sql("SELECT * FROM rc_explain").pl().sort("program_id", "sale_id", "step")
-        assert_frame_equal(steps, expected.explain, check_dtypes=False)
+        assert mirrored_rows(con) == (len(stream.rows) if len(stream.rows) >= mirror.MIN_ROWS else 0)
+        assert_materialised(con, expected)
 
 
 def test_an_explain_table_of_an_older_run_becomes_the_view(con: duckdb.DuckDBPyConnection) -> None:
