@@ -1,6 +1,7 @@
-"""Transports for the SDK tests: `RealApp` puts the in-process tally behind an httpx transport
-(its own answers, plus scripted faults built by its own error map); `Script` answers from a list,
-for the client-side behaviour no server shows (and requests that must not be sent)."""
+"""The SDK tests' transport: `RealApp` puts the in-process tally behind an httpx transport. It
+answers with the app's own responses; the faults a test scripts are built from the app too (its
+error map, its real answer altered or lost on the way back), and only what no tally answers (a
+proxy's page, a network failure) is written by hand."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from ingest.errors import TallyError
 from sdk import AsyncTally, RetryPolicy, Tally
 from tests.conftest import World
 from tests.stripe_fixtures import load_event, with_metadata
+
+Answer = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
+
 
 BASE_URL = "http://tally.test"
 API_KEY = "aff_test0123456789abcdefghijklmnopqrstuv"
@@ -54,6 +58,14 @@ class Sleeps(list[float]):
         self.append(seconds)
 
 
+class Refusal(TallyError):
+    """An error of any code and status, for the app's error map to answer."""
+
+    def __init__(self, code: str, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.code, self.status = code, status  # type: ignore[misc]
+
+
 def ok(data: Any, warnings: list[Any] | None = None, **headers: str) -> httpx.Response:
     body: dict[str, Any] = {"data": data}
     if warnings is not None:
@@ -75,11 +87,13 @@ APP_URL = "http://testserver"  # the in-process app's base URL (doc_url and Link
 class RealApp:
     """A MockTransport handler in front of the real app of `world` (its TestClient's lifespan runs):
     records each request and answers it with the app's own response, unless a scripted fault is
-    due (in order): an exception (the network failed), a response, or a callable of the request."""
+    due (in order): an exception (the network failed), a response, or a callable of the request.
+    `mount` is the path a reverse proxy serves the app under (stripped before the app sees it)."""
 
-    def __init__(self, world: World, *faults: Answer) -> None:
+    def __init__(self, world: World, *faults: Answer, mount: str = "") -> None:
         self.world = world
         self.faults = list(faults)
+        self.mount = mount
         self.requests: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -95,19 +109,35 @@ class RealApp:
 
     def forward(self, request: httpx.Request) -> httpx.Response:
         """The app's answer to `request`, as an httpx response."""
+        path = request.url.raw_path.decode()
+        assert path.startswith(self.mount), f"{path} is not under {self.mount}"
         answer = self.world.client.request(
-            request.method, request.url.raw_path.decode(), content=request.content, headers=request.headers
+            request.method, path.removeprefix(self.mount), content=request.content, headers=request.headers
         )
         return httpx.Response(
             answer.status_code, headers=answer.headers.multi_items(), content=answer.content
         )
 
-    def lost(self, exc: Exception) -> Callable[[httpx.Request], httpx.Response]:
-        """A fault: the app processes the request, then the answer is lost on the way back."""
+    def lost(self, instead: Exception | httpx.Response) -> Callable[[httpx.Request], httpx.Response]:
+        """A fault: the app processes the request, then its answer is lost on the way back: the
+        client sees `instead` (a network error raised, or a proxy's page such as `proxy(504)`)."""
 
         def answer(request: httpx.Request) -> httpx.Response:
             self.forward(request)
-            raise exc
+            if isinstance(instead, Exception):
+                raise instead
+            return instead
+
+        return answer
+
+    def altered(
+        self, edit: Callable[[httpx.Response], httpx.Response]
+    ) -> Callable[[httpx.Request], httpx.Response]:
+        """A fault: the app's real answer to the request, changed by `edit` (a header added, a body
+        key dropped: `reshaped`), for what another tally version or a proxy could send."""
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            return edit(self.forward(request))
 
         return answer
 
@@ -135,6 +165,22 @@ class RealApp:
     @property
     def bodies(self) -> list[Any]:
         return [json.loads(r.content) for r in self.requests]
+
+
+def reshaped(response: httpx.Response, body: Any) -> httpx.Response:
+    """`response` (status and headers) with another JSON `body`."""
+    headers = [(k, v) for k, v in response.headers.multi_items() if k != "content-length"]
+    return httpx.Response(response.status_code, headers=headers, json=body)
+
+
+def outcomes(world: World) -> list[tuple[str, int, str, str]]:
+    """The program's tracking log, oldest first: (endpoint, status, outcome, request id) of each
+    request the app processed (faults built by `RealApp.error` never reach it)."""
+    r = world.client.get(f"/api/v1/programs/{world.program_id}/tracking-log", headers=world.owner)
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["next_before"] is None  # one page holds a test's few requests
+    entries = reversed(r.json()["data"]["entries"])
+    return [(e["endpoint"], e["status"], e["outcome"], e["request_id"]) for e in entries]
 
 
 def proxy(status: int) -> httpx.Response:
@@ -204,3 +250,18 @@ LEGACY_SALE = {
     "subscriptionId": "sub_JsuPyCPhXWfZar",
     "occurred_at": "2022-01-20T03:25:10Z",
 }
+
+
+def settled_lead(world: World, customer: str) -> str:
+    """A real click for the world's partner and a settled server-mode lead for `customer` carrying
+    it, so the customer's sales are attributed; returns the click id."""
+    r = world.client.post(
+        "/api/v1/track/click", json={"program_id": world.program_id, "partner_code": world.partner_code}
+    )
+    assert r.status_code == 201, r.text
+    click_id = str(r.json()["data"]["click_id"])
+    r = world.client.post(
+        "/api/v1/track/lead", json={"customer_external_id": customer, "click_id": click_id}, headers=world.key
+    )
+    assert r.status_code == 200, r.text
+    return click_id

@@ -1,12 +1,19 @@
-"""sdk retries: only safe failures, bounded, with backoff; counted by a scripted transport."""
+"""sdk retries: only safe failures, bounded, with backoff; against the real app (`RealApp`).
+
+Refusals that retries must not repeat are the app's real answers; 503 and 429 are built by the
+app's own error map (without running the request, as the app does when it refuses at the door);
+502/504 are a proxy's page, and network failures are raised before the request reaches the app or
+after the app processed it (`lost`). The app's tracking log shows what it really processed."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
 
+from ingest.errors import DatabaseUnavailable, RateLimited, TallyError
 from sdk import (
     AuthenticationError,
     ConnectionFailed,
@@ -15,73 +22,126 @@ from sdk import (
     RetryPolicy,
     ServerError,
     Tally,
+    TallyAPIError,
     TrackResult,
     ValidationError,
 )
-from tests.sdk.helpers import Script, Sleeps, async_client, client, err, ok
+from tests.conftest import World
+from tests.sdk.helpers import (
+    APP_URL,
+    Answer,
+    RealApp,
+    Refusal,
+    Sleeps,
+    outcomes,
+    proxy,
+    real_async_client,
+    real_client,
+)
+
+SALE = ("track/sale", 200, "accepted")
+DUPLICATE = ("track/sale", 409, "duplicate_transaction")
 
 
 def track(tally: Tally) -> TrackResult:
     return tally.track_sale(customer_external_id="user_42", amount=100, invoice_id="in_1")
 
 
-def status(code: int) -> httpx.Response:
-    return httpx.Response(code, json={"error": {"code": f"http_{code}", "message": "x"}})
+def down() -> DatabaseUnavailable:
+    return DatabaseUnavailable("the database cannot be written; nothing was acknowledged")
 
 
-@pytest.mark.parametrize("code", [429, 502, 503, 504])
-def test_retryable_statuses_are_retried_then_succeed(code: int) -> None:
-    script, sleeps = Script(status(code), ok({"sale_id": "s"})), Sleeps()
-    result = track(client(script, sleeps))
-    assert len(script.requests) == 2
-    assert result.attempts == 2
-    assert sleeps == [0.5]
-    # The same request (and request id) is sent again.
-    assert script.requests[0].headers["x-request-id"] == script.requests[1].headers["x-request-id"]
-    assert script.bodies[0] == script.bodies[1]
+def processed(world: World) -> list[tuple[str, int, str]]:
+    """What the app processed, without request ids."""
+    return [entry[:3] for entry in outcomes(world)]
 
 
 @pytest.mark.parametrize(
-    ("response", "cls"),
+    ("code", "sleep"),
+    [(429, 1.0), (502, 0.5), (503, 0.5), (504, 0.5)],  # the app's 429 always says Retry-After
+)
+def test_retryable_statuses_are_retried_then_succeed(world: World, code: int, sleep: float) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    refusals: dict[int, Answer] = {
+        429: app.error(RateLimited("too many requests", retry_after=1)),
+        503: app.error(down()),
+    }
+    app.faults = [refusals.get(code) or proxy(code)]
+    result = track(real_client(app, sleeps))
+    assert len(app.requests) == 2
+    assert (result.attempts, result.status, result.data["transaction_id"]) == (2, 200, "in_1")
+    assert sleeps == [sleep]
+    # The same request (and request id) is sent again; the app echoes it and records the sale once.
+    assert app.requests[0].headers["x-request-id"] == app.requests[1].headers["x-request-id"]
+    assert app.bodies[0] == app.bodies[1]
+    assert result.request_id == app.requests[0].headers["x-request-id"]
+    assert outcomes(world) == [(*SALE, result.request_id)]
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
     [
-        (status(500), ServerError),
-        (status(501), ServerError),
-        (err(401, "invalid_api_key"), AuthenticationError),
-        (err(422, "validation_error"), ValidationError),
-        (err(409, "duplicate_transaction"), DuplicateError),
+        (TallyError("internal error; request req_1 identifies it in the logs"), 500),
+        (Refusal("not_implemented", 501, "no"), 501),
     ],
 )
-def test_other_failures_are_not_retried(response: httpx.Response, cls: type[Exception]) -> None:
-    script, sleeps = Script(response, ok({})), Sleeps()
-    with pytest.raises(cls):
-        track(client(script, sleeps))
-    assert (len(script.requests), sleeps) == (1, [])
-
-
-def test_retries_are_bounded_with_exponential_backoff() -> None:
-    script, sleeps = Script(status(503)), Sleeps()
+def test_other_server_errors_are_not_retried(world: World, error: TallyError, status: int) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [app.error(error)]
     with pytest.raises(ServerError) as info:
-        track(client(script, sleeps, retries=4))
-    assert len(script.requests) == 5
+        track(real_client(app, sleeps))
+    assert (len(app.requests), sleeps, info.value.status) == (1, [], status)
+
+
+WRONG_KEY = "aff_" + "x" * 40
+
+
+@pytest.mark.parametrize(
+    ("client_args", "sale_args", "cls"),
+    [
+        ({"api_key": WRONG_KEY}, {}, AuthenticationError),
+        ({}, {"currency": "dollars"}, ValidationError),
+        ({}, {"invoice_id": "in_recorded"}, DuplicateError),
+    ],
+    ids=["invalid_api_key", "validation_error", "duplicate_transaction"],
+)
+def test_real_refusals_are_not_retried(
+    world: World, client_args: dict[str, Any], sale_args: dict[str, Any], cls: type[TallyAPIError]
+) -> None:
+    assert world.sale(transaction_id="in_recorded").status_code == 200
+    app, sleeps = RealApp(world), Sleeps()
+    tally = real_client(app, sleeps, **client_args)
+    with pytest.raises(cls) as info:
+        tally.track_sale(**{"customer_external_id": "u", "amount": 100, "invoice_id": "in_1", **sale_args})
+    assert (len(app.requests), sleeps, info.value.after_retry) == (1, [], False)
+
+
+def test_retries_are_bounded_with_exponential_backoff(world: World) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [app.error(down())] * 5
+    with pytest.raises(ServerError) as info:
+        track(real_client(app, sleeps, retries=4))
+    assert len(app.requests) == 5
     assert sleeps == [0.5, 1.0, 2.0, 4.0]
-    assert info.value.status == 503
+    assert (info.value.status, info.value.code) == (503, "database_unavailable")
+    assert processed(world) == []  # refused at the door: the sale can still be sent
+    assert track(real_client(app)).data["transaction_id"] == "in_1"
 
 
-def test_retry_after_is_honoured() -> None:
-    limited = err(429, "rate_limited")
-    limited.headers["Retry-After"] = "3"
-    script, sleeps = Script(limited, ok({})), Sleeps()
-    track(client(script, sleeps))
+def test_retry_after_is_honoured(world: World) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [app.error(RateLimited("too many requests", retry_after=3))]
+    track(real_client(app, sleeps))
     assert sleeps == [3.0]
+    assert processed(world) == [SALE]
 
 
-def test_rate_limit_exhausted_raises_with_retry_after() -> None:
-    limited = err(429, "rate_limited")
-    limited.headers["Retry-After"] = "1"
-    script, sleeps = Script(limited), Sleeps()
+def test_rate_limit_exhausted_raises_with_retry_after(world: World) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [app.error(RateLimited("too many requests", retry_after=1))] * 2
     with pytest.raises(RateLimitError) as info:
-        track(client(script, sleeps, retries=1))
-    assert (len(script.requests), sleeps, info.value.retry_after) == (2, [1.0], 1.0)
+        track(real_client(app, sleeps, retries=1))
+    assert (len(app.requests), sleeps, info.value.retry_after) == (2, [1.0], 1.0)
 
 
 @pytest.mark.parametrize(
@@ -94,69 +154,103 @@ def test_rate_limit_exhausted_raises_with_retry_after() -> None:
         httpx.RemoteProtocolError("server hung up"),
     ],
 )
-def test_transport_errors_are_retried_for_sales(exc: Exception) -> None:
-    script = Script(exc, ok({"sale_id": "s"}))
-    assert track(client(script)).data == {"sale_id": "s"}
-    assert len(script.requests) == 2
+def test_transport_errors_are_retried_for_sales(world: World, exc: Exception) -> None:
+    app = RealApp(world, exc)  # the first attempt does not reach the app
+    result = track(real_client(app))
+    assert (result.attempts, result.data["transaction_id"]) == (2, "in_1")
+    assert len(app.requests) == 2
+    assert processed(world) == [SALE]
 
 
-def test_transport_errors_exhausted_raise_connection_failed() -> None:
-    script, sleeps = Script(httpx.ConnectError("refused")), Sleeps()
+def test_transport_errors_exhausted_raise_connection_failed(world: World) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [httpx.ConnectError("refused")] * 3
     with pytest.raises(ConnectionFailed) as info:
-        track(client(script, sleeps, retries=2))
-    assert len(script.requests) == 3
+        track(real_client(app, sleeps, retries=2))
+    assert len(app.requests) == 3
     assert sleeps == [0.5, 1.0]
     assert isinstance(info.value.__cause__, httpx.ConnectError)
     assert (info.value.code, info.value.status) == ("connection_error", None)
 
 
 def test_configuration_transport_errors_are_not_retried() -> None:
-    script = Script(httpx.UnsupportedProtocol("ftp?"))
-    with pytest.raises(ConnectionFailed):
-        track(client(script))
-    assert len(script.requests) == 1
+    sleeps = Sleeps()  # httpx's own transport refuses the scheme; nothing is ever sent
+    tally = Tally(base_url="ftp://tally.test", api_key=WRONG_KEY, sleep=sleeps)
+    with pytest.raises(ConnectionFailed) as info:
+        track(tally)
+    assert isinstance(info.value.__cause__, httpx.UnsupportedProtocol)
+    assert sleeps == []
 
 
 @pytest.mark.parametrize(
     ("first", "after_retry"),
     [
-        (httpx.ReadTimeout("the first attempt may have landed"), True),
-        (status(502), True),
-        (httpx.ConnectError("never sent"), False),
-        (status(503), False),
+        ("lost_read_timeout", True),
+        ("lost_behind_502", True),
+        ("connect_error", False),
+        ("database_unavailable", False),
     ],
 )
 def test_duplicate_after_a_retry_says_whether_the_first_attempt_may_have_landed(
-    first: httpx.Response | Exception, after_retry: bool
+    world: World, first: str, after_retry: bool
 ) -> None:
-    script = Script(first, err(409, "duplicate_transaction"))
+    app = RealApp(world)
+    faults: dict[str, Answer] = {
+        "lost_read_timeout": app.lost(httpx.ReadTimeout("the answer never came back")),
+        "lost_behind_502": app.lost(proxy(502)),
+        "connect_error": httpx.ConnectError("never sent"),
+        "database_unavailable": app.error(down()),
+    }
+    if not after_retry:  # the sale came in before, by another call: not this call's first attempt
+        assert world.sale(transaction_id="in_1").status_code == 200
+    app.faults = [faults[first]]
     with pytest.raises(DuplicateError) as info:
-        track(client(script))
+        track(real_client(app))
     assert info.value.after_retry is after_retry
-    assert len(script.requests) == 2
+    assert len(app.requests) == 2
+    # Either way the app holds the sale once, and refused the retry as the duplicate it is.
+    rid = app.requests[0].headers["x-request-id"]
+    if after_retry:
+        assert outcomes(world) == [(*SALE, rid), (*DUPLICATE, rid)]
+    else:
+        assert processed(world) == [SALE, DUPLICATE]
 
 
 @pytest.mark.parametrize(
-    ("failure", "requests"),
+    ("failure", "requests", "cls"),
     [
-        (httpx.ReadTimeout("may have landed"), 1),
-        (httpx.RemoteProtocolError("may have landed"), 1),
-        (status(502), 1),
-        (status(504), 1),
-        (httpx.ConnectError("never sent"), 2),
-        (status(503), 2),
-        (status(429), 2),
+        ("lost_read_timeout", 1, ConnectionFailed),
+        ("lost_remote_protocol_error", 1, ConnectionFailed),
+        ("lost_behind_502", 1, ServerError),
+        ("lost_behind_504", 1, ServerError),
+        ("connect_error", 2, None),
+        ("database_unavailable", 2, None),
+        ("rate_limited", 2, None),
     ],
 )
 def test_test_sale_is_retried_only_when_surely_not_processed(
-    failure: httpx.Response | Exception, requests: int
+    world: World, failure: str, requests: int, cls: type[TallyAPIError] | None
 ) -> None:
-    script = Script(failure, ok({"test_mode": True}))
-    try:
-        client(script).track_test_sale()
-    except (ConnectionFailed, ServerError):
-        assert requests == 1
-    assert len(script.requests) == requests
+    app = RealApp(world)
+    faults: dict[str, Answer] = {
+        "lost_read_timeout": app.lost(httpx.ReadTimeout("may have landed")),
+        "lost_remote_protocol_error": app.lost(httpx.RemoteProtocolError("may have landed")),
+        "lost_behind_502": app.lost(proxy(502)),
+        "lost_behind_504": app.lost(proxy(504)),
+        "connect_error": httpx.ConnectError("never sent"),
+        "database_unavailable": app.error(down()),
+        "rate_limited": app.error(RateLimited("too many requests", retry_after=1)),
+    }
+    app.faults = [faults[failure]]
+    tally = real_client(app)
+    if cls is None:
+        assert tally.track_test_sale().data["test_mode"] is True
+    else:
+        with pytest.raises(cls) as info:
+            tally.track_test_sale()
+        assert info.value.after_retry is False
+    assert len(app.requests) == requests
+    assert processed(world) == [("track/sale", 200, "test_mode")]  # once, whichever way
 
 
 def test_retry_policy_delays() -> None:
@@ -168,12 +262,17 @@ def test_retry_policy_delays() -> None:
     assert RetryPolicy(max_retries=0).delay(1) is None
 
 
-def test_async_client_retries_the_same_way() -> None:
-    script, sleeps = Script(httpx.ConnectError("refused"), status(503), ok({"sale_id": "s"})), Sleeps()
+def test_async_client_retries_the_same_way(world: World) -> None:
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [httpx.ConnectError("refused"), app.error(down())]
 
     async def run() -> TrackResult:
-        tally = async_client(script, sleeps)
-        return await tally.track_sale(customer_external_id="u", amount=5, invoice_id="in_5")
+        async with real_async_client(app, sleeps) as tally:
+            return await tally.track_sale(customer_external_id="u", amount=5, invoice_id="in_5")
 
     result = asyncio.run(run())
-    assert (result.attempts, len(script.requests), sleeps) == (3, 3, [0.5, 1.0])
+    assert (result.attempts, len(app.requests), sleeps) == (3, 3, [0.5, 1.0])
+    assert result.data["transaction_id"] == "in_5"
+    assert {r.headers["x-request-id"] for r in app.requests} == {result.request_id}
+    assert [str(r.url) for r in app.requests] == [f"{APP_URL}/api/v1/track/sale"] * 3
+    assert processed(world) == [SALE]
