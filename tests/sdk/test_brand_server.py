@@ -1,4 +1,5 @@
-"""sdk/examples/brand_server.py: checkout params, signup lead and renewal webhook."""
+"""sdk/examples/brand_server.py: checkout params, signup lead and renewal webhook; the example's
+`AsyncTally` talks to the real app (`RealApp`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from sdk.examples.brand_server import checkout_session_params, create_app
-from tests.sdk.helpers import LEGACY_SALE, Script, async_client, legacy_cycle, ok
+from tests.conftest import World
+from tests.sdk.helpers import LEGACY_SALE, RealApp, legacy_cycle, real_async_client, settled_lead
 from tests.stripe_fixtures import load_event
 
 URLS = {"success_url": "https://brand.test/ok", "cancel_url": "https://brand.test/no"}
@@ -54,46 +56,56 @@ def test_missing_click_cookie_omits_the_click_id() -> None:
 
 
 @pytest.fixture
-def brand() -> tuple[TestClient, Script]:
-    script = Script(ok({"lead_id": "lead_1", "status": "settled"}))
-    app = create_app(async_client(script), program_id="prog_1")
-    return TestClient(app), script
+def brand(world: World) -> tuple[TestClient, RealApp]:
+    tally = RealApp(world)
+    return TestClient(create_app(real_async_client(tally), program_id=world.program_id)), tally
 
 
 @pytest.mark.parametrize("mode", ["payment", "subscription"])
-def test_checkout_route_reads_the_cookie(brand: tuple[TestClient, Script], mode: str) -> None:
-    http, script = brand
+def test_checkout_route_reads_the_cookie(brand: tuple[TestClient, RealApp], mode: str) -> None:
+    http, tally = brand
     headers = {"X-User-Id": "user_42", "Cookie": "svc_click_id=clk_1"}
     with http:
         response = http.post(f"/checkout/{mode}", headers=headers)
     assert response.status_code == 200
     params: dict[str, Any] = response.json()["session_params"]
     assert params["mode"] == mode
-    assert params["metadata"] == META
+    assert params["metadata"] == META | {"program_id": tally.world.program_id}
     assert ("subscription_data" in params) is (mode == "subscription")
-    assert script.requests == []  # checkout itself calls nobody; the processor is faked
+    assert tally.requests == []  # checkout itself calls nobody; the processor is faked
 
 
-def test_checkout_route_refusals(brand: tuple[TestClient, Script]) -> None:
+def test_checkout_route_refusals(brand: tuple[TestClient, RealApp]) -> None:
     http, _ = brand
     with http:
         assert http.post("/checkout/payment").status_code == 401
         assert http.post("/checkout/setup", headers={"X-User-Id": "u"}).status_code == 404
 
 
-def test_signup_reports_a_server_mode_lead(brand: tuple[TestClient, Script]) -> None:
-    http, script = brand
-    headers = {"X-User-Id": "user_42", "Cookie": "svc_click_id=clk_1"}
+def test_signup_reports_a_server_mode_lead(brand: tuple[TestClient, RealApp]) -> None:
+    http, tally = brand
+    r = tally.world.client.post(  # the visitor came through the partner's link: a real click
+        "/api/v1/track/click", json={"program_id": tally.world.program_id, "partner_code": "alice"}
+    )
+    click_id = r.json()["data"]["click_id"]
+    headers = {"X-User-Id": "user_42", "Cookie": f"svc_click_id={click_id}"}
     with http:
         response = http.post("/signup", headers=headers, json={"email": "a@example.com"})
-    assert response.json() == {"lead": {"lead_id": "lead_1", "status": "settled"}}
-    assert script.bodies == [
-        {"customer_external_id": "user_42", "email": "a@example.com", "click_id": "clk_1"}
+    lead = response.json()["lead"]
+    assert lead == {
+        "lead_id": lead["lead_id"],
+        "customer_external_id": "user_42",
+        "status": "settled",
+        "provisional": False,
+    }
+    assert tally.bodies == [
+        {"customer_external_id": "user_42", "email": "a@example.com", "click_id": click_id}
     ]
 
 
-def test_webhook_tracks_renewals_and_skips_the_rest(brand: tuple[TestClient, Script]) -> None:
-    http, script = brand
+def test_webhook_tracks_renewals_and_skips_the_rest(brand: tuple[TestClient, RealApp]) -> None:
+    http, tally = brand
+    settled_lead(tally.world, "user_42")
     first = legacy_cycle()
     first["data"]["object"]["billing_reason"] = "subscription_create"
     with http:
@@ -102,7 +114,10 @@ def test_webhook_tracks_renewals_and_skips_the_rest(brand: tuple[TestClient, Scr
         other = http.post(
             "/stripe/webhook", json=load_event("stripe-sync-engine__checkout_session_completed.json")
         ).json()
+        again = http.post("/stripe/webhook", json=legacy_cycle()).json()  # the processor retries
     assert (tracked["action"], tracked["code"]) == ("tracked", "tracked")
+    assert tracked["reason"] == f"renewal invoice {LEGACY_SALE['invoiceId']} tracked: 4900 usd"
     assert (skipped["action"], skipped["code"]) == ("skipped", "not_a_renewal")
     assert other == {"received": True, "action": "ignored"}
-    assert script.bodies == [LEGACY_SALE]
+    assert (again["action"], again["code"]) == ("skipped", "already_tracked")  # the app's real 409
+    assert tally.bodies == [LEGACY_SALE, LEGACY_SALE]

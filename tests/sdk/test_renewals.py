@@ -1,4 +1,5 @@
-"""sdk.renewals: SEED 6.3 decisions on real invoice payloads (both layouts)."""
+"""sdk.renewals: SEED 6.3 decisions on real invoice payloads (both layouts), tracked into the
+real app (`RealApp`); the skipped ones never reach it."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from sdk.renewals import (
     handle_invoice_paid_async,
     plan_renewal,
 )
-from tests.sdk.helpers import KEY, LEGACY_SALE, Script, async_client, client, err, legacy_cycle, ok
+from tests.conftest import World
+from tests.sdk.helpers import (
+    KEY,
+    LEGACY_SALE,
+    RealApp,
+    legacy_cycle,
+    real_async_client,
+    real_client,
+    settled_lead,
+)
 from tests.stripe_fixtures import TEMPLATE_NAME, load_event, with_metadata
-
-SALE = {"sale_id": "sale_1", "transaction_id": "x", "test_mode": False, "attributed": True}
 
 
 def new_cycle(amount: Any = 190) -> dict[str, Any]:
@@ -42,14 +50,24 @@ NEW_SALE = {
 
 
 @pytest.mark.parametrize(("make", "body"), [(legacy_cycle, LEGACY_SALE), (new_cycle, NEW_SALE)])
-def test_subscription_cycle_is_tracked(make: Any, body: dict[str, Any]) -> None:
-    script = Script(ok(SALE))
-    decision = handle_invoice_paid(make(), client(script))
+def test_subscription_cycle_is_tracked(world: World, make: Any, body: dict[str, Any]) -> None:
+    settled_lead(world, "user_42")
+    app = RealApp(world)
+    decision = handle_invoice_paid(make(), real_client(app))
     assert (decision.action, decision.code) == ("tracked", "tracked")
     assert decision.result is not None
-    assert decision.result.data == SALE
-    assert script.bodies == [body]
-    assert str(script.requests[0].url).endswith("/api/v1/track/sale")
+    assert decision.result.data == {
+        "sale_id": decision.result.data["sale_id"],
+        "transaction_id": body["invoiceId"],
+        "test_mode": False,
+        "attributed": True,
+        "partner_code": "alice",
+        "customer_external_id": "user_42",
+        "amount": body["amount"],
+        "currency": "usd",
+    }
+    assert app.bodies == [body]
+    assert str(app.requests[0].url).endswith("/api/v1/track/sale")
     assert decision.reason == (f"renewal invoice {body['invoiceId']} tracked: {body['amount']} usd")
 
 
@@ -58,26 +76,26 @@ def test_subscription_cycle_is_tracked(make: Any, body: dict[str, Any]) -> None:
     ["subscription_create", "subscription_update", "subscription_threshold", "manual", "upcoming", None],
 )
 @pytest.mark.parametrize("make", [legacy_cycle, new_cycle])
-def test_other_billing_reasons_are_skipped(reason: str | None, make: Any) -> None:
+def test_other_billing_reasons_are_skipped(world: World, reason: str | None, make: Any) -> None:
     event = make()
     event["data"]["object"]["billing_reason"] = reason
-    script = Script()
-    decision = handle_invoice_paid(event, client(script))
+    app = RealApp(world)
+    decision = handle_invoice_paid(event, real_client(app))
     assert (decision.action, decision.code, decision.result) == ("skipped", "not_a_renewal", None)
     shown = repr(reason) if reason else "missing"
     assert decision.reason.startswith(f"billing_reason is {shown}, not 'subscription_cycle'")
-    assert script.requests == []
+    assert app.requests == []
 
 
 @pytest.mark.parametrize("amount", [0, None, -100, 49.0, True, "4900"])
 @pytest.mark.parametrize("make", [legacy_cycle, new_cycle])
-def test_nothing_paid_is_skipped(amount: Any, make: Any) -> None:
+def test_nothing_paid_is_skipped(world: World, amount: Any, make: Any) -> None:
     event = make(amount)
-    script = Script()
-    decision = handle_invoice_paid(event, client(script))
+    app = RealApp(world)
+    decision = handle_invoice_paid(event, real_client(app))
     assert (decision.action, decision.code) == ("skipped", "nothing_paid")
     assert decision.reason.startswith(f"amount_paid is {amount!r}")
-    assert script.requests == []
+    assert app.requests == []
 
 
 def test_missing_amount_paid_key_is_skipped() -> None:
@@ -101,15 +119,15 @@ def test_only_invoice_paid_events() -> None:
     assert isinstance(plan_renewal({"type": "invoice.paid", "data": {}}), RenewalDecision)
 
 
-def test_missing_customer_key_is_skipped_with_a_hint() -> None:
+def test_missing_customer_key_is_skipped_with_a_hint(world: World) -> None:
     event = load_event("stripe-sync-engine__invoice_paid.json")
     event["data"]["object"]["amount_paid"] = 100
-    script = Script()
-    decision = handle_invoice_paid(event, client(script))
+    app = RealApp(world)
+    decision = handle_invoice_paid(event, real_client(app))
     assert (decision.action, decision.code) == ("skipped", "customer_key_missing")
     assert "subscription_data.metadata" in decision.reason
     assert "in_1KJqKBJDPojXS6LNJbvLUgEy" in decision.reason
-    assert script.requests == []
+    assert app.requests == []
 
 
 def test_new_metadata_path_wins_and_legacy_is_the_fallback() -> None:
@@ -143,21 +161,21 @@ def test_subscription_id_new_path_then_top_level(parent_sub: Any, top_sub: Any, 
     assert plan.kwargs.get("subscription_id") == expected
 
 
-def test_already_recorded_invoice_is_skipped_not_raised() -> None:
-    script = Script(err(409, "duplicate_transaction"))
-    decision = handle_invoice_paid(legacy_cycle(), client(script))
+def test_already_recorded_invoice_is_skipped_not_raised(world: World) -> None:
+    invoice = LEGACY_SALE["invoiceId"]
+    assert world.sale(transaction_id=invoice, customer_external_id="user_42").status_code == 200
+    app = RealApp(world)
+    decision = handle_invoice_paid(legacy_cycle(), real_client(app))
     assert (decision.action, decision.code) == ("skipped", "already_tracked")
-    assert decision.reason == (
-        "invoice in_1KJqKBJDPojXS6LNJbvLUgEy is already recorded (duplicate_transaction)"
-    )
-    assert len(script.requests) == 1
+    assert decision.reason == f"invoice {invoice} is already recorded (duplicate_transaction)"
+    assert len(app.requests) == 1
 
 
-def test_async_variant_shares_the_decisions() -> None:
-    script = Script(ok(SALE))
+def test_async_variant_shares_the_decisions(world: World) -> None:
+    app = RealApp(world)
 
     async def run() -> list[RenewalDecision]:
-        tally = async_client(script)
+        tally = real_async_client(app)
         skipped = new_cycle()
         skipped["data"]["object"]["billing_reason"] = "subscription_create"
         return [
@@ -167,4 +185,7 @@ def test_async_variant_shares_the_decisions() -> None:
 
     tracked, skipped = asyncio.run(run())
     assert (tracked.action, skipped.action, skipped.code) == ("tracked", "skipped", "not_a_renewal")
-    assert script.bodies == [NEW_SALE]
+    assert app.bodies == [NEW_SALE]
+    assert tracked.result is not None
+    assert tracked.result.data["transaction_id"] == NEW_SALE["invoiceId"]
+    assert [w["code"] for w in tracked.result.warnings] == ["customer_not_attributed"]  # no lead
