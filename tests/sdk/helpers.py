@@ -21,33 +21,6 @@ from tests.stripe_fixtures import load_event, with_metadata
 Answer = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
 
 
-BASE_URL = "http://tally.test"
-API_KEY = "aff_test0123456789abcdefghijklmnopqrstuv"
-
-Answer = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
-
-
-class Script:
-    """A MockTransport handler: answers in order (the last one repeats) and records requests."""
-
-    def __init__(self, *answers: Answer) -> None:
-        self.answers = list(answers) or [ok({})]
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        if isinstance(answer, httpx.Response):
-            return answer
-        return answer(request)
-
-    @property
-    def bodies(self) -> list[Any]:
-        return [json.loads(r.content) for r in self.requests]
-
-
 class Sleeps(list[float]):
     """Records the delays a client asked for instead of sleeping."""
 
@@ -64,20 +37,6 @@ class Refusal(TallyError):
     def __init__(self, code: str, status: int, message: str, **extra: Any) -> None:
         super().__init__(message, **extra)
         self.code, self.status = code, status  # type: ignore[misc]
-
-
-def ok(data: Any, warnings: list[Any] | None = None, **headers: str) -> httpx.Response:
-    body: dict[str, Any] = {"data": data}
-    if warnings is not None:
-        body["warnings"] = warnings
-    return httpx.Response(200, json=body, headers={"X-Request-Id": "req_1", **headers})
-
-
-def err(status: int, code: str, message: str = "refused", **extra: Any) -> httpx.Response:
-    error = {"code": code, "message": message, "doc_url": f"{BASE_URL}/docs/errors#{code}"}
-    error.update(extra)
-    headers = {"X-Request-Id": "req_err"}
-    return httpx.Response(status, json={"error": error}, headers=headers)
 
 
 # -- the real app behind an httpx transport -------------------------------------------------------
@@ -203,27 +162,6 @@ def real_async_client(app: RealApp, sleeps: Sleeps | None = None, retries: int =
         base_url=APP_URL,
         api_key=app.world.api_key,
         transport=httpx.MockTransport(app),
-        retry=RetryPolicy(max_retries=retries),
-        sleep=(sleeps if sleeps is not None else Sleeps()).asleep,
-    )
-
-
-# -- scripted answers ---------------------------------------------------------------------------------
-def client(script: Script, sleeps: Sleeps | None = None, retries: int = 2) -> Tally:
-    return Tally(
-        base_url=BASE_URL,
-        api_key=API_KEY,
-        transport=httpx.MockTransport(script),
-        retry=RetryPolicy(max_retries=retries),
-        sleep=sleeps if sleeps is not None else Sleeps(),
-    )
-
-
-def async_client(script: Script, sleeps: Sleeps | None = None, retries: int = 2) -> AsyncTally:
-    return AsyncTally(
-        base_url=BASE_URL,
-        api_key=API_KEY,
-        transport=httpx.MockTransport(script),
         retry=RetryPolicy(max_retries=retries),
         sleep=(sleeps if sleeps is not None else Sleeps()).asleep,
     )

@@ -2,13 +2,13 @@
 
 Against the real app (`RealApp`): real refusals, and a key really flagged for rotation. Envelopes
 the app does not produce on demand (future codes, other statuses) are built by the app's own error
-map; only what no tally answers (non-JSON bodies, success without an envelope) is written here."""
+map, and rotation signals another tally version could send are the app's real answer altered; only
+what no tally answers (non-JSON bodies, success without an envelope) is written here."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest
@@ -30,16 +30,8 @@ from sdk import (
     TrackResult,
     ValidationError,
 )
-from tests.conftest import OP, World
-from tests.sdk.helpers import (
-    APP_URL,
-    RealApp,
-    Script,
-    client,
-    ok,
-    real_async_client,
-    real_client,
-)
+from tests.conftest import OP, World, make_world
+from tests.sdk.helpers import APP_URL, RealApp, Refusal, real_async_client, real_client, reshaped
 
 DEADLINE_DT = (datetime.now(UTC) + timedelta(days=7)).replace(microsecond=0)
 DEADLINE = DEADLINE_DT.isoformat().replace("+00:00", "Z")
@@ -63,19 +55,8 @@ def rotation_headers(world: World) -> dict[str, str]:
     return {name: r.headers[name] for name in ("Deprecation", "Sunset", "Link")}
 
 
-class Refusal(app_errors.TallyError):
-    """An error of any code and status, for the app's error map to answer."""
-
-    def __init__(self, code: str, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message, **extra)
-        self.code, self.status = code, status  # type: ignore[misc]
-
-
-def sale(transport: Script | RealApp, invoice_id: str = "in_1") -> TrackResult:
-    if isinstance(transport, RealApp):
-        tally = real_client(transport, retries=0)
-    else:
-        tally = client(transport, retries=0)
+def sale(app: RealApp, invoice_id: str = "in_1") -> TrackResult:
+    tally = real_client(app, retries=0)
     return tally.track_sale(customer_external_id="user_42", amount=100, invoice_id=invoice_id)
 
 
@@ -130,9 +111,9 @@ def test_validation_error_exposes_fields(world: World) -> None:
     assert field["field"] == "currency" and field["message"]
 
 
-def test_non_json_error_body_falls_back_to_status() -> None:
+def test_non_json_error_body_falls_back_to_status(world: World) -> None:
     with pytest.raises(ServerError) as info:
-        sale(Script(httpx.Response(500, text="<html>oops</html>")))
+        sale(RealApp(world, httpx.Response(500, text="<html>oops</html>")))
     assert (info.value.code, info.value.status, info.value.message) == (
         "http_500",
         500,
@@ -149,9 +130,9 @@ def test_non_json_error_body_falls_back_to_status() -> None:
         httpx.Response(201, json={"data": "a string"}),
     ],
 )
-def test_success_without_envelope_is_invalid_response(response: httpx.Response) -> None:
+def test_success_without_envelope_is_invalid_response(world: World, response: httpx.Response) -> None:
     with pytest.raises(InvalidResponseError) as info:
-        sale(Script(response))
+        sale(RealApp(world, response))
     assert info.value.code == "invalid_response"
 
 
@@ -179,11 +160,18 @@ def test_rotation_warning_on_success_sets_deadline_and_points_at_caller(world: W
 
 
 def test_rotation_signalled_by_headers_only_uses_sunset(world: World) -> None:
-    headers = rotation_headers(world)  # the app's own headers, without the body's warning
-    script = Script(ok({"test_mode": True}, None, **headers))
+    flag_rotation(world)
+    app = RealApp(world)
+
+    def without_warnings(response: httpx.Response) -> httpx.Response:
+        assert "sunset" in response.headers and "deprecation" in response.headers
+        return reshaped(response, {"data": response.json()["data"]})
+
+    app.faults = [app.altered(without_warnings)]  # the app's own headers, no warning in the body
     with pytest.warns(ApiKeyRotationWarning):
-        result = client(script).track_test_sale()
+        result = real_client(app).track_test_sale()
     assert (result.rotation_deadline, result.warnings) == (DEADLINE_DT, ())
+    assert result.data["test_mode"] is True
 
 
 def test_other_warnings_do_not_warn(world: World) -> None:
@@ -248,6 +236,15 @@ def test_async_client_warns_and_maps_errors_the_same_way(world: World) -> None:
 
 
 def test_sunset_alone_is_not_a_rotation_flag(world: World) -> None:
-    sunset = rotation_headers(world)["Sunset"]
-    result = sale(Script(ok({}, None, Sunset=sunset)))
+    sunset = rotation_headers(make_world(world.client))["Sunset"]  # another program's flagged key
+    app = RealApp(world)
+
+    def with_sunset(response: httpx.Response) -> httpx.Response:
+        assert "deprecation" not in response.headers  # the world's own key is not flagged
+        response.headers["Sunset"] = sunset
+        return response
+
+    app.faults = [app.altered(with_sunset)]
+    result = sale(app)
     assert (result.rotation_deadline, result.rotation_flagged) == (None, False)
+    assert result.data["transaction_id"] == "in_1"
