@@ -100,12 +100,18 @@ def _time(draw: st.DrawFn) -> datetime:
     return b.at(days=draw(st.integers(0, 100)), hours=draw(st.sampled_from((0, 12))))
 
 
+# One scale per stream (a shared strategy draws once per example), so that large sales meet
+# large refunds: commission * refunded then passes 2^63 long before either reaches 10^12.
+SCALE = st.shared(st.sampled_from((1, 1, 10**6, 10**8)), key="amount-scale")
+
+
 def _amount(draw: st.DrawFn, *, zero: bool = True) -> int:
-    """An amount of the small pool (ties and round numbers), else any up to 10^12."""
+    """An amount of the small pool (ties and round numbers) times the stream's scale, capped at
+    10^12, else any up to 10^12."""
     pool = AMOUNTS if zero else AMOUNTS[1:]
     if draw(st.integers(0, 3)) == 3:
         return draw(st.integers(1, MAX_AMOUNT))
-    return draw(st.sampled_from(pool))
+    return min(draw(st.sampled_from(pool)) * draw(SCALE), MAX_AMOUNT)
 
 
 def _currency(draw: st.DrawFn) -> str:
@@ -129,8 +135,12 @@ def _sometimes(draw: st.DrawFn, value: Any, chance: int = 3) -> Any:
     return value if draw(st.integers(1, chance)) > 1 else None
 
 
+# Most rows in one program (so that its customers meet), the rest in the other two.
+WEIGHTED_PROGRAMS = ("prog_a", "prog_a", "prog_a", "prog_b", "prog_c")
+
+
 def _program(draw: st.DrawFn) -> str:
-    return draw(st.sampled_from(("prog_a", "prog_a", "prog_a", "prog_b")))
+    return draw(st.sampled_from(WEIGHTED_PROGRAMS))
 
 
 def _metadata(draw: st.DrawFn, program: str) -> dict[str, Any]:
