@@ -64,7 +64,7 @@ def assert_whole_segments(con: duckdb.DuckDBPyConnection, full_run_rows: int, ro
     assert rows - mirrored < mirror.SEGMENT_ROWS
 
 
-@profile(25, ci=120)
+@profile(25, ci=100)
 @given(stream=streams(closes=False, max_events=35), data=st.data())
 def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data: st.DataObject) -> None:
     """Split a random log in two: reconcile the first part in full (as of an earlier `now`),
