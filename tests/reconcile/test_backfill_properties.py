@@ -36,8 +36,8 @@ from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, bearer
 from tests.reconcile import builders as b
 from tests.reconcile.compare import checked
+from tests.reconcile.database import ORDERS, assert_materialised, materialised
 from tests.reconcile.streams import CLICKS, CUSTOMERS, EDGES, WEIGHTED_PROGRAMS, Stream, profile, streams
-from tests.reconcile.test_job import ORDERS, _materialised, assert_materialised
 
 Tables = dict[str, pl.DataFrame]
 
@@ -140,7 +140,7 @@ def tables(state: State) -> Tables:
     """Every materialised table and the explain view, sorted."""
     with state.store.snapshot() as cur:
         out = {
-            name: _materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
+            name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
             for name, (attribute, schema) in {
                 **job.TABLES,
                 "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA),

@@ -22,16 +22,16 @@ from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
 from tests.reconcile.compare import checked
-from tests.reconcile.streams import ENGINEER, Stream, profile, streams
-from tests.reconcile.test_job import (
+from tests.reconcile.database import (
     ORDERS,
     SALE,
-    _materialised,
     append,
+    materialised,
     mirrored_rows,
     program_database,
     stream_file,
 )
+from tests.reconcile.streams import ENGINEER, Stream, profile, streams
 
 MATERIALISED = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
 
@@ -42,7 +42,7 @@ def assert_same_as_full_run(con: duckdb.DuckDBPyConnection, now: datetime) -> No
     raw, programs, partners = job.read(con)
     expected = checked(raw, programs, partners, now)
     for table, (attribute, schema) in MATERIALISED.items():
-        got = _materialised(con, table, schema).sort(ORDERS[attribute], nulls_last=True)
+        got = materialised(con, table, schema).sort(ORDERS[attribute], nulls_last=True)
         assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
     steps = con.sql("SELECT * FROM rc_explain").pl().sort("program_id", "sale_id", "step")
     assert_frame_equal(steps, expected.explain, check_dtypes=False)

@@ -19,17 +19,17 @@ from reconcile.pipeline import reconcile
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
-from tests.reconcile.streams import Stream, profile, streams
-from tests.reconcile.test_job import (
+from tests.reconcile.database import (
     NOW,
     ORDERS,
     SALE,
-    _materialised,
     append,
+    materialised,
     program_database,
     stream_database,
     table,
 )
+from tests.reconcile.streams import Stream, profile, streams
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +62,7 @@ def assert_matches_pipeline(con: duckdb.DuckDBPyConnection, stream: Stream, upto
     expected = reconcile(raw, stream.programs, stream.partners, stream.now).sorted()
     tables = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
     for name, (attribute, schema) in tables.items():
-        got = _materialised(con, name, schema).sort(ORDERS[attribute], nulls_last=True)
+        got = materialised(con, name, schema).sort(ORDERS[attribute], nulls_last=True)
         assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
 
 
