@@ -12,7 +12,7 @@ from tests.reconcile import builders as b
 from tests.reconcile.compare import assert_results_equal, checked
 from tests.reconcile.streams import ENGINEER, Stream, profile, streams
 
-PROFILE = profile(80)
+PROFILE = profile(80, ci=500)
 
 
 @PROFILE
