@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
@@ -43,7 +44,11 @@ def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyCo
     progress: list[tuple[str, int, int]] = []
     summary = job.run(con, NOW, lambda stage, done, total: progress.append((stage, done, total)))
     assert (summary.events_read, summary.sales, summary.commissions, summary.high_water_seq) == (4, 1, 1, 4)
-    assert summary.run_id.startswith("rcr_") and summary.duration_ms >= 0
+    assert summary.run_id.startswith("rcr_")
+    recorded = con.execute("SELECT run_id, started_at, finished_at, duration_ms FROM rc_runs").fetchall()
+    assert recorded == [
+        (summary.run_id, NOW, NOW + timedelta(milliseconds=summary.duration_ms), summary.duration_ms)
+    ]
     assert [p[0] for p in progress] == ["read", "reconcile", "write", "done"]
     sales = table(con, "rc_sales")
     assert sales.select("sale_id", "partner_code", "commission", "platform_fee", "warnings").rows() == [
