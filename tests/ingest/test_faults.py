@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from functools import partial
@@ -45,16 +44,6 @@ def _sale(n: int, amount: object = 100) -> dict[str, object]:
 
 def _append(row: dict[str, object], tx: Tx) -> int:
     return tx.append(row)
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Iterator[tuple[DuckStore, Writer]]:
-    store = DuckStore(tmp_path / "f.duckdb")
-    w = Writer(store)
-    w.start()
-    yield store, w
-    w.stop()
-    store.close()
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import duckdb
 import pytest
@@ -16,16 +14,6 @@ from ingest.errors import ValidationFailed
 from ingest.store import Tx
 from ingest.writer import Writer
 from tests.conftest import World
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Iterator[tuple[DuckStore, Writer]]:
-    store = DuckStore(tmp_path / "w.duckdb")
-    w = Writer(store)
-    w.start()
-    yield store, w
-    w.stop()
-    store.close()
 
 
 def _row(n: int) -> dict[str, object]:
