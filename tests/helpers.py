@@ -26,6 +26,29 @@ LIVE_CHECKOUT = "stripe-sync-engine__checkout_session_completed.json"  # livemod
 LEGACY_INVOICE = "stripe-ruby-mock__invoice.paid.json"  # invoice, payment intent, charge; 2000 usd
 
 
+def renewal_event(event_id: str, invoice_id: str, account: str = ACCOUNT, **invoice: Any) -> dict[str, Any]:
+    """A live `invoice.paid` renewal (5000 usd, customer `cus_1`) for `account`, created now;
+    `invoice` adds or replaces fields of the invoice object."""
+    obj = {
+        "id": invoice_id,
+        "object": "invoice",
+        "amount_paid": 5000,
+        "currency": "usd",
+        "customer": "cus_1",
+        "billing_reason": "subscription_cycle",
+        **invoice,
+    }
+    return {
+        "id": event_id,
+        "object": "event",
+        "type": "invoice.paid",
+        "created": int(time.time()),
+        "livemode": True,
+        "account": account,
+        "data": {"object": obj},
+    }
+
+
 def deliver(
     client: TestClient,
     event: dict[str, Any] | bytes,

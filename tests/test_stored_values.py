@@ -3,16 +3,14 @@ start-up, a reconcile, or a later sale: a database poisoned by an older release 
 
 from __future__ import annotations
 
-import time
-
 import duckdb
 from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
 from ingest.bounds import LATEST
-from tests.conftest import OP, WEBHOOK_SECRET, make_world
-from tests.stripe_fixtures import signed_delivery
+from tests.conftest import OP, make_world
+from tests.helpers import deliver, renewal_event
 
 ACCOUNT = "acct_stored_values"
 
@@ -54,39 +52,17 @@ def test_settings_and_deadlines_poisoned_by_an_older_release_are_read_within_bou
         assert r.status_code == 200, r.text
 
 
-def _invoice_with_time_out_of_bounds(invoice_id: str) -> dict[str, object]:
-    return {
-        "id": "evt_unusable_time",
-        "object": "event",
-        "type": "invoice.paid",
-        "created": int(time.time()),
-        "livemode": True,
-        "account": ACCOUNT,
-        "data": {
-            "object": {
-                "id": invoice_id,
-                "object": "invoice",
-                "amount_paid": 5000,
-                "currency": "usd",
-                "customer": "cus_1",
-                "billing_reason": "subscription_cycle",
-                "status_transitions": {"paid_at": 253402300800},  # year 10000
-            }
-        },
-    }
-
-
 def test_an_unusable_delivery_claims_nothing_now_or_after_a_restart(settings: Settings) -> None:
-    def deliver(client: TestClient, invoice_id: str) -> int:
-        event = _invoice_with_time_out_of_bounds(invoice_id)
-        body, header = signed_delivery(event, WEBHOOK_SECRET, int(time.time()))
-        return client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header}).status_code
+    def deliver_paid_in_year_10000(client: TestClient, invoice_id: str) -> int:
+        paid_in_year_10000 = {"paid_at": 253402300800}
+        event = renewal_event("evt_unusable_time", invoice_id, ACCOUNT, status_transitions=paid_in_year_10000)
+        return deliver(client, event).status_code
 
     with TestClient(create_app(settings)) as client:
         world = make_world(client, stripe_account_id=ACCOUNT)
-        assert deliver(client, "in_now") == 422
+        assert deliver_paid_in_year_10000(client, "in_now") == 422
         assert world.sale(transaction_id="in_now").status_code == 200  # the invoice id was not taken
-        assert deliver(client, "in_later") == 422
+        assert deliver_paid_in_year_10000(client, "in_later") == 422
     with TestClient(create_app(settings)) as client:  # nor does the log replayed at start take it
         world.client = client
         assert world.sale(transaction_id="in_later").status_code == 200

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 import signal
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,8 +18,8 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings
 from ingest.clock import utcnow
-from tests.conftest import OP, ROOT, WEBHOOK_SECRET, make_world, start_server
-from tests.stripe_fixtures import signed_delivery
+from tests.conftest import OP, ROOT, make_world, start_server
+from tests.helpers import deliver, renewal_event
 
 ACCOUNT = "acct_append_only"
 
@@ -95,27 +94,8 @@ class Watch:
 
 
 def _webhook(client: TestClient, event_id: str, invoice: str) -> None:
-    event = {
-        "id": event_id,
-        "object": "event",
-        "type": "invoice.paid",
-        "created": int(time.time()),
-        "livemode": True,
-        "account": ACCOUNT,
-        "data": {
-            "object": {
-                "id": invoice,
-                "object": "invoice",
-                "amount_paid": 5000,
-                "currency": "usd",
-                "customer": "cus_1",
-                "billing_reason": "subscription_cycle",
-                "subscription_details": {"metadata": {"svc_customer_key": "cust_1"}},
-            }
-        },
-    }
-    body, header = signed_delivery(event, WEBHOOK_SECRET, int(time.time()))
-    r = client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header})
+    metadata = {"metadata": {"svc_customer_key": "cust_1"}}
+    r = deliver(client, renewal_event(event_id, invoice, ACCOUNT, subscription_details=metadata))
     assert r.status_code == 200, r.text
 
 
