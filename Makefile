@@ -51,8 +51,11 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# Two workers on the two-core machine (pytest-xdist); work stealing evens out the long property tests.
+PYTEST_WORKERS ?= 2
+
 pytest: setup browser-deps
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 test: lint typecheck pytest
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ingest.errors import InvalidJson, InvalidSignature
 from ingest.schema import RAW_EVENT_FIELDS
 from ingest.stripe import STRIPE_FIELDS, extract, parse_event, sign, verify_signature
+from tests.hypothesis_profiles import examples
 from tests.stripe_fixtures import (
     FIXTURES_DIR,
     TEMPLATE_NAME,
@@ -391,7 +392,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200, ci=1000), deadline=None)
 @given(
     event_type=st.sampled_from(_TYPES),
     obj=_json,
