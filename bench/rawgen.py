@@ -46,7 +46,8 @@ import numpy as np
 import polars as pl
 
 from bench.rawbodies import render
-from ingest.schema import CONTROL_PLANE_DDL, RAW_EVENT_COLUMNS, raw_events_ddl
+from ingest import migrations
+from ingest.schema import RAW_EVENT_COLUMNS
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 END = datetime(2026, 2, 1, tzinfo=UTC)
@@ -639,9 +640,7 @@ def write_db(path: Path, log: Log, chunk_rows: int = 500_000) -> None:
     """A database file with the schema of ingest/schema.py holding `log`."""
     con = duckdb.connect(str(path))
     try:
-        con.execute(raw_events_ddl())
-        for ddl in CONTROL_PLANE_DDL:
-            con.execute(ddl)
+        migrations.apply(con)
         for table, frame in (("programs", log.programs), ("partners", log.partners)):
             con.register("_rows", frame.to_arrow())
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")

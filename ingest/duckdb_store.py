@@ -33,7 +33,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from ingest import bounds
+from ingest import bounds, migrations
 from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.index import Index, Undo
 from ingest.journal import Journal
@@ -47,7 +47,7 @@ from ingest.records import (
     Role,
     SaleLedger,
 )
-from ingest.schema import CONTROL_PLANE_DDL, RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, raw_events_ddl
+from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),
@@ -440,12 +440,12 @@ class DuckStore:
         self._con.execute("SET GLOBAL TimeZone = 'UTC'")
         self._local = threading.local()
         self._wcur: duckdb.DuckDBPyConnection | None = None
-        self._con.execute(raw_events_ddl())
-        for ddl in CONTROL_PLANE_DDL:
-            self._con.execute(ddl)
-        self._con.execute("CREATE TABLE IF NOT EXISTS journal_state (last_batch BIGINT NOT NULL)")
-        if self._con.execute("SELECT count(*) FROM journal_state").fetchone() == (0,):
-            self._con.execute("INSERT INTO journal_state VALUES (0)")
+        try:
+            migrations.apply(self._con)
+            self.schema_version = migrations.check(self._con)
+        except BaseException:
+            self._con.close()
+            raise
         self.index = Index()
         self._seq = 0
         self._log_id = 0

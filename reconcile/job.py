@@ -62,19 +62,7 @@ TABLES: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "rc_evidence": ("evidence", EVIDENCE_SCHEMA),
 }
 
-RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
-    run_id VARCHAR PRIMARY KEY,
-    started_at TIMESTAMPTZ NOT NULL,
-    finished_at TIMESTAMPTZ NOT NULL,
-    high_water_seq BIGINT NOT NULL,
-    events_read BIGINT NOT NULL,
-    sales BIGINT NOT NULL,
-    commissions BIGINT NOT NULL,
-    duration_ms BIGINT NOT NULL)"""
-# Columns added since the first version of rc_runs (older databases get them on the next run):
-# `mode` full | incremental; `fingerprint` of the engine and control plane the run used (NULL
-# for results written by `write`, which no incremental run may build on).
-RUNS_COLUMNS = ("mode VARCHAR", "fingerprint VARCHAR")
+# rc_runs, the record of every run, is made by the schema migrations (ingest/migrations.py).
 
 # Each chunk costs one scan of the log per group of rows (DuckDB decompresses the columns of every
 # row group whatever the filter), so fewer, larger chunks read less; 2.5M events peak under 5 GiB.
@@ -284,9 +272,6 @@ def _record(
     fingerprint: str | None = None,
 ) -> RunSummary:
     events, high_water, sales, lines = counts
-    con.execute(RUNS_DDL)
-    for column in RUNS_COLUMNS:
-        con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
     summary = RunSummary(
         run_id=run_id,
         events_read=events,

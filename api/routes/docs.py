@@ -59,7 +59,14 @@ async def readyz(request: Request) -> Response:
     problem = await asyncio.to_thread(st.store.readiness)
     if problem is not None:
         raise DatabaseUnavailable(f"the database cannot take writes: {problem}")
-    return ok(request, {"status": "ready", "journal_set_aside": st.store.set_aside})
+    return ok(
+        request,
+        {
+            "status": "ready",
+            "journal_set_aside": st.store.set_aside,
+            "schema_version": st.store.schema_version,
+        },
+    )
 
 
 routes = [

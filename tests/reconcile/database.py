@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from ingest import migrations
 from reconcile import job, mirror, pipeline
 from reconcile.pipeline import Result
 from reconcile.schema import UNROUTABLE_SCHEMA
@@ -40,9 +40,7 @@ def program_database(path: Path, settings: dict[str, Any]) -> duckdb.DuckDBPyCon
     """A DuckDB file with the raw log and control plane: program `prog_a` (with `settings`) and
     its partner `p1` (pat@partner.test)."""
     connection = duckdb.connect(str(path))
-    connection.execute(raw_events_ddl())
-    for ddl in CONTROL_PLANE_DDL:
-        connection.execute(ddl)
+    migrations.apply(connection)
     connection.execute(
         "INSERT INTO programs VALUES (?, 'ws_1', 'Program A', ?, ?, ?)",
         ["prog_a", json.dumps(settings), b.T0, b.T0],
@@ -55,9 +53,7 @@ def program_database(path: Path, settings: dict[str, Any]) -> duckdb.DuckDBPyCon
 
 def stream_database(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
     """The raw log and control plane in `con`, with the programs and partners of `stream`."""
-    con.execute(raw_events_ddl())
-    for ddl in CONTROL_PLANE_DDL:
-        con.execute(ddl)
+    migrations.apply(con)
     for program in stream.programs.to_dicts():
         settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
         con.execute(

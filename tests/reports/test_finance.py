@@ -12,7 +12,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from ingest import migrations
 from reconcile import job
 from reports import load
 from reports.finance import FinanceReport, from_result, rechecked
@@ -235,9 +235,7 @@ def test_the_same_data_renders_the_same_bytes() -> None:
 @pytest.fixture
 def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     connection = duckdb.connect(str(tmp_path / "tally.duckdb"))
-    connection.execute(raw_events_ddl())
-    for ddl in CONTROL_PLANE_DDL:
-        connection.execute(ddl)
+    migrations.apply(connection)
     yield connection
     connection.close()
 

@@ -1,0 +1,58 @@
+"""`tally migrate`: bring the database's schema up to this release (ingest/migrations.py).
+
+`tally serve` applies pending migrations itself at start; `migrate` does it on its own, without
+serving, and says what it did: before an upgrade is rolled out, or to check a backup's version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from api.cli_http import CliError
+from ingest import migrations
+
+
+def cmd_migrate(args: argparse.Namespace) -> None:
+    path = args.database or os.environ.get("TALLY_DATABASE") or "tally.duckdb"
+    if path.startswith(("postgresql://", "postgres://")):
+        raise CliError("the PostgreSQL backend is not available yet; use a DuckDB file path")
+    if args.status:
+        _status(path)
+        return
+    try:
+        before, applied = migrations.migrate_file(
+            path, on_step=lambda m: print(f"applying {m.version}: {m.description}", flush=True)
+        )
+    except (migrations.DatabaseTooNew, migrations.MigrationFailed) as exc:
+        raise CliError(str(exc)) from None
+    if applied:
+        print(f"{path}: schema version {before} -> {applied[-1].version}")
+    else:
+        print(f"{path}: schema version {before}, up to date")
+
+
+def _status(path: str) -> None:
+    try:
+        version, todo = migrations.status_of_file(path)
+    except (migrations.DatabaseTooNew, migrations.MigrationFailed) as exc:
+        raise CliError(str(exc)) from None
+    print(f"{path}: schema version {version} (this tally knows up to {migrations.LATEST})")
+    for m in todo:
+        print(f"pending {m.version}: {m.description}")
+
+
+def add_migrate(sub: Any) -> None:
+    migrate = sub.add_parser(
+        "migrate",
+        help="apply pending schema migrations to the database file (no server may be running on it)",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        epilog="example: tally migrate --database data/tally.duckdb",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    migrate.add_argument("--database", help="DuckDB file (default: TALLY_DATABASE, else ./tally.duckdb)")
+    migrate.add_argument(
+        "--status", action="store_true", help="only show the version and what is pending; change nothing"
+    )
+    migrate.set_defaults(func=cmd_migrate)

@@ -1,0 +1,206 @@
+"""Versioned schema migrations of the embedded database: one ordered list, applied in order.
+
+The database records every migration it has taken in `schema_version` (one row each: version,
+when, what). `apply` brings a database up to `LATEST` inside one transaction per migration, so a
+migration that fails leaves the database at the version before it. A database whose version is
+newer than this release's `LATEST` is refused (`DatabaseTooNew`): an older `tally` must not write
+to a schema it does not know.
+
+A database made before migrations were versioned (no `schema_version` table, but tally's tables
+present) is taken as version 0: migration 1 creates the baseline with `CREATE ... IF NOT EXISTS`,
+so it adopts those tables as they are, every row kept, and records version 1.
+
+Add a migration by appending to `MIGRATIONS` with the next version number; never edit or reorder
+one that has shipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from ingest.clock import utcnow
+from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+
+log = logging.getLogger("tally")
+
+VERSION_DDL = """CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL,
+    description VARCHAR NOT NULL)"""
+
+JOURNAL_STATE_DDL = "CREATE TABLE IF NOT EXISTS journal_state (last_batch BIGINT NOT NULL)"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    steps: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def _baseline(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(raw_events_ddl())
+    for ddl in CONTROL_PLANE_DDL:
+        con.execute(ddl)
+    con.execute(JOURNAL_STATE_DDL)
+    if con.execute("SELECT count(*) FROM journal_state").fetchone() == (0,):
+        con.execute("INSERT INTO journal_state VALUES (0)")
+
+
+RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
+    run_id VARCHAR PRIMARY KEY,
+    started_at TIMESTAMPTZ NOT NULL,
+    finished_at TIMESTAMPTZ NOT NULL,
+    high_water_seq BIGINT NOT NULL,
+    events_read BIGINT NOT NULL,
+    sales BIGINT NOT NULL,
+    commissions BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    mode VARCHAR,
+    fingerprint VARCHAR)"""
+
+
+def _runs(con: duckdb.DuckDBPyConnection) -> None:
+    """The reconciler's record of its runs (reconcile/job.py), which it used to create and widen
+    on every run: `mode` full | incremental; `fingerprint` of the engine and control plane a run
+    used (NULL for results no incremental run may build on). Databases older than 0.1 lack the
+    last two columns."""
+    con.execute(RUNS_DDL)
+    for column in ("mode VARCHAR", "fingerprint VARCHAR"):
+        con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
+    Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+class DatabaseTooNew(Exception):
+    """The database was migrated by a newer tally than this one."""
+
+
+class MigrationFailed(Exception):
+    """A migration raised; the database stays at the version before it."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    version: int
+    description: str
+    applied_at: datetime
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The database's schema version: 0 for a new database or one older than versioning."""
+    known = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+    ).fetchone()
+    if known == (0,):
+        return 0
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def history(con: duckdb.DuckDBPyConnection) -> list[Applied]:
+    if current_version(con) == 0:
+        return []
+    rows = con.execute(
+        "SELECT version, description, applied_at FROM schema_version ORDER BY version"
+    ).fetchall()
+    return [Applied(int(v), str(d), at) for v, d, at in rows]
+
+
+def check(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """The database's version; raises `DatabaseTooNew` when this release cannot serve it."""
+    version = current_version(con)
+    latest = migrations[-1].version
+    if version > latest:
+        raise DatabaseTooNew(
+            f"the database is at schema version {version}, newer than this tally's {latest}: "
+            "run a tally release at least as new as the one that migrated it"
+        )
+    return version
+
+
+def pending(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:
+    version = check(con, migrations)
+    return [m for m in migrations if m.version > version]
+
+
+def apply(
+    con: duckdb.DuckDBPyConnection,
+    migrations: Sequence[Migration] = MIGRATIONS,
+    on_step: Callable[[Migration], None] | None = None,
+) -> list[Migration]:
+    """Apply every pending migration in order, one transaction each; return those applied."""
+    _ordered(migrations)
+    todo = pending(con, migrations)
+    done: list[Migration] = []
+    for migration in todo:
+        if on_step is not None:
+            on_step(migration)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(VERSION_DDL)
+            migration.steps(con)
+            con.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)",
+                [migration.version, utcnow(), migration.description],
+            )
+            con.execute("COMMIT")
+        except Exception as exc:
+            con.execute("ROLLBACK")
+            raise MigrationFailed(
+                f"migration {migration.version} ({migration.description}) failed, "
+                f"the database stays at version {migration.version - 1}: {exc}"
+            ) from exc
+        log.info("tally: schema migrated to version %d (%s)", migration.version, migration.description)
+        done.append(migration)
+    return done
+
+
+def _ordered(migrations: Sequence[Migration]) -> None:
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(f"migrations must be numbered 1..n in order, got {versions}")
+
+
+def _open(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    if read_only and not Path(path).exists():
+        raise MigrationFailed(f"{path} does not exist")
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.Error as exc:
+        raise MigrationFailed(
+            f"cannot open {path}: {str(exc).splitlines()[0]} (is a `tally serve` running on it?)"
+        ) from None
+
+
+def status_of_file(path: str) -> tuple[int, list[Migration]]:
+    """`tally migrate --status`: the version of the database at `path` and what is pending."""
+    con = _open(path, read_only=True)
+    try:
+        return check(con), pending(con)
+    finally:
+        con.close()
+
+
+def migrate_file(
+    path: str, on_step: Callable[[Migration], None] | None = None
+) -> tuple[int, list[Migration]]:
+    """`tally migrate`: open the database file at `path` (which no server may hold), apply what is
+    pending; return the version it had and the migrations applied."""
+    con = _open(path)
+    try:
+        before = check(con)
+        return before, apply(con, on_step=on_step)
+    finally:
+        con.close()

@@ -1,0 +1,259 @@
+"""Versioned schema migrations (ingest/migrations.py): a database of the release before versions
+is adopted with every row kept; versions are applied in order, each all or nothing; a database
+newer than this tally is refused, by `tally serve` in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.cli import main
+from api.settings import Settings
+from ingest import migrations
+from ingest.duckdb_store import DuckStore
+from tests.conftest import OP, OPERATOR_TOKEN, ROOT, WEBHOOK_SECRET, World, make_world
+
+OLD_SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "schema-0.1.sql"
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    rows = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY table_name"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
+    rows = con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() ORDER BY table_name, column_index"
+    ).fetchall()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in rows:
+        out.setdefault(str(table), []).append((str(column), str(kind)))
+    return out
+
+
+def _contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {
+            t: sorted(con.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr)
+            for t in _tables(con)
+            if t != "schema_version"
+        }
+    finally:
+        con.close()
+
+
+def _traffic(world: World) -> None:
+    c = world.client
+    click = c.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "alice"})
+    assert click.status_code < 300, click.text
+    lead = {
+        "customer_external_id": "cust_1",
+        "click_id": click.json()["data"]["click_id"],
+        "email": "c@x.test",
+    }
+    assert c.post("/api/v1/track/lead", json=lead, headers=world.key).status_code < 300
+    assert world.sale(transaction_id="in_1", amount=4_200).status_code < 300
+    refund = {"transaction_id": "in_1", "refund_id": "re_1", "amount": 200}
+    assert c.post("/api/v1/track/refund", json=refund, headers=world.key).status_code < 300
+    assert c.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+
+
+def _old_release_database(settings: Settings, target: Path) -> World:
+    """A database as tally 0.1 left it: its schema (tests/fixtures/schema-0.1.sql, no
+    `schema_version`), holding the rows real traffic and a reconcile wrote (made by today's app,
+    whose tables are the same, then copied across)."""
+    with TestClient(create_app(settings)) as client:
+        world = make_world(client)
+        _traffic(world)
+    old = duckdb.connect(str(target))
+    try:
+        old.execute(OLD_SCHEMA.read_text())
+        old.execute(f"ATTACH '{settings.database}' AS made (READ_ONLY)")
+        baseline = set(_tables(old))
+        made = old.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'made' ORDER BY table_name"
+        ).fetchall()
+        for (table,) in made:
+            if table == "schema_version":
+                continue
+            if table in baseline:
+                old.execute(f'INSERT INTO main."{table}" SELECT * FROM made."{table}"')
+            else:  # the reconciler's own tables (rc_*): created by its runs, as they were
+                old.execute(f'CREATE TABLE main."{table}" AS SELECT * FROM made."{table}"')
+        old.execute("DETACH made")
+    finally:
+        old.close()
+    return world
+
+
+def test_a_new_database_is_created_at_the_latest_version(tmp_path: Path) -> None:
+    store = DuckStore(tmp_path / "new.duckdb")
+    try:
+        assert store.schema_version == migrations.LATEST
+        history = migrations.history(store._con)
+        assert [h.version for h in history] == [m.version for m in migrations.MIGRATIONS]
+    finally:
+        store.close()
+
+
+def test_the_baseline_is_the_old_release_schema(tmp_path: Path) -> None:
+    """Migration 1 creates exactly tally 0.1's tables and columns: adopting an old database
+    changes none of them."""
+    old = duckdb.connect(str(tmp_path / "old.duckdb"))
+    old.execute(OLD_SCHEMA.read_text())
+    new = duckdb.connect(str(tmp_path / "new.duckdb"))
+    migrations.apply(new, migrations.MIGRATIONS[:1])
+    assert {t: c for t, c in _columns(new).items() if t != "schema_version"} == _columns(old)
+
+
+def test_a_database_of_the_release_before_versions_keeps_every_row(
+    settings: Settings, tmp_path: Path
+) -> None:
+    old = tmp_path / "old.duckdb"
+    world = _old_release_database(settings, old)
+    before = _contents(old)
+    assert sum(len(rows) for rows in before.values()) > 20 and "rc_sales" in before
+
+    status = subprocess.run(
+        [sys.executable, "-m", "api.cli", "migrate", "--database", str(old), "--status"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "schema version 0" in status.stdout
+    assert [line.split(":")[0] for line in status.stdout.splitlines()[1:]] == [
+        f"pending {m.version}" for m in migrations.MIGRATIONS
+    ]
+    assert main(["migrate", "--database", str(old)]) == 0
+    assert _contents(old) == before
+    assert main(["migrate", "--database", str(old)]) == 0  # nothing left to do, nothing changed
+    assert _contents(old) == before
+
+    # served after the upgrade: the old key works, the old sale is still a duplicate
+    upgraded = settings.model_copy(update={"database": str(old)})
+    with TestClient(create_app(upgraded)) as client:
+        assert client.get("/readyz").json()["data"]["schema_version"] == migrations.LATEST
+        again = {"transaction_id": "in_1", "customer_external_id": "cust_1", "amount": 4_200}
+        r = client.post("/api/v1/track/sale", json=again, headers=world.key)
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "duplicate_transaction"
+
+
+def test_tally_serve_migrates_an_old_database_itself(settings: Settings, tmp_path: Path) -> None:
+    old = tmp_path / "old.duckdb"
+    _old_release_database(settings, old)
+    before = _contents(old)
+    store = DuckStore(old)
+    try:
+        assert store.schema_version == migrations.LATEST
+    finally:
+        store.close()
+    assert _contents(old) == before
+
+
+def _at(version: int, steps: list[str]) -> migrations.Migration:
+    def run(con: duckdb.DuckDBPyConnection) -> None:
+        for sql in steps:
+            con.execute(sql)
+
+    return migrations.Migration(version, f"test migration {version}", run)
+
+
+def test_migrations_apply_in_order_each_all_or_nothing(tmp_path: Path) -> None:
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    n = migrations.LATEST
+    later = _at(n + 1, ["CREATE TABLE later (x INTEGER)", "INSERT INTO later VALUES (1)"])
+    broken = _at(n + 2, ["CREATE TABLE half (x INTEGER)", "INSERT INTO half VALUES ('not a number')"])
+    applied = migrations.apply(con, [*migrations.MIGRATIONS, later])
+    assert [m.version for m in applied] == list(range(1, n + 2))
+    with pytest.raises(migrations.MigrationFailed, match=f"stays at version {n + 1}"):
+        migrations.apply(con, [*migrations.MIGRATIONS, later, broken])
+    assert migrations.current_version(con) == n + 1
+    assert "half" not in _tables(con)
+    assert con.execute("SELECT x FROM later").fetchall() == [(1,)]
+    with pytest.raises(ValueError, match=r"numbered 1\.\.n"):
+        migrations.apply(con, [*migrations.MIGRATIONS, _at(n + 2, [])])
+
+
+def _too_new(path: Path) -> None:
+    con = duckdb.connect(str(path))
+    migrations.apply(con, [*migrations.MIGRATIONS, _at(migrations.LATEST + 1, [])])
+    con.close()
+
+
+def test_a_database_newer_than_this_tally_is_refused_in_one_line(tmp_path: Path) -> None:
+    database = tmp_path / "newer.duckdb"
+    _too_new(database)
+    with pytest.raises(migrations.DatabaseTooNew):
+        DuckStore(database)
+    env = {
+        "TALLY_DATABASE": str(database),
+        "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
+        "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+        "PATH": "/usr/bin:/bin",
+    }
+    serve = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert serve.returncode != 0
+    reason = serve.stderr.strip()
+    assert len(reason.splitlines()) == 1, reason
+    assert f"schema version {migrations.LATEST + 1}, newer than this tally's {migrations.LATEST}" in reason
+    migrate = subprocess.run(
+        [sys.executable, "-m", "api.cli", "migrate", "--database", str(database)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert migrate.returncode == 1 and "newer than this tally" in migrate.stderr
+
+
+HOLD = "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print(1, flush=True); input()"
+
+
+def test_migrate_refuses_a_database_a_server_holds(tmp_path: Path) -> None:
+    database = tmp_path / "held.duckdb"
+    DuckStore(database).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
+        migrate = subprocess.run(
+            [sys.executable, "-m", "api.cli", "migrate", "--database", str(database)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert migrate.returncode == 1
+    assert "is a `tally serve` running on it?" in migrate.stderr
+    assert len(migrate.stderr.strip().splitlines()) == 1
+    # the holder has let go: migrate works again
+    assert main(["migrate", "--database", str(database)]) == 0
