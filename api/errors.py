@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from api.http import CORS_HEADERS, json_response, request_id, rotation_headers
+from api.http import CORS_HEADERS, flagged, json_response, request_id, rotation_headers, rotation_warnings
 from ingest.errors import MethodNotAllowed, NotFound, RateLimited, RequestTimeout, TallyError
 
 log = logging.getLogger("tally.api")
@@ -27,14 +27,18 @@ def error_body(request: Request, error: TallyError) -> dict[str, Any]:
 
 
 def error_response(request: Request, error: TallyError) -> Response:
-    headers = rotation_headers(request)
+    cred = flagged(request)
+    headers = rotation_headers(request, cred)
+    body = error_body(request, error)
+    if warnings := rotation_warnings(cred):
+        body["warnings"] = warnings
     if getattr(request.state, "cors", False):
         headers.update(CORS_HEADERS)
     if isinstance(error, RateLimited):
         headers["Retry-After"] = str(error.extra.get("retry_after", 1))
     elif isinstance(error, RequestTimeout):  # the rest of a stalled body is not worth waiting for
         headers["Connection"] = "close"
-    return json_response(error_body(request, error), error.status, headers)
+    return json_response(body, error.status, headers)
 
 
 async def tally_error(request: Request, exc: Exception) -> Response:

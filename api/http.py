@@ -203,24 +203,29 @@ def rotation_headers(request: Request, cred: Credential | None = None) -> dict[s
     }
 
 
+def rotation_warnings(cred: Credential | None) -> list[dict[str, Any]]:
+    """The `api_key_rotation_required` warning every answer (success or error) to a flagged key
+    carries before its deadline (CONTRACT section 3); none at or after it."""
+    if cred is None or cred.rotation_deadline is None or utcnow() >= cred.rotation_deadline:
+        return []
+    return [
+        {
+            "code": "api_key_rotation_required",
+            "deadline": rfc3339(cred.rotation_deadline),
+            "message": "this API key must be regenerated before the deadline; "
+            "after it, requests with it are refused",
+        }
+    ]
+
+
 def ok(
     request: Request,
     data: Any,
     status: int = 200,
     warnings: list[dict[str, Any]] | None = None,
 ) -> Response:
-    all_warnings = list(warnings or [])
     cred = flagged(request)
-    if cred is not None and cred.rotation_deadline is not None and utcnow() < cred.rotation_deadline:
-        all_warnings.insert(
-            0,
-            {
-                "code": "api_key_rotation_required",
-                "deadline": rfc3339(cred.rotation_deadline),
-                "message": "this API key must be regenerated before the deadline; "
-                "after it, requests with it are refused",
-            },
-        )
+    all_warnings = [*rotation_warnings(cred), *(warnings or [])]
     payload: dict[str, Any] = {"data": data}
     if all_warnings:
         payload["warnings"] = all_warnings

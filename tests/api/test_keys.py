@@ -143,10 +143,15 @@ def test_rotation_before_deadline_warns_on_every_response(world: World) -> None:
         warnings = r.json()["warnings"]
         assert warnings[0]["code"] == "api_key_rotation_required"
         assert warnings[0]["deadline"] == DEADLINE
-        # an error response to the flagged key carries the headers too
+        # an error response to the flagged key carries the headers and the warning too
         r = world.sale()
         assert r.status_code == 409
         _assert_rotation_headers(r.headers)
+        assert r.json()["error"]["code"] == "duplicate_transaction"
+        assert [w["code"] for w in r.json()["warnings"]] == ["api_key_rotation_required"]
+        r = world.client.post("/api/v1/track/sale", json={"amount": 5}, headers=world.key)
+        assert r.status_code == 422
+        assert r.json()["warnings"][0]["deadline"] == DEADLINE
         # test-mode sales and server-mode leads as well
         r = world.client.post("/api/v1/track/lead", json={"customer_external_id": "u"}, headers=world.key)
         assert r.status_code == 200 and r.json()["warnings"][0]["code"] == "api_key_rotation_required"
