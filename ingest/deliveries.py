@@ -131,8 +131,11 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
         if program_id is None:
             return duplicate
         if not duplicate:
-            tx.claim_keys(program_id, processor_sale_keys(fields), seq)
+            sale_keys = processor_sale_keys(fields)
+            tx.claim_keys(program_id, sale_keys, seq)
             tx.check(program_id, CHECKLIST_STEP, delivery.received_at)
+            if sale_keys:  # a live processor sale completes the checklist's sale step as well
+                tx.check(program_id, "sale_received", delivery.received_at)
         label = "duplicate" if duplicate else "test_mode" if fields["test_mode"] else "accepted"
         tx.log(
             program_id,

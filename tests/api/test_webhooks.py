@@ -14,6 +14,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from ingest.duckdb_store import EVENT_KEY_SPACE
+from ingest.index import processor_sale_keys
 from ingest.stripe import STRIPE_FIELDS, extract, sign
 from tests.conftest import WEBHOOK_SECRET, World, make_world
 from tests.helpers import ACCOUNT, LEGACY_INVOICE, LIVE_CHECKOUT, deliver, log_entries, query
@@ -73,7 +74,10 @@ def test_every_fixture_is_verified_routed_and_stored_verbatim(connected: World, 
     assert headers["stripe-signature"].startswith("t=") and headers["user-agent"] == "Stripe/1.0"
     assert {k: stored[k] for k in STRIPE_FIELDS} == extract(event)
     assert stored["test_mode"] is (event["livemode"] is False)
-    assert checklist(connected)["processor_event_received"] is True
+    steps = checklist(connected)
+    assert steps["processor_event_received"] is True
+    # a live processor sale is a sale received: the checklist does not wait for a track call
+    assert steps["sale_received"] is bool(processor_sale_keys(stored))
     [line] = log_entries(connected)
     assert line["status"] == 200 and line["outcome"] == ("test_mode" if stored["test_mode"] else "accepted")
     assert line["detail"].startswith(f"{event['type']} {event['id']}")
@@ -364,6 +368,7 @@ def test_test_mode_event_is_stored_but_claims_no_sale(connected: World) -> None:
         == []
     )
     # a test event is never a sale, so the same invoice id is free for a real track call
+    assert checklist(connected)["sale_received"] is False  # a test event is no sale
     assert connected.sale(transaction_id="in_000000000000000000000000").status_code == 200
     assert checklist(connected)["processor_event_received"] is True
 
