@@ -6,8 +6,8 @@ in the contract's section 4): `track_sale` -> `SaleData`, `track_test_sale` -> `
 server may add keys without breaking a brand server; the keys listed here are always present.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: `NotRequired` must be seen when the class is made,
+# or Python 3.11 counts the key as required (`ApiWarning.__required_keys__`).
 from typing import Literal, NotRequired, TypedDict
 
 
