@@ -9,7 +9,7 @@
   tracking; do not combine with Tally's connect webhook). A real handler verifies the
   `Stripe-Signature` first (`stripe.Webhook.construct_event`); this fake skips it.
 
-The signed-in user is faked by the `X-User-Id` header. Run: `python -m sdk.examples.brand_server`
+The signed-in user is faked by the `X-User-Id` header. Run: `python sdk/examples/brand_server.py`
 with `SERVICE_API_KEY`, `TALLY_BASE_URL` and `TALLY_PROGRAM_ID` set.
 """
 
@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sdk.client import AsyncTally
-from sdk.renewals import handle_invoice_paid_async
+from tally_sdk.client import AsyncTally
+from tally_sdk.renewals import handle_invoice_paid_async
 
 CLICK_COOKIE = "svc_click_id"
 CheckoutMode = Literal["payment", "subscription"]

@@ -14,7 +14,7 @@ from starlette.requests import Request
 
 from api.errors import error_response
 from ingest.errors import TallyError
-from sdk import AsyncTally, RetryPolicy, Tally
+from tally_sdk import AsyncTally, RetryPolicy, Tally
 from tests.conftest import World
 from tests.stripe_fixtures import load_event, with_metadata
 

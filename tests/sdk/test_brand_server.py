@@ -3,15 +3,33 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from sdk.examples.brand_server import checkout_session_params, create_app
-from tests.conftest import World
+from tests.conftest import ROOT, World
 from tests.sdk.helpers import LEGACY_SALE, RealApp, legacy_cycle, real_async_client, settled_lead
 from tests.stripe_fixtures import load_event
+
+
+def load_example() -> ModuleType:
+    """The example is a script beside the SDK's distribution, not part of it: loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "brand_server", ROOT / "sdk" / "examples" / "brand_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+example = load_example()
+checkout_session_params, create_app = example.checkout_session_params, example.create_app
 
 URLS = {"success_url": "https://brand.test/ok", "cancel_url": "https://brand.test/no"}
 META = {"svc_customer_key": "user_42", "program_id": "prog_1", "svc_click_id": "clk_1"}

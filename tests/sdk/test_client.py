@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sdk import AsyncTally, ConfigurationError, Tally, TrackResult, ValidationError
+from tally_sdk import AsyncTally, ConfigurationError, Tally, TrackResult, ValidationError
 from tests.conftest import World, make_world
 from tests.sdk.helpers import APP_URL, RealApp, real_async_client, real_client, settled_lead
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from ingest import errors as app_errors
-from sdk import (
+from tally_sdk import (
     ApiKeyRotationRequired,
     ApiKeyRotationWarning,
     AuthenticationError,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from sdk import (
+from tally_sdk import (
     ApiKeyRotationRequired,
     ApiKeyRotationWarning,
     AsyncTally,
@@ -24,7 +24,7 @@ from sdk import (
     TallyAPIError,
     ValidationError,
 )
-from sdk.renewals import handle_invoice_paid, handle_invoice_paid_async
+from tally_sdk.renewals import handle_invoice_paid, handle_invoice_paid_async
 from tests.conftest import OP, LiveServer, World, make_world
 from tests.stripe_fixtures import load_event, with_metadata
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sdk.renewals import (
+from tally_sdk.renewals import (
     RenewalDecision,
     RenewalSale,
     handle_invoice_paid,

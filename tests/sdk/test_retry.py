@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from ingest.errors import DatabaseUnavailable, RateLimited, TallyError
-from sdk import (
+from tally_sdk import (
     AuthenticationError,
     ConnectionFailed,
     DuplicateError,

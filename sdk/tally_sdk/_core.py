@@ -14,11 +14,12 @@ import warnings
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import httpx
 
-from sdk.errors import (
+from tally_sdk._version import __version__
+from tally_sdk.errors import (
     ApiKeyRotationWarning,
     ConfigurationError,
     ConnectionFailed,
@@ -26,8 +27,9 @@ from sdk.errors import (
     TallyAPIError,
     error_class,
 )
+from tally_sdk.responses import ApiWarning
 
-SDK_VERSION = "0.1.0"
+SDK_VERSION = __version__
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 ROTATION_CODE = "api_key_rotation_required"
 
@@ -42,12 +44,16 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
-@dataclass(frozen=True)
-class TrackResult:
-    """A successful call: the envelope's `data` and `warnings`, plus what the headers said."""
+DataT = TypeVar("DataT")
 
-    data: Mapping[str, Any]
-    warnings: tuple[Mapping[str, Any], ...] = ()
+
+@dataclass(frozen=True)
+class TrackResult(Generic[DataT]):
+    """A successful call: the envelope's `data` (a `tally_sdk.responses` typed dict) and
+    `warnings`, plus what the headers said."""
+
+    data: DataT
+    warnings: tuple[ApiWarning, ...] = ()
     rotation_deadline: datetime | None = None
     rotation_flagged: bool = False
     request_id: str | None = None
@@ -103,7 +109,7 @@ def resolve_settings(base_url: str | None, api_key: str | None) -> tuple[str, di
     return url, headers
 
 
-def attempts(call: Call, policy: RetryPolicy) -> Generator[float, Outcome, TrackResult]:
+def attempts(call: Call, policy: RetryPolicy) -> Generator[float, Outcome, TrackResult[Any]]:
     """Yield the delay before each attempt, receive its outcome; return or raise at the end."""
     delay, attempt, landed = 0.0, 0, False
     while True:
@@ -135,18 +141,18 @@ def attempts(call: Call, policy: RetryPolicy) -> Generator[float, Outcome, Track
 
 def finish(
     response: httpx.Response, *, after_retry: bool = False, attempts: int = 1
-) -> tuple[TrackResult | TallyAPIError, ApiKeyRotationWarning | None]:
+) -> tuple[TrackResult[Any] | TallyAPIError, ApiKeyRotationWarning | None]:
     """Parse a final response into a result or an error, plus a rotation warning if flagged."""
     status, request_id = response.status_code, response.headers.get("x-request-id")
     body = _json_object(response)
     raw_warnings = body.get("warnings") if body else None
     raw_warnings = raw_warnings if isinstance(raw_warnings, list) else []
-    notes = tuple(w for w in raw_warnings if isinstance(w, Mapping))
+    notes = tuple(cast(ApiWarning, w) for w in raw_warnings if isinstance(w, Mapping) and "code" in w)
     rotation = [w for w in notes if w.get("code") == ROTATION_CODE]
     flagged = bool(rotation) or "deprecation" in response.headers
     deadline = (_rfc3339(rotation[0].get("deadline")) if rotation else None) or _sunset(response)
     deadline = deadline if flagged else None
-    outcome: TrackResult | TallyAPIError
+    outcome: TrackResult[Any] | TallyAPIError
     if 200 <= status < 300:
         data = body.get("data") if body else None
         if isinstance(data, Mapping):

@@ -1,7 +1,7 @@
 """`Tally` (sync) and `AsyncTally` (async) server clients on httpx.
 
-Both build bodies with `sdk._bodies` and drive the same retry/response generator from
-`sdk._core`; they differ only in how they send and sleep.
+Both build bodies with `tally_sdk._bodies` and drive the same retry/response generator from
+`tally_sdk._core`; they differ only in how they send and sleep.
 
     tally = Tally()  # SERVICE_API_KEY and TALLY_BASE_URL from the environment
     tally.track_sale(customer_external_id="user_42", amount=4900, invoice_id="in_123")
@@ -19,8 +19,9 @@ from typing import Any, Self
 
 import httpx
 
-from sdk import _bodies
-from sdk._core import Call, RetryPolicy, TrackResult, attempts, resolve_settings
+from tally_sdk import _bodies
+from tally_sdk._core import Call, RetryPolicy, TrackResult, attempts, resolve_settings
+from tally_sdk.responses import LeadData, RefundData, SaleData, SaleTestModeData
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -66,7 +67,7 @@ class Tally(_Settings):
         email: str | None = None,
         click_id: str | None = None,
         occurred_at: datetime | str | None = None,
-    ) -> TrackResult:
+    ) -> TrackResult[SaleData]:
         """Record a sale. A non-positive amount raises `ValidationError` without a request."""
         call = _bodies.sale_call(
             customer_external_id=customer_external_id,
@@ -82,11 +83,11 @@ class Tally(_Settings):
         )
         return self._call(call)
 
-    def track_sale_payload(self, payload: Mapping[str, Any]) -> TrackResult:
+    def track_sale_payload(self, payload: Mapping[str, Any]) -> TrackResult[SaleData]:
         """`track_sale` with the documented camelCase shape (`customerExternalId`, ...)."""
         return self._call(_bodies.sale_call_from_payload(payload))
 
-    def track_test_sale(self) -> TrackResult:
+    def track_test_sale(self) -> TrackResult[SaleTestModeData]:
         """Send the test-mode sale (`additional_data.test_mode`); `data.test_mode` is true."""
         return self._call(_bodies.make_test_sale_call())
 
@@ -97,7 +98,7 @@ class Tally(_Settings):
         email: str | None = None,
         click_id: str | None = None,
         name: str | None = None,
-    ) -> TrackResult:
+    ) -> TrackResult[LeadData]:
         """Record a server-mode lead (signup) for the key's program."""
         call = _bodies.lead_call(
             customer_external_id=customer_external_id, email=email, click_id=click_id, name=name
@@ -106,7 +107,7 @@ class Tally(_Settings):
 
     def track_refund(
         self, *, transaction_id: str, refund_id: str, amount: int, reason: str | None = None
-    ) -> TrackResult:
+    ) -> TrackResult[RefundData]:
         """Record a refund of the sale `transaction_id`; `refund_id` is the idempotency key."""
         call = _bodies.refund_call(
             transaction_id=transaction_id, refund_id=refund_id, amount=amount, reason=reason
@@ -125,7 +126,7 @@ class Tally(_Settings):
     ) -> None:
         self.close()
 
-    def _call(self, call: Call) -> TrackResult:
+    def _call(self, call: Call) -> TrackResult[Any]:
         steps = attempts(call, self.retry)
         delay = next(steps)
         request = self._http.build_request(**call.request_args())
@@ -140,7 +141,7 @@ class Tally(_Settings):
             try:
                 delay = steps.send(outcome)
             except StopIteration as done:
-                result: TrackResult = done.value
+                result: TrackResult[Any] = done.value
                 return result
 
 
@@ -176,7 +177,7 @@ class AsyncTally(_Settings):
         email: str | None = None,
         click_id: str | None = None,
         occurred_at: datetime | str | None = None,
-    ) -> TrackResult:
+    ) -> TrackResult[SaleData]:
         """Record a sale. A non-positive amount raises `ValidationError` without a request."""
         call = _bodies.sale_call(
             customer_external_id=customer_external_id,
@@ -192,11 +193,11 @@ class AsyncTally(_Settings):
         )
         return await self._call(call)
 
-    async def track_sale_payload(self, payload: Mapping[str, Any]) -> TrackResult:
+    async def track_sale_payload(self, payload: Mapping[str, Any]) -> TrackResult[SaleData]:
         """`track_sale` with the documented camelCase shape (`customerExternalId`, ...)."""
         return await self._call(_bodies.sale_call_from_payload(payload))
 
-    async def track_test_sale(self) -> TrackResult:
+    async def track_test_sale(self) -> TrackResult[SaleTestModeData]:
         """Send the test-mode sale (`additional_data.test_mode`); `data.test_mode` is true."""
         return await self._call(_bodies.make_test_sale_call())
 
@@ -207,7 +208,7 @@ class AsyncTally(_Settings):
         email: str | None = None,
         click_id: str | None = None,
         name: str | None = None,
-    ) -> TrackResult:
+    ) -> TrackResult[LeadData]:
         """Record a server-mode lead (signup) for the key's program."""
         call = _bodies.lead_call(
             customer_external_id=customer_external_id, email=email, click_id=click_id, name=name
@@ -216,7 +217,7 @@ class AsyncTally(_Settings):
 
     async def track_refund(
         self, *, transaction_id: str, refund_id: str, amount: int, reason: str | None = None
-    ) -> TrackResult:
+    ) -> TrackResult[RefundData]:
         """Record a refund of the sale `transaction_id`; `refund_id` is the idempotency key."""
         call = _bodies.refund_call(
             transaction_id=transaction_id, refund_id=refund_id, amount=amount, reason=reason
@@ -235,7 +236,7 @@ class AsyncTally(_Settings):
     ) -> None:
         await self.aclose()
 
-    async def _call(self, call: Call) -> TrackResult:
+    async def _call(self, call: Call) -> TrackResult[Any]:
         steps = attempts(call, self.retry)
         delay = next(steps)
         request = self._http.build_request(**call.request_args())
@@ -250,5 +251,5 @@ class AsyncTally(_Settings):
             try:
                 delay = steps.send(outcome)
             except StopIteration as done:
-                result: TrackResult = done.value
+                result: TrackResult[Any] = done.value
                 return result

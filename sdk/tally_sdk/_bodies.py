@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sdk._core import Call
-from sdk.errors import ValidationError
+from tally_sdk._core import Call
+from tally_sdk.errors import ValidationError
 
 SALE_PATH = "/api/v1/track/sale"
 LEAD_PATH = "/api/v1/track/lead"

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sdk._core import TrackResult
-from sdk.client import AsyncTally, Tally
-from sdk.errors import DuplicateError
+from tally_sdk._core import TrackResult
+from tally_sdk.client import AsyncTally, Tally
+from tally_sdk.errors import DuplicateError
+from tally_sdk.responses import SaleData
 
 CUSTOMER_KEY = "svc_customer_key"
 
@@ -34,7 +35,7 @@ class RenewalDecision:
     action: Literal["tracked", "skipped"]
     reason: str
     code: str
-    result: TrackResult | None = None
+    result: TrackResult[SaleData] | None = None
     sale: Mapping[str, Any] | None = None
 
 
@@ -115,7 +116,7 @@ async def handle_invoice_paid_async(event: Mapping[str, Any], client: AsyncTally
     return _tracked(plan, result)
 
 
-def _tracked(plan: RenewalSale, result: TrackResult) -> RenewalDecision:
+def _tracked(plan: RenewalSale, result: TrackResult[SaleData]) -> RenewalDecision:
     sale = plan.kwargs
     reason = f"renewal invoice {sale['invoice_id']} tracked: {sale['amount']} {sale['currency']}"
     return RenewalDecision("tracked", reason, "tracked", result, plan.kwargs)
