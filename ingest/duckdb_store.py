@@ -46,6 +46,7 @@ from ingest.records import (
     ProgramSettings,
     Role,
     SaleLedger,
+    StoredSession,
 )
 from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
 
@@ -678,6 +679,48 @@ class DuckStore:
             if not self._pending:
                 return 0, 0.0
             return self._pending_rows, time.monotonic() - self._pending_since
+
+    # -- dashboard sessions: rows of their own, committed at once (not raw-log rows) -----------
+    def save_session(self, session: StoredSession) -> None:
+        """Store a new session, and drop the expired ones while at it."""
+        cur = self._reader()
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            cur.execute("DELETE FROM dashboard_sessions WHERE expires_at <= ?", [session.created_at])
+            cur.execute(
+                "INSERT INTO dashboard_sessions VALUES (?, ?, ?, ?, ?)",
+                [
+                    session.session_hash,
+                    session.account_id,
+                    session.csrf_token,
+                    session.created_at,
+                    session.expires_at,
+                ],
+            )
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def load_session(self, session_hash: str, now: datetime) -> StoredSession | None:
+        """The live session with this hash; None when unknown, ended or expired."""
+        row = (
+            self._reader()
+            .execute(
+                "SELECT session_hash, account_id, csrf_token, created_at, expires_at"
+                " FROM dashboard_sessions WHERE session_hash = ? AND expires_at > ?",
+                [session_hash, now],
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        created, expires = _stored_time(row[3]), _stored_time(row[4])
+        assert created is not None and expires is not None
+        return StoredSession(str(row[0]), str(row[1]), str(row[2]), created, expires)
+
+    def end_session(self, session_hash: str) -> None:
+        self._reader().execute("DELETE FROM dashboard_sessions WHERE session_hash = ?", [session_hash])
 
     # -- connections -------------------------------------------------------------------------
     def _reader(self) -> duckdb.DuckDBPyConnection:

@@ -76,9 +76,23 @@ def _runs(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
 
 
+def _sessions(con: duckdb.DuckDBPyConnection) -> None:
+    """Dashboard sessions (api/session.py), kept in the database so a restart keeps people
+    logged in: keyed by the hash of the session id (the cookie's value is never stored)."""
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS dashboard_sessions (
+        session_hash VARCHAR PRIMARY KEY,
+        account_id VARCHAR NOT NULL,
+        csrf_token VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL)"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
+    Migration(3, "dashboard sessions in the database", _sessions),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -145,3 +145,14 @@ class LogLine:
     detail: str
     request_id: str | None
     raw_seq: int | None
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A dashboard session as the database keeps it: the hash of its id, never the id."""
+
+    session_hash: str
+    account_id: str
+    csrf_token: str
+    created_at: datetime
+    expires_at: datetime

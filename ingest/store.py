@@ -20,6 +20,7 @@ from ingest.records import (
     Program,
     Role,
     SaleLedger,
+    StoredSession,
 )
 
 
@@ -95,6 +96,15 @@ class Store(Protocol):
 
     def readiness(self) -> str | None:
         """Why writes cannot be taken right now (a resource fault), or None when they can."""
+
+    def save_session(self, session: StoredSession) -> None:
+        """Store a new dashboard session (and drop expired ones); committed when it returns."""
+
+    def load_session(self, session_hash: str, now: datetime) -> StoredSession | None:
+        """The dashboard session with this id hash, unless it ended or expired by `now`."""
+
+    def end_session(self, session_hash: str) -> None:
+        """End a dashboard session (logout): no instance answers it any more."""
 
     def close(self) -> None: ...
 

@@ -5,13 +5,13 @@ A PostgreSQL backend joins by adding its factory to BACKENDS."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from ingest.duckdb_store import DuckStore
-from ingest.records import Credential, Partner, Program, ProgramSettings
+from ingest.records import Credential, Partner, Program, ProgramSettings, StoredSession
 from ingest.store import Store
 from ingest.writer import Writer
 
@@ -128,3 +128,31 @@ def test_revoked_credentials_do_not_come_back(open_store: Callable[[], Store]) -
     assert store.credential("h1") is None
     assert store.program_credential("prog_1") is None
     store.close()
+
+
+def test_dashboard_sessions_outlive_the_store_and_end_and_expire(open_store: Callable[[], Store]) -> None:
+    """Sessions live in the database: a new store instance (a restart) still knows them; an
+    ended one is gone; an expired one is not answered, and the next login sweeps it away."""
+    live = StoredSession("hash_live", "acc_1", "csrf_1", AT, AT + timedelta(hours=12))
+    ended = StoredSession("hash_ended", "acc_1", "csrf_2", AT, AT + timedelta(hours=12))
+    short = StoredSession("hash_short", "acc_2", "csrf_3", AT, AT + timedelta(minutes=1))
+    store = open_store()
+    for session in (live, ended, short):
+        store.save_session(session)
+    store.end_session("hash_ended")
+    store.close()
+
+    store = open_store()
+    try:
+        assert store.load_session("hash_live", AT + timedelta(hours=1)) == live
+        assert store.load_session("hash_ended", AT) is None
+        assert store.load_session("hash_short", AT) == short
+        assert store.load_session("hash_short", AT + timedelta(minutes=1)) is None
+        assert store.load_session("unknown", AT) is None
+        two = AT + timedelta(hours=2)
+        later = StoredSession("hash_later", "acc_2", "csrf_4", two, two + timedelta(hours=1))
+        store.save_session(later)
+        assert store.load_session("hash_short", AT) is None  # swept by the later save
+        assert store.load_session("hash_live", AT + timedelta(hours=2)) == live
+    finally:
+        store.close()
