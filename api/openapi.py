@@ -403,10 +403,14 @@ def build(routes: Iterable[BaseRoute], base_url: str, version: str) -> dict[str,
             f"(each documented at {base_url}/docs/errors). Every response carries `X-Request-Id`.",
         },
         "servers": [{"url": base_url}],
-        "tags": [{"name": t, "description": TAGS.get(t, "")} for t in tags],
+        "tags": [{"name": t, "description": TAGS.get(t, "")} for t in sorted(tags, key=_tag_order)],
         "paths": paths,
         "components": {"schemas": builder.schemas, "securitySchemes": SECURITY_SCHEMES},
     }
+
+
+def _tag_order(tag: str) -> int:
+    return list(TAGS).index(tag) if tag in TAGS else len(TAGS)
 
 
 def _preflight(path: str) -> Doc:

@@ -8,6 +8,5 @@ window.addEventListener("DOMContentLoaded", function () {
     deepLinking: true,
     validatorUrl: null,
     tryItOutEnabled: false,
-    defaultModelsExpandDepth: 0,
   });
 });
