@@ -212,6 +212,18 @@ REQUEST_ID_HEADER = {
     "description": "The request's id: the client's `X-Request-Id` when sane, else a new one.",
     "schema": {"type": "string"},
 }
+# Carried by every answer to a program key flagged for rotation (CONTRACT section 3).
+ROTATION_HEADERS = {
+    "Deprecation": {
+        "description": "`@<unix seconds when the key was flagged>`",
+        "schema": {"type": "string"},
+    },
+    "Sunset": {"description": "The rotation deadline (IMF-fixdate)", "schema": {"type": "string"}},
+    "Link": {
+        "description": '`<{base_url}/docs/errors#api_key_rotation_required>; rel="deprecation"`',
+        "schema": {"type": "string"},
+    },
+}
 
 
 def _error_example(cls: type[E.TallyError], base_url: str) -> dict[str, Any]:
@@ -248,6 +260,10 @@ class _Builder:
             return {"$ref": f"#/components/schemas/{name}"}
         return schema
 
+    @staticmethod
+    def rotation(doc: Doc) -> dict[str, Any]:
+        return ROTATION_HEADERS if PROGRAM_KEY in doc.auth else {}
+
     def errors(self, doc: Doc, path: str) -> list[type[E.TallyError]]:
         found: list[type[E.TallyError]] = []
         for scheme in doc.auth:
@@ -278,7 +294,7 @@ class _Builder:
                 ]
             }
             lines = "\n".join(f"- `{c.code}`: {(c.__doc__ or '').strip().splitlines()[0]}" for c in classes)
-            headers: dict[str, Any] = {"X-Request-Id": REQUEST_ID_HEADER}
+            headers: dict[str, Any] = {"X-Request-Id": REQUEST_ID_HEADER, **self.rotation(doc)}
             if status == 429:
                 headers["Retry-After"] = {"schema": {"type": "integer"}, "description": "seconds"}
             content: dict[str, Any] = {
@@ -322,7 +338,7 @@ class _Builder:
         responses: dict[str, Any] = {}
         success: dict[str, Any] = {
             "description": "Success",
-            "headers": {"X-Request-Id": REQUEST_ID_HEADER},
+            "headers": {"X-Request-Id": REQUEST_ID_HEADER, **self.rotation(doc)},
         }
         if doc.data is not None:
             envelope: dict[str, Any] = {

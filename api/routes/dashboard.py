@@ -22,7 +22,7 @@ from starlette.routing import Route
 from api.auth import Account, account_id_for_token, account_program, state
 from api.forms import partner_data, problems, query_int, read_form, settings_data
 from api.http import validate
-from api.openapi import DASHBOARD_SESSION, HTML, Doc, document
+from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
 from api.pages import Viewer, error_page, render, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
 from api.routes.reports import finance_report, format_param, period_param, report_response
@@ -63,6 +63,7 @@ HOME = "/dashboard"
 LOGIN = "/dashboard/login"
 LOG_PAGE_SIZE = 50
 SALES_PAGE_SIZE = 50
+MAX_PAGE = 10**9
 
 
 def page(handler: Handler) -> Handler:
@@ -246,6 +247,8 @@ async def sales(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
     number = query_int(request, "page") or 1
+    if number > MAX_PAGE:  # the offset must fit the database's integers
+        raise ValidationFailed(f"page must be at most {MAX_PAGE}")
     shown = request.query_params.get("attributed", "")
     flt = reads.SaleFilter(
         attributed={"yes": True, "no": False}.get(shown),
@@ -395,10 +398,32 @@ document(
         update_settings: _page("Save a program's settings", form=True, errors=(ProgramNotFound,)),
         regenerate_key: _page("Generate or regenerate the program key", form=True, errors=(ProgramNotFound,)),
         add_partner: _page("Add a partner", form=True, errors=(ProgramNotFound,)),
-        tracking_log: _page("The tracking log", errors=(ProgramNotFound, ValidationFailed)),
-        sales: _page("Sales", errors=(ProgramNotFound, ValidationFailed)),
+        tracking_log: _page(
+            "The tracking log",
+            params=(Param("before", {"type": "integer", "minimum": 1, "maximum": 2**62}),),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        sales: _page(
+            "Sales",
+            params=(
+                Param("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
+                Param("attributed", {"type": "string", "enum": ["", "yes", "no"]}),
+            ),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
         explain: _page("Explain one sale", errors=(ProgramNotFound, SaleNotFound)),
-        finance: _page("The finance report of a month", errors=(ProgramNotFound, ValidationFailed)),
-        finance_export: _page("The finance report as a file", errors=(ProgramNotFound, ValidationFailed)),
+        finance: _page(
+            "The finance report of a month",
+            params=(Param("period", {"type": "string"}, "YYYY-MM (default: this month)"),),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        finance_export: _page(
+            "The finance report as a file",
+            params=(
+                Param("period", {"type": "string"}, "YYYY-MM", required=True),
+                Param("format", {"type": "string", "enum": [f for f in FINANCE_FORMATS if f != "json"]}),
+            ),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
     }
 )
