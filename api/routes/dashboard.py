@@ -25,7 +25,14 @@ from api.http import validate
 from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
 from api.pages import Viewer, error_page, render, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
-from api.routes.reports import finance_report, format_param, period_param, report_response
+from api.routes.reports import (
+    DOWNLOADS,
+    PERIOD,
+    finance_report,
+    format_param,
+    period_param,
+    report_response,
+)
 from api.session import (
     SESSION_COOKIE,
     CsrfRefused,
@@ -355,13 +362,13 @@ _FORM = {
 }
 
 
-def _page(summary: str, form: bool = False, **kw: Any) -> Doc:
+def _page(summary: str, form: bool = False, content: dict[str, Any] | None = None, **kw: Any) -> Doc:
     extra = {**_TO_LOGIN, 403: {"description": "`csrf_refused` or `owner_required` (an HTML page)"}}
     return Doc(
         summary,
         "dashboard",
         auth=(DASHBOARD_SESSION,),
-        content=_PAGE,
+        content=content or _PAGE,
         body_schema=_FORM if form else None,
         body_media="application/x-www-form-urlencoded",
         extra_responses=extra,
@@ -414,15 +421,16 @@ document(
         explain: _page("Explain one sale", errors=(ProgramNotFound, SaleNotFound)),
         finance: _page(
             "The finance report of a month",
-            params=(Param("period", {"type": "string"}, "YYYY-MM (default: this month)"),),
+            params=(Param("period", PERIOD.schema, "YYYY-MM (default: this month)"),),
             errors=(ProgramNotFound, ValidationFailed),
         ),
         finance_export: _page(
             "The finance report as a file",
             params=(
-                Param("period", {"type": "string"}, "YYYY-MM", required=True),
+                Param("period", PERIOD.schema, "YYYY-MM", required=True),
                 Param("format", {"type": "string", "enum": [f for f in FINANCE_FORMATS if f != "json"]}),
             ),
+            content=DOWNLOADS,
             errors=(ProgramNotFound, ValidationFailed),
         ),
     }

@@ -167,10 +167,10 @@ routes = [
 ]
 
 _READ = "Any member of the program's workspace."
-_PERIOD = Param(
+PERIOD = Param(
     "period", {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}, "A month, YYYY-MM", example="2026-01"
 )
-_DOWNLOADS: dict[str, dict[str, Any]] = {
+DOWNLOADS: dict[str, dict[str, Any]] = {
     "text/csv": {"schema": {"type": "string"}},
     "text/html": {"schema": {"type": "string"}},
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": {
@@ -242,7 +242,7 @@ document(
             "reads",
             description=_READ,
             auth=(ACCOUNT_TOKEN,),
-            params=(_PERIOD,),
+            params=(PERIOD,),
             data=list[schemas.CommissionRow],
             result=[
                 {
@@ -263,12 +263,12 @@ document(
             description=_READ,
             auth=(ACCOUNT_TOKEN,),
             params=(
-                Param(_PERIOD.name, _PERIOD.schema, _PERIOD.description, required=True, example="2026-01"),
+                Param(PERIOD.name, PERIOD.schema, PERIOD.description, required=True, example="2026-01"),
                 Param("format", {"type": "string", "enum": list(FINANCE_FORMATS), "default": "json"}),
             ),
             data=dict[str, Any],
             result={"period": "2026-01", "partners": [], "totals": []},
-            content=_DOWNLOADS,
+            content=DOWNLOADS,
             errors=(ProgramNotFound, ValidationFailed),
         ),
         get_double_counting_report: Doc(
@@ -277,7 +277,7 @@ document(
             description=_READ,
             auth=(ACCOUNT_TOKEN,),
             params=(
-                _PERIOD,
+                PERIOD,
                 Param("format", {"type": "string", "enum": list(DOUBLE_COUNTING_FORMATS), "default": "json"}),
             ),
             data=dict[str, Any],
