@@ -7,8 +7,7 @@ page keeps a strict Content-Security-Policy)."""
 from __future__ import annotations
 
 from functools import cache
-from importlib import metadata, resources
-from importlib.resources.abc import Traversable
+from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,19 @@ from api.http import json_response
 from api.openapi import HTML, JSON, Doc, Param, build, document
 from ingest.errors import NotFound
 
-SWAGGER_UI = resources.files("swagger_ui") / "static"  # the swagger-ui-py package's copy
+
+def _package_dir(name: str) -> Path:
+    """Where an installed package lives, found without importing it (swagger_ui's own code,
+    handlers for other frameworks, is not needed: only its copy of Swagger UI's files)."""
+    spec = util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the {name} package is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+SWAGGER_UI = _package_dir("swagger_ui") / "static"  # the swagger-ui-py package's copy
 START = Path(__file__).resolve().parents[1] / "static" / "docs.js"
-ASSETS: dict[str, tuple[Traversable, str]] = {
+ASSETS: dict[str, tuple[Path, str]] = {
     "swagger-ui.css": (SWAGGER_UI / "swagger-ui.css", "text/css"),
     "swagger-ui-bundle.js": (SWAGGER_UI / "swagger-ui-bundle.js", "application/javascript"),
     "favicon-32x32.png": (SWAGGER_UI / "favicon-32x32.png", "image/png"),

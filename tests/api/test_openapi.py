@@ -4,6 +4,7 @@ the endpoint validates with), and it carries the contract's envelope, error code
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -193,3 +194,19 @@ def test_request_schemas_come_from_the_endpoint_models(doc: dict[str, Any]) -> N
     assert sale_in["additionalProperties"] is False
     expected = SaleIn.model_json_schema(ref_template="#/components/schemas/{model}")
     assert sale_in["properties"] == expected["properties"]
+
+
+def test_docs_page_and_its_assets_come_from_the_app(client: TestClient) -> None:
+    r = client.get("/docs")
+    assert r.status_code == 200
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self';" in csp and "default-src 'none'" in csp and "unsafe" not in csp
+    sources = re.findall(r'(?:src|href)="([^"]+)"', r.text)
+    assert sources and all(s.startswith("/") for s in sources), sources
+    for source in sources:
+        if source.startswith("/docs/assets/"):
+            asset = client.get(source)
+            assert asset.status_code == 200 and len(asset.content) > 100, source
+    bundle = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert bundle.headers["content-type"].startswith("application/javascript")
+    assert b"SwaggerUIBundle" in bundle.content
