@@ -1,7 +1,8 @@
 """The `data` of JSON successes, as the OpenAPI document (`api/openapi.py`) describes them.
 
-Where the endpoint returns a stored type as it is, the type itself is reused (`Partner`,
-`RunSummary`, `ProgramSettings`); the rest are written here from the views that build them.
+Where an endpoint returns a stored type as it is, the type itself is the schema (a partner is
+`ingest.records.Partner`, a reconcile run `reconcile.job.RunSummary`, and a program extends
+`ProgramSettings`); the rest are written here from the views that build them.
 tests/api/test_schemathesis.py checks every response the app gives against these schemas, so a
 view that drifts from its schema fails there.
 """
@@ -96,15 +97,6 @@ class Program(ProgramSettings):
     api_key_rotation_deadline: datetime | None
     created_at: datetime
     updated_at: datetime
-
-
-class Partner(_Out):
-    partner_id: str
-    program_id: str
-    code: str
-    name: str
-    email: str | None
-    created_at: datetime
 
 
 class ApiKey(_Out):

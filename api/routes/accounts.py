@@ -20,7 +20,7 @@ from ingest.errors import (
     ValidationFailed,
 )
 from ingest.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
-from ingest.records import Program
+from ingest.records import Partner, Program
 
 
 async def add_member(request: Request) -> Response:
@@ -266,7 +266,7 @@ document(
             body=PartnerIn,
             example={"code": "alice", "name": "Alice", "email": "alice@partner.test"},
             status=201,
-            data=schemas.Partner,
+            data=Partner,
             result=PARTNER_EXAMPLE,
             errors=(ProgramNotFound, NotFound, OwnerRequired, Conflict),
             writes=True,
@@ -276,7 +276,7 @@ document(
             "accounts",
             description=_MEMBER,
             auth=(ACCOUNT_TOKEN,),
-            data=list[schemas.Partner],
+            data=list[Partner],
             result=[PARTNER_EXAMPLE],
             errors=(ProgramNotFound,),
         ),
