@@ -246,6 +246,11 @@ class _Builder:
         self.base_url = base_url
         self.schemas: dict[str, Any] = {"Error": ERROR_ENVELOPE, "Warning": WARNING}
 
+    def component(self, name: str, schema: dict[str, Any]) -> None:
+        """A shared schema; two different types of one name would make a ref ambiguous."""
+        if self.schemas.setdefault(name, schema) != schema:
+            raise ValueError(f"two different schemas are named {name}: rename one of the types")
+
     def schema_of(self, annotation: Any, mode: str) -> dict[str, Any]:
         """The JSON schema of a model or type; its definitions become shared components."""
         schema = TypeAdapter(annotation).json_schema(
@@ -253,10 +258,10 @@ class _Builder:
             ref_template="#/components/schemas/{model}",
         )
         for name, definition in schema.pop("$defs", {}).items():
-            self.schemas.setdefault(name, definition)
+            self.component(name, definition)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel) and "title" in schema:
             name = annotation.__name__
-            self.schemas.setdefault(name, schema)
+            self.component(name, schema)
             return {"$ref": f"#/components/schemas/{name}"}
         return schema
 
@@ -264,7 +269,7 @@ class _Builder:
     def rotation(doc: Doc) -> dict[str, Any]:
         return ROTATION_HEADERS if PROGRAM_KEY in doc.auth else {}
 
-    def errors(self, doc: Doc, path: str) -> list[type[E.TallyError]]:
+    def errors(self, doc: Doc) -> list[type[E.TallyError]]:
         found: list[type[E.TallyError]] = []
         for scheme in doc.auth:
             found += AUTH_ERRORS[scheme]
@@ -280,9 +285,9 @@ class _Builder:
                 unique.append(cls)
         return unique
 
-    def error_responses(self, doc: Doc, path: str) -> dict[str, Any]:
+    def error_responses(self, doc: Doc) -> dict[str, Any]:
         by_status: dict[int, list[type[E.TallyError]]] = {}
-        for cls in self.errors(doc, path):
+        for cls in self.errors(doc):
             by_status.setdefault(cls.status, []).append(cls)
         responses: dict[str, Any] = {}
         for status, classes in sorted(by_status.items()):
@@ -362,7 +367,7 @@ class _Builder:
         responses[str(doc.status)] = success
         for status, extra in doc.extra_responses.items():
             responses[str(status)] = extra
-        responses.update(self.error_responses(doc, path))
+        responses.update(self.error_responses(doc))
         op["responses"] = responses
         return op
 
@@ -434,7 +439,6 @@ def _preflight(path: str) -> Doc:
         "CORS preflight (any origin, no credentials)",
         "track" if path.startswith("/api/v1/track") else "browser",
         status=204,
-        extra_responses={},
     )
 
 
