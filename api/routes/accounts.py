@@ -6,12 +6,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import body_model, ok
+from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from ingest import control
-from ingest.errors import ValidationFailed
+from ingest.errors import (
+    Conflict,
+    NotFound,
+    OwnerRequired,
+    ProgramNotFound,
+    StripeAccountInUse,
+    ValidationFailed,
+)
 from ingest.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
-from ingest.records import Program
+from ingest.records import Partner, Program
 
 
 async def add_member(request: Request) -> Response:
@@ -145,3 +154,173 @@ routes = [
     Route("/api/v1/programs/{program_id}/partners", add_partner, methods=["POST"]),
     Route("/api/v1/programs/{program_id}/partners", list_partners, methods=["GET"]),
 ]
+
+PROGRAM_EXAMPLE = {
+    "program_id": "prog_3k9a",
+    "workspace_id": "ws_7h2c",
+    "name": "Brand partners",
+    "commission_type": "percent",
+    "commission_bps": 3000,
+    "commission_flat": 0,
+    "recurring_months": None,
+    "platform_fee_bps": 0,
+    "holding_days": 30,
+    "requires_server_side_leads": False,
+    "stripe_account_id": None,
+    "api_token_masked": "aff_••••••••3f9a",
+    "api_key_rotation_deadline": None,
+    "created_at": "2026-11-21T10:00:00Z",
+    "updated_at": "2026-11-21T10:00:00Z",
+}
+PARTNER_EXAMPLE = {
+    "partner_id": "ptn_4c1d",
+    "program_id": "prog_3k9a",
+    "code": "alice",
+    "name": "Alice",
+    "email": "alice@partner.test",
+    "created_at": "2026-11-21T10:00:00Z",
+}
+_MEMBER = "Any member of the program's workspace."
+_OWNER = "An owner of the program's workspace."
+document(
+    {
+        add_member: Doc(
+            "Add a member (or owner) to a workspace",
+            "accounts",
+            description="Owner only. The new account's token is shown once.",
+            auth=(ACCOUNT_TOKEN,),
+            body=MemberIn,
+            example={"email": "finance@brand.test", "role": "member"},
+            status=201,
+            data=schemas.Member,
+            result={
+                "account_id": "acc_9e",
+                "token": "acct_example",
+                "workspace_id": "ws_7h2c",
+                "role": "member",
+            },
+            errors=(NotFound, OwnerRequired),
+            writes=True,
+        ),
+        list_programs: Doc(
+            "The caller's programs",
+            "accounts",
+            auth=(ACCOUNT_TOKEN,),
+            data=list[schemas.Program],
+            result=[PROGRAM_EXAMPLE],
+        ),
+        create_program: Doc(
+            "Create a program (and its key, whose value is never shown: regenerate it)",
+            "accounts",
+            description="Owner of the workspace only. Settings are optional, with defaults.",
+            auth=(ACCOUNT_TOKEN,),
+            body=ProgramCreateIn,
+            example={"workspace_id": "ws_7h2c", "name": "Brand partners", "commission_bps": 3000},
+            status=201,
+            data=schemas.Program,
+            result=PROGRAM_EXAMPLE,
+            errors=(NotFound, OwnerRequired, StripeAccountInUse),
+            writes=True,
+        ),
+        get_program: Doc(
+            "A program, with its masked key",
+            "accounts",
+            description=_MEMBER,
+            auth=(ACCOUNT_TOKEN,),
+            data=schemas.Program,
+            result=PROGRAM_EXAMPLE,
+            errors=(ProgramNotFound,),
+        ),
+        patch_program: Doc(
+            "Change a program's settings",
+            "accounts",
+            description=_OWNER + " Only the fields sent change.",
+            auth=(ACCOUNT_TOKEN,),
+            body=SettingsPatch,
+            example={"commission_bps": 2500, "holding_days": 14},
+            data=schemas.Program,
+            result=PROGRAM_EXAMPLE,
+            errors=(ProgramNotFound, NotFound, OwnerRequired, StripeAccountInUse),
+            writes=True,
+        ),
+        regenerate_key: Doc(
+            "Generate or regenerate the program API key (the only time it is shown)",
+            "accounts",
+            description=_OWNER + " The previous key stops working at once; a rotation flag is cleared.",
+            auth=(ACCOUNT_TOKEN,),
+            status=201,
+            data=schemas.ApiKey,
+            result={
+                "api_key": "aff_0123456789abcdefghijABCDEFGHIJ3f9a",
+                "api_token_masked": "aff_••••••••3f9a",
+                "created_at": "2026-11-21T10:00:00Z",
+            },
+            errors=(ProgramNotFound, NotFound, OwnerRequired, Conflict),
+            writes=True,
+        ),
+        add_partner: Doc(
+            "Add a partner",
+            "accounts",
+            description=_OWNER,
+            auth=(ACCOUNT_TOKEN,),
+            body=PartnerIn,
+            example={"code": "alice", "name": "Alice", "email": "alice@partner.test"},
+            status=201,
+            data=Partner,
+            result=PARTNER_EXAMPLE,
+            errors=(ProgramNotFound, NotFound, OwnerRequired, Conflict),
+            writes=True,
+        ),
+        list_partners: Doc(
+            "A program's partners",
+            "accounts",
+            description=_MEMBER,
+            auth=(ACCOUNT_TOKEN,),
+            data=list[Partner],
+            result=[PARTNER_EXAMPLE],
+            errors=(ProgramNotFound,),
+        ),
+        checklist: Doc(
+            "The integration checklist",
+            "reads",
+            description=_MEMBER,
+            auth=(ACCOUNT_TOKEN,),
+            data=schemas.Checklist,
+            result={
+                "steps": [
+                    {"key": k, "done": k == "api_key_generated", "done_at": None}
+                    if k != "api_key_generated"
+                    else {"key": k, "done": True, "done_at": "2026-11-21T10:00:00Z"}
+                    for k in CHECKLIST_STEPS
+                ]
+            },
+            errors=(ProgramNotFound,),
+        ),
+        tracking_log: Doc(
+            "The tracking log, newest first",
+            "reads",
+            description=_MEMBER + " Page with `before` = the previous page's `next_before`.",
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                Param("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}),
+                Param("before", {"type": "integer", "minimum": 1, "maximum": 2**62}),
+            ),
+            data=schemas.TrackingLog,
+            result={
+                "entries": [
+                    {
+                        "id": 12,
+                        "at": "2026-11-21T10:00:00Z",
+                        "endpoint": "track/sale",
+                        "status": 200,
+                        "outcome": "accepted",
+                        "detail": "sale in_1 4900 usd",
+                        "request_id": "req_5e",
+                    }
+                ],
+                "next_before": None,
+            },
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+    }
+)

@@ -6,10 +6,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import require_agent, state
 from api.http import body_model, ok
+from api.openapi import AGENT_KEY, Doc, document
+from api.routes.accounts import PROGRAM_EXAMPLE
 from ingest import control
-from ingest.errors import ProgramNotFound
+from ingest.errors import ProgramNotFound, StripeAccountInUse
 from ingest.inputs import SettingsPatch
 from ingest.records import Credential, Program
 
@@ -48,3 +51,38 @@ routes = [
     Route("/api/agent/v1/programs/{program_id}", get_program, methods=["GET"]),
     Route("/api/agent/v1/programs/{program_id}", patch_program, methods=["PATCH"]),
 ]
+
+_GRANTED = "Limited to the workspaces the key was granted; scope `{}`."
+document(
+    {
+        list_programs: Doc(
+            "Programs of the granted workspaces",
+            "agent",
+            description=_GRANTED.format("programs:read"),
+            auth=(AGENT_KEY,),
+            data=list[schemas.Program],
+            result=[PROGRAM_EXAMPLE],
+        ),
+        get_program: Doc(
+            "A program",
+            "agent",
+            description=_GRANTED.format("programs:read"),
+            auth=(AGENT_KEY,),
+            data=schemas.Program,
+            result=PROGRAM_EXAMPLE,
+            errors=(ProgramNotFound,),
+        ),
+        patch_program: Doc(
+            "Change a program's settings",
+            "agent",
+            description=_GRANTED.format("programs:write"),
+            auth=(AGENT_KEY,),
+            body=SettingsPatch,
+            example={"commission_bps": 2500},
+            data=schemas.Program,
+            result=PROGRAM_EXAMPLE,
+            errors=(ProgramNotFound, StripeAccountInUse),
+            writes=True,
+        ),
+    }
+)

@@ -11,11 +11,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import account_program, bearer, is_operator, require_account, state
 from api.http import body_model, ok
+from api.openapi import ACCOUNT_TOKEN, OPERATOR_TOKEN, Doc, Param, document
 from ingest import bounds, control, engineering
 from ingest.clock import utcnow
-from ingest.errors import MissingCredentials, ProgramNotFound, ValidationFailed
+from ingest.errors import MissingCredentials, NotFound, OwnerRequired, ProgramNotFound, ValidationFailed
 from ingest.inputs import BackfillIn, MetadataFixesIn
 from ingest.records import Program
 from reconcile.backfill import BackfillDiff
@@ -96,3 +98,78 @@ routes = [
     Route("/api/v1/programs/{program_id}/backfill", run_backfill, methods=["POST"]),
     Route("/api/v1/programs/{program_id}/periods/{period}/close", close_period, methods=["POST"]),
 ]
+
+_WHO = "A workspace owner's account token or the operator token."
+document(
+    {
+        metadata_fixes: Doc(
+            "Append metadata fixes (they take effect when a backfill covering their sales is applied)",
+            "engineering",
+            description=_WHO,
+            auth=(ACCOUNT_TOKEN, OPERATOR_TOKEN),
+            body=MetadataFixesIn,
+            example={"fixes": [{"subscription_id": "sub_1", "svc_customer_key": "cust_42"}]},
+            status=201,
+            data=schemas.Fixes,
+            result={
+                "fixes": [
+                    {
+                        "fix_id": "fix_1",
+                        "subscription_id": "sub_1",
+                        "svc_customer_key": "cust_42",
+                        "recorded_at": "2026-11-21T10:00:00Z",
+                        "recorded_by": "acc_1a",
+                    }
+                ],
+                "count": 1,
+            },
+            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            writes=True,
+        ),
+        run_backfill: Doc(
+            "Re-run attribution over a date range: the diff (dry run) or applied",
+            "engineering",
+            description=_WHO,
+            auth=(ACCOUNT_TOKEN, OPERATOR_TOKEN),
+            body=BackfillIn,
+            example={"from": "2026-01-01", "to": "2026-01-31", "dry_run": True},
+            data=schemas.Backfill,
+            result={
+                "program_id": "prog_3k9a",
+                "from": "2026-01-01",
+                "to": "2026-01-31",
+                "dry_run": True,
+                "changed_sales": [],
+                "partner_totals": [],
+                "adjustments": [],
+                "changes": 0,
+            },
+            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            writes=True,
+        ),
+        close_period: Doc(
+            "Close a month: it never changes again (later corrections become adjustment lines)",
+            "engineering",
+            description=_WHO,
+            auth=(ACCOUNT_TOKEN, OPERATOR_TOKEN),
+            params=(
+                Param(
+                    "period",
+                    {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"},
+                    where="path",
+                    example="2026-01",
+                ),
+            ),
+            data=schemas.Close,
+            result={
+                "period": "2026-01",
+                "closed_at": "2026-02-01T09:00:00Z",
+                "closed_by": "operator",
+                "close_id": "close_1",
+                "reconcile_run_id": "run_2b",
+            },
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed),
+            writes=True,
+        ),
+    }
+)

@@ -22,9 +22,17 @@ from starlette.routing import Route
 from api.auth import Account, account_id_for_token, account_program, state
 from api.forms import partner_data, problems, query_int, read_form, settings_data
 from api.http import validate
+from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
 from api.pages import Viewer, error_page, render, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
-from api.routes.reports import finance_report, format_param, period_param, report_response
+from api.routes.reports import (
+    DOWNLOADS,
+    PERIOD,
+    finance_report,
+    format_param,
+    period_param,
+    report_response,
+)
 from api.session import (
     SESSION_COOKIE,
     CsrfRefused,
@@ -42,7 +50,15 @@ from api.session import (
 from api.state import State
 from ingest import control
 from ingest.clock import utcnow
-from ingest.errors import Conflict, SaleNotFound, StripeAccountInUse, TallyError, ValidationFailed
+from ingest.errors import (
+    Conflict,
+    ProgramNotFound,
+    RateLimited,
+    SaleNotFound,
+    StripeAccountInUse,
+    TallyError,
+    ValidationFailed,
+)
 from ingest.inputs import PartnerIn, SettingsPatch
 from ingest.records import Program
 from reports import load, reads
@@ -54,6 +70,7 @@ HOME = "/dashboard"
 LOGIN = "/dashboard/login"
 LOG_PAGE_SIZE = 50
 SALES_PAGE_SIZE = 50
+MAX_PAGE = 10**9
 
 
 def page(handler: Handler) -> Handler:
@@ -237,6 +254,8 @@ async def sales(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
     number = query_int(request, "page") or 1
+    if number > MAX_PAGE:  # the offset must fit the database's integers
+        raise ValidationFailed(f"page must be at most {MAX_PAGE}")
     shown = request.query_params.get("attributed", "")
     flt = reads.SaleFilter(
         attributed={"yes": True, "no": False}.get(shown),
@@ -330,3 +349,89 @@ routes = [
     Route(PROGRAM + "/finance", finance, methods=["GET"]),
     Route(PROGRAM + "/finance/export", finance_export, methods=["GET"]),
 ]
+
+# -- the API reference's entries for these pages (api/openapi.py) ----------------------------------
+_PAGE = {HTML: {"schema": {"type": "string"}}}
+_TO_LOGIN = {
+    303: {"description": "No session (or it ended): to the login form; after a form, on to its page"}
+}
+_FORM = {
+    "type": "object",
+    "description": "An urlencoded form carrying the page's CSRF token (`csrf_token`)",
+    "properties": {"csrf_token": {"type": "string"}},
+}
+
+
+def _page(summary: str, form: bool = False, content: dict[str, Any] | None = None, **kw: Any) -> Doc:
+    extra = {**_TO_LOGIN, 403: {"description": "`csrf_refused` or `owner_required` (an HTML page)"}}
+    return Doc(
+        summary,
+        "dashboard",
+        auth=(DASHBOARD_SESSION,),
+        content=content or _PAGE,
+        body_schema=_FORM if form else None,
+        body_media="application/x-www-form-urlencoded",
+        extra_responses=extra,
+        html_errors=True,
+        **kw,
+    )
+
+
+document(
+    {
+        programs: _page("Programs"),
+        css: Doc(
+            "The dashboard stylesheet", "dashboard", content={"text/css": {"schema": {"type": "string"}}}
+        ),
+        finance_css: Doc(
+            "The finance report stylesheet", "dashboard", content={"text/css": {"schema": {"type": "string"}}}
+        ),
+        login_form: Doc("The login form", "dashboard", content=_PAGE, extra_responses=_TO_LOGIN),
+        login: Doc(
+            "Log in with an account token (sets the session cookie)",
+            "dashboard",
+            content=_PAGE,
+            body_schema={
+                "type": "object",
+                "properties": {"token": {"type": "string"}, "csrf_token": {"type": "string"}},
+            },
+            body_media="application/x-www-form-urlencoded",
+            extra_responses={**_TO_LOGIN, 403: {"description": "`csrf_refused` (an HTML page)"}},
+            errors=(RateLimited,),
+            html_errors=True,
+        ),
+        logout: _page("Log out", form=True),
+        program_settings: _page("A program: settings, key, partners, checklist", errors=(ProgramNotFound,)),
+        update_settings: _page("Save a program's settings", form=True, errors=(ProgramNotFound,)),
+        regenerate_key: _page("Generate or regenerate the program key", form=True, errors=(ProgramNotFound,)),
+        add_partner: _page("Add a partner", form=True, errors=(ProgramNotFound,)),
+        tracking_log: _page(
+            "The tracking log",
+            params=(Param("before", {"type": "integer", "minimum": 1, "maximum": 2**62}),),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        sales: _page(
+            "Sales",
+            params=(
+                Param("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
+                Param("attributed", {"type": "string", "enum": ["", "yes", "no"]}),
+            ),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        explain: _page("Explain one sale", errors=(ProgramNotFound, SaleNotFound)),
+        finance: _page(
+            "The finance report of a month",
+            params=(Param("period", PERIOD.schema, "YYYY-MM (default: this month)"),),
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        finance_export: _page(
+            "The finance report as a file",
+            params=(
+                Param("period", PERIOD.schema, "YYYY-MM", required=True),
+                Param("format", {"type": "string", "enum": [f for f in FINANCE_FORMATS if f != "json"]}),
+            ),
+            content=DOWNLOADS,
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+    }
+)

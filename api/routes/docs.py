@@ -10,8 +10,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import state
 from api.http import ok
+from api.openapi import HTML, JSON, Doc, document
 from api.templating import templates
 from ingest.errors import ALL_ERRORS, DatabaseUnavailable, ServiceUnavailable
 
@@ -74,3 +76,32 @@ routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
 ]
+
+document(
+    {
+        errors_page: Doc(
+            "Every error code, documented (the target of each `doc_url`)",
+            "operations",
+            content={HTML: {"schema": {"type": "string"}}},
+        ),
+        healthz: Doc(
+            "Liveness: the process is up",
+            "operations",
+            data=schemas.Status,
+            result={"status": "ok"},
+            extra_responses={
+                503: {
+                    "description": 'Starting or stopping: `{"data": {"status": "starting"}}`',
+                    "content": {JSON: {"schema": {"type": "object", "required": ["data"]}}},
+                }
+            },
+        ),
+        readyz: Doc(
+            "Readiness: the database takes writes",
+            "operations",
+            data=schemas.Ready,
+            result={"status": "ready", "journal_set_aside": 0},
+            errors=(ServiceUnavailable, DatabaseUnavailable),
+        ),
+    }
+)

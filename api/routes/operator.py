@@ -8,13 +8,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import require_operator, state
 from api.http import body_model, ok
+from api.openapi import OPERATOR_TOKEN, Doc, document
 from api.streaming import progress_stream, summary_view
 from ingest import control
-from ingest.errors import ProgramNotFound
+from ingest.errors import Conflict, NotFound, ProgramNotFound
 from ingest.inputs import AccountIn, AgentKeyIn, LegacyKeyIn, RotationIn
 from ingest.records import Program
+from reconcile.job import RunSummary
 
 
 def _program(request: Request) -> Program:
@@ -72,3 +75,85 @@ routes = [
     Route("/api/v1/operator/programs/{program_id}/api-key/rotation", flag_rotation, methods=["POST"]),
     Route("/api/v1/operator/programs/{program_id}/legacy-key", import_legacy_key, methods=["POST"]),
 ]
+
+document(
+    {
+        reconcile: Doc(
+            "Run the reconciler now",
+            "operator",
+            description='With `Accept: application/x-ndjson` the answer streams `{"progress": {...}}` '
+            'lines, then one `{"data": ...}` line (what `tally reconcile` shows).',
+            auth=(OPERATOR_TOKEN,),
+            data=RunSummary,
+            result={
+                "run_id": "run_2b",
+                "events_read": 1200,
+                "sales": 310,
+                "commissions": 290,
+                "duration_ms": 840,
+                "high_water_seq": 1200,
+                "mode": "incremental",
+            },
+            content={"application/x-ndjson": {"schema": {"type": "string"}}},
+            writes=True,
+        ),
+        create_account: Doc(
+            "Create an account owning a new workspace",
+            "operator",
+            description="The account token is shown once.",
+            auth=(OPERATOR_TOKEN,),
+            body=AccountIn,
+            example={"email": "owner@brand.test", "workspace_name": "Brand"},
+            status=201,
+            data=schemas.Account,
+            result={"account_id": "acc_1a", "workspace_id": "ws_7h2c", "token": "acct_example"},
+            writes=True,
+        ),
+        create_agent_key: Doc(
+            "Issue an agent key",
+            "operator",
+            auth=(OPERATOR_TOKEN,),
+            body=AgentKeyIn,
+            example={"name": "pricing bot", "scopes": ["programs:read"], "workspace_ids": ["ws_7h2c"]},
+            status=201,
+            data=schemas.AgentKey,
+            result={
+                "agent_key": "agt_example",
+                "agent_id": "agent_3f",
+                "scopes": ["programs:read"],
+                "workspace_ids": ["ws_7h2c"],
+            },
+            writes=True,
+        ),
+        flag_rotation: Doc(
+            "Flag a program key for mandatory rotation",
+            "operator",
+            description="Until the deadline responses to that key carry warnings and the Deprecation, "
+            "Sunset and Link headers; from it on, the key is refused (401 `api_key_rotation_required`).",
+            auth=(OPERATOR_TOKEN,),
+            body=RotationIn,
+            example={"deadline": "2026-12-01T00:00:00Z"},
+            data=schemas.Rotation,
+            result={
+                "program_id": "prog_3k9a",
+                "api_token_masked": "aff_••••••••3f9a",
+                "flagged_at": "2026-11-21T10:00:00Z",
+                "deadline": "2026-12-01T00:00:00Z",
+            },
+            errors=(ProgramNotFound, NotFound),
+            writes=True,
+        ),
+        import_legacy_key: Doc(
+            "Import a legacy (pre-prefix) program key; it replaces the current key",
+            "operator",
+            auth=(OPERATOR_TOKEN,),
+            body=LegacyKeyIn,
+            example={"api_key": "legacy0123456789abcdef"},
+            status=201,
+            data=schemas.LegacyKey,
+            result={"api_token_masked": "lega••••••••cdef", "created_at": "2026-11-21T10:00:00Z"},
+            errors=(ProgramNotFound, Conflict),
+            writes=True,
+        ),
+    }
+)

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import ok
+from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.state import State
 from ingest import bounds
-from ingest.errors import SaleNotFound, ValidationFailed
+from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
 from reports import load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
@@ -162,3 +165,125 @@ routes = [
         "/api/v1/programs/{program_id}/reports/double-counting", get_double_counting_report, methods=["GET"]
     ),
 ]
+
+_READ = "Any member of the program's workspace."
+PERIOD = Param(
+    "period", {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}, "A month, YYYY-MM", example="2026-01"
+)
+DOWNLOADS: dict[str, dict[str, Any]] = {
+    "text/csv": {"schema": {"type": "string"}},
+    "text/html": {"schema": {"type": "string"}},
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": {
+        "schema": {"type": "string", "contentMediaType": "application/octet-stream"}
+    },
+}
+_SALE_EXAMPLE = {
+    "sale_id": "sale_5d1e",
+    "transaction_id": "in_1",
+    "source": "self_hosted",
+    "amount": 4900,
+    "currency": "usd",
+    "is_recurring": False,
+    "test_mode": False,
+    "partner_code": "alice",
+    "attribution_rule": "click",
+    "unattributed_reason": None,
+    "commission": 1470,
+    "platform_fee": 0,
+    "refunded": 0,
+    "occurred_at": "2026-01-02T10:00:00Z",
+}
+document(
+    {
+        list_sales: Doc(
+            "Reconciled sales with their attribution and commission",
+            "reads",
+            description=_READ,
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                Param("transaction_id", {"type": "string"}),
+                Param(
+                    "from",
+                    {"type": "string"},
+                    "YYYY-MM-DD (whole day) or an RFC 3339 time",
+                    example="2026-01-01",
+                ),
+                Param(
+                    "to",
+                    {"type": "string"},
+                    "YYYY-MM-DD (included) or an RFC 3339 time",
+                    example="2026-01-31",
+                ),
+                Param("attributed", {"type": "string", "enum": ["true", "false"]}),
+                Param("limit", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 100}),
+                Param("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}),
+            ),
+            data=list[schemas.SaleRow],
+            result=[_SALE_EXAMPLE],
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        explain_sale: Doc(
+            "The attribution ladder, step by step, for one sale",
+            "reads",
+            description=_READ,
+            auth=(ACCOUNT_TOKEN,),
+            data=schemas.Explain,
+            result={
+                "sale": _SALE_EXAMPLE,
+                "steps": [
+                    {"step": 1, "rule": "click", "looked_up": "clk_8f2b", "found": True, "result": "alice"}
+                ],
+                "answer": "attributed to alice by rule click",
+            },
+            errors=(ProgramNotFound, SaleNotFound),
+        ),
+        list_commissions: Doc(
+            "Commission lines (of a month, with `period`)",
+            "reads",
+            description=_READ,
+            auth=(ACCOUNT_TOKEN,),
+            params=(PERIOD,),
+            data=list[schemas.CommissionRow],
+            result=[
+                {
+                    "transaction_id": "in_1",
+                    "partner_code": "alice",
+                    "amount": 1470,
+                    "currency": "usd",
+                    "status": "pending",
+                    "period": "2026-01",
+                    "kind": "commission",
+                }
+            ],
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        get_finance_report: Doc(
+            "The finance report of a month (json, csv, html or xlsx)",
+            "reads",
+            description=_READ,
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                Param(PERIOD.name, PERIOD.schema, PERIOD.description, required=True, example="2026-01"),
+                Param("format", {"type": "string", "enum": list(FINANCE_FORMATS), "default": "json"}),
+            ),
+            data=dict[str, Any],
+            result={"period": "2026-01", "partners": [], "totals": []},
+            content=DOWNLOADS,
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+        get_double_counting_report: Doc(
+            "The double-counting report (json or csv)",
+            "reads",
+            description=_READ,
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                PERIOD,
+                Param("format", {"type": "string", "enum": list(DOUBLE_COUNTING_FORMATS), "default": "json"}),
+            ),
+            data=dict[str, Any],
+            result={"period": None, "rows": []},
+            content={"text/csv": {"schema": {"type": "string"}}},
+            errors=(ProgramNotFound, ValidationFailed),
+        ),
+    }
+)

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.http import CORS_HEADERS
+from api.openapi import Doc, document
 
 SCRIPT = Path(__file__).resolve().parents[1] / "static" / "tally.js"
 MEDIA_TYPE = "application/javascript"
@@ -46,3 +47,15 @@ async def tally_js(request: Request) -> Response:
 
 
 routes = [Route("/sdk/v1/tally.js", tally_js, methods=["GET", "OPTIONS"])]
+
+document(
+    {
+        tally_js: Doc(
+            "The browser script (public, cacheable, any origin)",
+            "browser",
+            description="Include it with `data-program-id`; it records `?aff=` clicks and reports leads.",
+            content={MEDIA_TYPE: {"schema": {"type": "string"}}},
+            extra_responses={304: {"description": "Not modified (`If-None-Match` matched the ETag)"}},
+        )
+    }
+)

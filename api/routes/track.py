@@ -10,12 +10,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import bearer, program_from_key, require_program_key, state
 from api.http import CORS_HEADERS, body_model, kept_headers, ok, recall, remember, request_id
+from api.openapi import PROGRAM_KEY, Doc, document
 from api.proxies import client_address
 from ingest import tracking
 from ingest.clock import utcnow
-from ingest.errors import TallyError
+from ingest.errors import (
+    DuplicateRefund,
+    DuplicateTransaction,
+    PartnerNotFound,
+    ProgramMismatch,
+    ProgramNotFound,
+    RateLimited,
+    RefundExceedsSale,
+    TallyError,
+)
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn
 from ingest.tracking import Call, Outcome
 
@@ -138,3 +149,79 @@ routes = [
     Route("/api/v1/track/sale", track_sale, methods=["POST"]),
     Route("/api/v1/track/refund", track_refund, methods=["POST"]),
 ]
+
+_PUBLIC = "Public: no credential. Rate limited per client (`TALLY_PUBLIC_RATE_PER_SECOND`)."
+document(
+    {
+        track_click: Doc(
+            "Record a click",
+            "track",
+            description=_PUBLIC,
+            body=ClickIn,
+            example={
+                "program_id": "prog_3k9a",
+                "partner_code": "alice",
+                "url": "https://brand.test/?aff=alice",
+            },
+            status=201,
+            data=schemas.Click,
+            result={"click_id": "clk_8f2b", "program_id": "prog_3k9a", "partner_code": "alice"},
+            errors=(ProgramNotFound, PartnerNotFound, RateLimited),
+            writes=True,
+        ),
+        track_lead: Doc(
+            "Record a lead",
+            "track",
+            description="Browser mode (no credential, `program_id` in the body) or server mode (the "
+            "program key; a different `program_id` is 422 `program_mismatch`). " + _PUBLIC,
+            auth=(PROGRAM_KEY,),
+            auth_optional=True,
+            body=LeadIn,
+            example={"customer_external_id": "cust_42", "email": "c@example.com", "click_id": "clk_8f2b"},
+            data=schemas.Lead,
+            warnings=True,
+            result={
+                "lead_id": "lead_1b7c",
+                "customer_external_id": "cust_42",
+                "status": "settled",
+                "provisional": False,
+            },
+            errors=(ProgramNotFound, ProgramMismatch, RateLimited),
+            writes=True,
+        ),
+        track_sale: Doc(
+            "Record a sale",
+            "track",
+            description="`additional_data.test_mode: true` records a test sale (never commissioned).",
+            auth=(PROGRAM_KEY,),
+            body=SaleIn,
+            example={"transaction_id": "in_1", "customer_external_id": "cust_42", "amount": 4900},
+            data=schemas.Sale,
+            warnings=True,
+            result={
+                "sale_id": "sale_5d1e",
+                "transaction_id": "in_1",
+                "test_mode": False,
+                "attributed": True,
+                "partner_code": "alice",
+                "customer_external_id": "cust_42",
+                "amount": 4900,
+                "currency": "usd",
+            },
+            errors=(DuplicateTransaction,),
+            writes=True,
+        ),
+        track_refund: Doc(
+            "Record a refund",
+            "track",
+            auth=(PROGRAM_KEY,),
+            body=RefundIn,
+            example={"transaction_id": "in_1", "refund_id": "re_1", "amount": 1000},
+            data=schemas.Refund,
+            warnings=True,
+            result={"refund_id": "re_1", "transaction_id": "in_1", "amount": 1000, "sale_found": True},
+            errors=(DuplicateRefund, RefundExceedsSale),
+            writes=True,
+        ),
+    }
+)

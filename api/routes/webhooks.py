@@ -6,8 +6,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import schemas
 from api.auth import state
 from api.http import header, kept_headers, ok, read_body, request_id
+from api.openapi import STRIPE_SIGNATURE, Doc, document
 from ingest import deliveries
 from ingest.clock import utcnow
 
@@ -33,3 +35,46 @@ async def stripe_webhook(request: Request) -> Response:
 HOT = {("POST", "/webhooks/stripe"): stripe_webhook}
 
 routes = [Route("/webhooks/stripe", stripe_webhook, methods=["POST"])]
+
+document(
+    {
+        stripe_webhook: Doc(
+            "Receive a Stripe connect webhook delivery",
+            "webhooks",
+            description="Verified deliveries are appended to the raw log verbatim before the answer; a "
+            "repeated event id is answered `duplicate: true`. A signed delivery whose amounts or times are "
+            "out of bounds is stored as unusable and answered 422 `validation_error` with `stored: true`.",
+            auth=(STRIPE_SIGNATURE,),
+            body_schema={
+                "type": "object",
+                "description": "A Stripe event, read tolerantly (unknown fields ignored, raw body kept)",
+                "required": ["id", "type"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "type": {"type": "string"},
+                    "account": {"type": "string"},
+                    "livemode": {"type": "boolean"},
+                    "created": {"type": "integer"},
+                    "data": {"type": "object"},
+                },
+            },
+            example={
+                "id": "evt_1",
+                "type": "invoice.paid",
+                "account": "acct_brand",
+                "livemode": True,
+                "created": 1763719200,
+                "data": {"object": {"id": "in_1", "amount_paid": 4900, "currency": "usd"}},
+            },
+            data=schemas.Delivery,
+            result={
+                "received": True,
+                "event_id": "evt_1",
+                "program_id": "prog_3k9a",
+                "duplicate": False,
+                "test_mode": False,
+            },
+            writes=True,
+        )
+    }
+)

@@ -1,0 +1,223 @@
+"""The `data` of JSON successes, as the OpenAPI document (`api/openapi.py`) describes them.
+
+Where an endpoint returns a stored type as it is, the type itself is the schema (a partner is
+`ingest.records.Partner`, a reconcile run `reconcile.job.RunSummary`, and a program extends
+`ProgramSettings`); the rest are written here from the views that build them.
+tests/api/test_schemathesis.py checks every response the app gives against these schemas, so a
+view that drifts from its schema fails there.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ingest.records import ProgramSettings
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Status(_Out):
+    status: str
+
+
+class Ready(_Out):
+    status: Literal["ready"]
+    journal_set_aside: int
+    schema_version: int  # the database's schema version (ingest/migrations.py)
+
+
+class Click(_Out):
+    click_id: str
+    program_id: str
+    partner_code: str
+
+
+class Lead(_Out):
+    lead_id: str
+    customer_external_id: str
+    status: Literal["settled", "provisional"]
+    provisional: bool
+
+
+class Sale(_Out):
+    """A recorded sale; a test-mode sale carries only the first three fields."""
+
+    sale_id: str
+    transaction_id: str | None
+    test_mode: bool
+    attributed: bool | None = None
+    partner_code: str | None = None
+    customer_external_id: str | None = None
+    amount: int | None = None
+    currency: str | None = None
+
+
+class Refund(_Out):
+    refund_id: str
+    transaction_id: str
+    amount: int
+    sale_found: bool
+
+
+class Delivery(_Out):
+    """A verified webhook delivery: stored (and routed when a program matches)."""
+
+    received: bool
+    duplicate: bool | None = None
+    routed: bool | None = None
+    event_id: str | None = None
+    program_id: str | None = None
+    test_mode: bool | None = None
+
+
+class Account(_Out):
+    account_id: str
+    workspace_id: str
+    token: str
+
+
+class Member(_Out):
+    account_id: str
+    token: str
+    workspace_id: str
+    role: Literal["owner", "member"]
+
+
+class Program(ProgramSettings):
+    """A program as every read shows it: its settings and the masked key, never the key."""
+
+    program_id: str
+    workspace_id: str
+    name: str
+    api_token_masked: str | None
+    api_key_rotation_deadline: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ApiKey(_Out):
+    api_key: str
+    api_token_masked: str
+    created_at: datetime
+
+
+class LegacyKey(_Out):
+    api_token_masked: str
+    created_at: datetime
+
+
+class Rotation(_Out):
+    program_id: str
+    api_token_masked: str
+    flagged_at: datetime
+    deadline: datetime
+
+
+class AgentKey(_Out):
+    agent_key: str
+    agent_id: str
+    scopes: list[str]
+    workspace_ids: list[str]
+
+
+class ChecklistStep(_Out):
+    key: str
+    done: bool
+    done_at: datetime | None
+
+
+class Checklist(_Out):
+    steps: list[ChecklistStep]
+
+
+class LogEntry(_Out):
+    id: int
+    at: datetime
+    endpoint: str
+    status: int
+    outcome: str
+    detail: str
+    request_id: str | None
+
+
+class TrackingLog(_Out):
+    entries: list[LogEntry]
+    next_before: int | None
+
+
+class SaleRow(BaseModel):
+    """A reconciled sale (CONTRACT section 7); further columns may follow."""
+
+    sale_id: str
+    transaction_id: str | None
+    source: Literal["connect", "self_hosted"]
+    amount: int
+    currency: str | None
+    is_recurring: bool | None
+    test_mode: bool
+    partner_code: str | None
+    attribution_rule: Literal["click", "email", "processor_customer", "customer_key"] | None
+    unattributed_reason: str | None
+    commission: int
+    platform_fee: int
+    refunded: int
+    occurred_at: datetime | None
+
+
+class Explain(BaseModel):
+    sale: SaleRow
+    steps: list[dict[str, Any]]
+    answer: str
+
+
+class CommissionRow(BaseModel):
+    """A commission line; further columns may follow."""
+
+    transaction_id: str | None
+    partner_code: str | None
+    amount: int
+    currency: str | None
+    status: Literal["pending", "approved", "held", "reversed", "paid"]
+    period: str
+    kind: Literal["commission", "adjustment", "clawback"]
+
+
+class Fix(BaseModel):
+    fix_id: str
+    recorded_at: datetime
+    recorded_by: str
+
+
+class Fixes(_Out):
+    fixes: list[Fix]
+    count: int
+
+
+class Backfill(BaseModel):
+    """The diff of a backfill: the sales whose attribution or commission would change."""
+
+    program_id: str
+    from_: date | None = Field(alias="from")
+    to: date | None
+    dry_run: bool
+    changed_sales: list[dict[str, Any]]
+    partner_totals: list[dict[str, Any]]
+    adjustments: list[dict[str, Any]]
+    changes: int
+    applied: bool | None = None
+    applied_at: datetime | None = None
+    applied_by: str | None = None
+    backfill_id: str | None = None
+
+
+class Close(_Out):
+    period: str
+    closed_at: datetime
+    closed_by: str
+    close_id: str
+    reconcile_run_id: str
