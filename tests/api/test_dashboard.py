@@ -516,7 +516,10 @@ def test_sales_and_explain_show_the_reconciled_attribution(world: World) -> None
 
     explain = world.client.get(program_path(world, "/sales/in_1"))
     assert explain.status_code == 200 and 'id="ladder"' in explain.text
-    assert f"attributed to alice by rule {api['in_1']['attribution_rule']}" in explain.text
+    rule = api["in_1"]["attribution_rule"]
+    assert (
+        f'attributed to <code>alice</code> by rule <span class="code-label" title="{rule}">' in explain.text
+    )
     json_explain = world.client.get(
         f"/api/v1/programs/{world.program_id}/sales/in_1/explain", headers=world.owner
     ).json()["data"]
