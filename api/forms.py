@@ -1,8 +1,17 @@
 """Reading dashboard forms and query strings into the services' inputs, and validation errors
-back into lines a page can show. Parsing only: the services decide what is valid."""
+back into lines a page can show.
+
+Program settings are entered as people think of them and converted here, on the server: rates
+as percent (`30`, `12.5`, at most two decimals: `commission_percent` -> `commission_bps`), the
+flat commission as money in a chosen currency (`12.50` USD, `1.250` KWD, `500` JPY ->
+`commission_flat` in minor units, by the currency's decimals in reports/money.py). What is
+stored and what the JSON API takes stay basis points and minor units. A value that cannot be
+converted is refused with a field message; bounds are the services' (ingest/inputs.py)."""
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -10,9 +19,32 @@ from starlette.requests import Request
 
 from api.http import read_body
 from ingest.errors import TallyError, ValidationFailed
+from reports.money import exponent, minor, units
 
 MAX_FORM_FIELDS = 50
-INT_SETTINGS = ("commission_bps", "commission_flat", "recurring_months", "platform_fee_bps", "holding_days")
+INT_SETTINGS = ("recurring_months", "holding_days")
+PERCENT_SETTINGS = {"commission_percent": "commission_bps", "platform_fee_percent": "platform_fee_bps"}
+MAX_FLAT = 10**12  # minor units (CONTRACT section 6)
+FLAT_CURRENCIES = ("usd", "eur", "gbp", "chf", "cad", "aud", "jpy", "krw", "kwd", "bhd", "jod", "omr")
+# What each settings field is called on the form (the service's field names map to the form's).
+SETTINGS_LABELS = {
+    "name": "Name",
+    "commission_type": "Commission type",
+    "commission_percent": "Commission (%)",
+    "commission_bps": "Commission (%)",
+    "commission_flat": "Flat commission",
+    "flat_currency": "Currency of the flat commission",
+    "recurring_months": "Recurring months",
+    "platform_fee_percent": "Platform fee (%)",
+    "platform_fee_bps": "Platform fee (%)",
+    "holding_days": "Holding days",
+    "requires_server_side_leads": "Requires server-side leads",
+    "stripe_account_id": "Payment-processor account id",
+}
+# The service's field -> the form input it came from.
+FORM_FIELD = {"commission_bps": "commission_percent", "platform_fee_bps": "platform_fee_percent"}
+_PERCENT = re.compile(r"^(\d{1,3})(?:[.,](\d{1,2}))?$")
+_MONEY = re.compile(r"^(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -48,14 +80,88 @@ def partner_data(form: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return fields, {k: v for k, v in fields.items() if v or k != "email"}
 
 
+def percent_to_bps(text: str) -> int:
+    """`"30"` -> 3000, `"12.5"` -> 1250, `"0,01"` -> 1; blank is 0. ValueError says why not."""
+    raw = text.strip().removesuffix("%").strip()
+    if raw == "":
+        return 0
+    found = _PERCENT.match(raw)
+    if found is None:
+        raise ValueError("enter a percentage from 0 to 100 with at most two decimals, like 30 or 12.5")
+    whole, fraction = found.group(1), (found.group(2) or "").ljust(2, "0")
+    bps = int(whole) * 100 + int(fraction)
+    if bps > 10_000:
+        raise ValueError("must be at most 100 %")
+    return bps
+
+
+def bps_to_percent(bps: int) -> str:
+    """3000 -> `"30"`, 1250 -> `"12.5"`, 1 -> `"0.01"` (what the form shows)."""
+    whole, fraction = divmod(bps, 100)
+    return f"{whole}.{fraction:02d}".rstrip("0").rstrip(".") if fraction else str(whole)
+
+
+def money_to_minor(text: str, currency: str) -> int:
+    """`"12.50", "usd"` -> 1250, `"1.250", "kwd"` -> 1250, `"500", "jpy"` -> 500, `"1,000"` ->
+    100000 (USD); blank is 0. ValueError says why not (too many decimals for the currency, ...)."""
+    raw = text.strip().replace(" ", "")
+    if raw.upper().endswith(currency.upper()):
+        raw = raw[: -len(currency)].strip()
+    if raw == "":
+        return 0
+    found = _MONEY.match(raw)
+    places = exponent(currency)
+    if found is None:
+        example = "1250" if places == 0 else f"12.{'5'.ljust(places, '0')}"
+        raise ValueError(f"enter an amount like {example} (a dot before the decimals)")
+    if found.group(2) is not None and len(found.group(2).rstrip("0")) > places:
+        allowed = "no decimals" if places == 0 else f"at most {places} decimals"
+        raise ValueError(f"{currency.upper()} amounts have {allowed}")
+    value = minor(Decimal(raw.replace(",", "")), currency)
+    if value > MAX_FLAT:
+        raise ValueError(f"must be at most {money_for_form(MAX_FLAT, currency)} {currency.upper()}")
+    return value
+
+
+def money_for_form(amount: int, currency: str) -> str:
+    """Minor units as the form shows them: 1250 USD -> `"12.50"`, 1250 KWD -> `"1.250"`."""
+    return f"{units(amount, currency):.{exponent(currency)}f}"
+
+
+def flat_currency(form: dict[str, str]) -> str:
+    code = form.get("flat_currency", "").strip().lower()
+    return code if code in FLAT_CURRENCIES else FLAT_CURRENCIES[0]
+
+
 def settings_data(form: dict[str, str]) -> dict[str, Any]:
-    """Form strings as SettingsPatch input: digits become ints, a blank `recurring_months` is
-    lifetime (null); anything else is passed on for the model to refuse with a field message."""
+    """Form strings as SettingsPatch input: percent -> basis points, money -> minor units (see the
+    module docstring), digits become ints, a blank `recurring_months` is lifetime (null); anything
+    else is passed on for the model to refuse with a field message. ValidationFailed (with every
+    field that could not be converted) when a percent or amount is not one."""
     data: dict[str, Any] = {"name": form.get("name", "").strip()}
     data["commission_type"] = form.get("commission_type", "")
+    fields: list[dict[str, str]] = []
+    for name, target in PERCENT_SETTINGS.items():
+        try:
+            data[target] = percent_to_bps(form.get(name, ""))
+        except ValueError as exc:
+            fields.append({"field": name, "message": str(exc)})
+    try:
+        data["commission_flat"] = money_to_minor(form.get("commission_flat", ""), flat_currency(form))
+    except ValueError as exc:
+        fields.append({"field": "commission_flat", "message": str(exc)})
     for name in INT_SETTINGS:
         raw = form.get(name, "").strip()
         data[name] = int(raw) if raw.isdigit() else (raw or None)
     data["requires_server_side_leads"] = form.get("requires_server_side_leads") == "on"
     data["stripe_account_id"] = form.get("stripe_account_id", "").strip() or None
+    if fields:
+        raise ValidationFailed("the settings form has values that are not valid", fields=fields)
     return data
+
+
+def settings_problems(exc: TallyError) -> dict[str, str]:
+    """A refusal of the settings form as {form field: message} (the form's own field names)."""
+    fields: list[dict[str, str]] = exc.extra.get("fields", [])
+    found = {FORM_FIELD.get(f["field"], f["field"]): f["message"] for f in fields}
+    return found or {"": exc.message}

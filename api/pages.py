@@ -1,10 +1,10 @@
 """Rendering dashboard pages: the template call, the headers every page carries, the HTML error
-page, and the display helpers templates use (money in minor units, times)."""
+page, and the display helpers templates use: money (reports/money.py's one formatter), times as
+dates with the full timestamp on hover, and codes as human labels with the code on hover."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,8 @@ from starlette.responses import HTMLResponse, Response
 from api.auth import Account
 from api.session import CSRF_FIELD, Session
 from api.templating import templates
-from ingest.clock import rfc3339
+from reports.labels import label_html, when_html
+from reports.money import money_text
 
 # No script runs on these pages; styles come from our own stylesheet; nobody may frame them.
 PAGE_HEADERS = {
@@ -29,21 +30,6 @@ PAGE_HEADERS = {
 }
 STYLESHEET = Path(__file__).parent / "static" / "dashboard.css"
 
-# Currencies whose amounts are already whole units (no minor unit), as the processor defines them.
-ZERO_DECIMAL = frozenset(
-    {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf"}
-    | {"xof", "xpf"}
-)
-
-CHECKLIST_LABELS = {
-    "api_key_generated": "API key generated",
-    "test_sale_received": "Test sale received",
-    "click_received": "Click received",
-    "lead_received": "Lead received",
-    "sale_received": "Sale received",
-    "processor_event_received": "Payment-processor event received",
-}
-
 
 @dataclass(frozen=True)
 class Viewer:
@@ -57,20 +43,11 @@ class Viewer:
         return self.account.roles.get(workspace_id) == "owner"
 
 
-def money(amount: int | None, currency: str | None) -> str:
-    """`1234, "usd"` -> `12.34 USD`; integer arithmetic only."""
-    if amount is None:
-        return "—"
-    code = (currency or "").lower()
-    if code in ZERO_DECIMAL:
-        return f"{amount} {code.upper()}"
-    sign = "-" if amount < 0 else ""
-    units, cents = divmod(abs(amount), 100)
-    return f"{sign}{units}.{cents:02d} {code.upper()}"
+money = money_text  # one money formatter for the dashboard and the reports
 
 
-def when(value: datetime | None) -> str:
-    return rfc3339(value) if value is not None else "—"
+when = when_html  # dates as dates, the timestamp on hover
+label = label_html  # codes as labels, the code on hover
 
 
 def render(template: str, status: int = 200, viewer: Viewer | None = None, **context: Any) -> Response:
@@ -80,7 +57,7 @@ def render(template: str, status: int = 200, viewer: Viewer | None = None, **con
         "csrf_token": viewer.session.csrf_token if viewer is not None else None,
         "money": money,
         "when": when,
-        "checklist_labels": CHECKLIST_LABELS,
+        "label": label,
     }
     values.update(context)
     html = templates.get_template(f"dashboard/{template}").render(values)

@@ -4,7 +4,9 @@ A login exchanges an account token for a random session id in an `HttpOnly; Same
 Path=/dashboard` cookie (`Secure` when `TALLY_BASE_URL` is https). The token itself is never kept:
 not in the cookie, not in a page, not in memory. Sessions live in memory in the app (the server is
 one process): they end when the server restarts, or after `SESSION_TTL`. The store is keyed by the
-hash of the session id, so it holds no usable cookie value.
+hash of the session id, so it holds no usable cookie value. A newly generated program key is the
+one secret it holds, for the single page that shows it after the regenerate POST's redirect
+(`show_once`/`take_once`): taken on that page, dropped after `ONCE_TTL` or at logout.
 
 Every session has its own CSRF token, sent in a hidden field of every dashboard form; every
 dashboard POST compares it in constant time and, when the browser sent `Origin` or `Referer`,
@@ -31,6 +33,8 @@ SESSION_COOKIE = "tally_session"
 LOGIN_CSRF_COOKIE = "tally_login_csrf"
 CSRF_FIELD = "csrf_token"
 SESSION_TTL = timedelta(hours=12)
+# A value shown once on the page after a redirect (a new API key): how long it waits to be shown.
+ONCE_TTL = timedelta(minutes=5)
 LOGIN_CSRF_TTL = timedelta(hours=2)
 DASHBOARD_PATH = "/dashboard"
 LOGIN_PATH = "/dashboard/login"
@@ -61,6 +65,7 @@ class SessionStore:
     def __init__(self, ttl: timedelta = SESSION_TTL) -> None:
         self._ttl = ttl
         self._sessions: dict[str, Session] = {}
+        self._once: dict[tuple[str, str], tuple[str, datetime]] = {}
         self._lock = threading.Lock()
 
     def create(self, account_id: str) -> tuple[str, Session]:
@@ -83,8 +88,23 @@ class SessionStore:
             return session
 
     def end(self, session_id: str) -> None:
+        key = token_hash(session_id)
         with self._lock:
-            self._sessions.pop(token_hash(session_id), None)
+            self._sessions.pop(key, None)
+            self._once = {k: v for k, v in self._once.items() if k[0] != key}
+
+    def show_once(self, session_id: str, name: str, value: str) -> None:
+        """Keep `value` for the session's next page that asks for `name` (post-redirect-get)."""
+        now = utcnow()
+        with self._lock:
+            self._once = {k: v for k, v in self._once.items() if v[1] > now}
+            self._once[(token_hash(session_id), name)] = (value, now + ONCE_TTL)
+
+    def take_once(self, session_id: str, name: str) -> str | None:
+        """The value kept under `name`, removed: a second call (a reload) gets None."""
+        with self._lock:
+            found = self._once.pop((token_hash(session_id), name), None)
+        return found[0] if found is not None and found[1] > utcnow() else None
 
     def __len__(self) -> int:
         with self._lock:

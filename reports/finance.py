@@ -17,6 +17,9 @@ What each figure means (all integer minor units, one row per currency, currencie
 - Double counts are the sales seen twice (connect + self-hosted, repeats, duplicates refused at
   ingest) whose record occurred in the month; each was counted once.
 
+`provenance` (set by the loader, reports/load.py) says when the report was built, from which
+reconcile run, and whether the month is closed; the html shows it, the JSON and CSV do not.
+
 `checks` shows that the detail lines reconcile with the totals (reports/checks.py); `rechecked`
 recomputes them from the sections, so a tampered section shows as a failed check.
 """
@@ -24,6 +27,7 @@ recomputes them from the sections, so a tampered section shows as a failed check
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -95,6 +99,18 @@ SUMMARY_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where a report's figures come from: built at `generated_at` from the tables of reconcile
+    run `run_id` (None before the first run); `closed_at` when the month is closed (its figures
+    are then the books as of the close, recomputed from the log before it)."""
+
+    generated_at: datetime
+    run_id: str | None
+    run_finished_at: datetime | None
+    closed_at: datetime | None
+
+
+@dataclass(frozen=True)
 class FinanceReport:
     """The finance report's sections, each a small frame with a `currency` column."""
 
@@ -108,6 +124,7 @@ class FinanceReport:
     unattributed: pl.DataFrame
     double_counts: pl.DataFrame
     checks: pl.DataFrame
+    provenance: Provenance | None = None
 
     @property
     def currencies(self) -> tuple[str, ...]:

@@ -18,7 +18,15 @@ from markupsafe import Markup
 
 from reports import charts
 from reports.finance import FinanceReport
-from reports.labels import COLUMN_LABELS, COUNT_CHECKS, SUMMARY_LABELS, check_label, is_money
+from reports.labels import (
+    COLUMN_LABELS,
+    COUNT_CHECKS,
+    SUMMARY_LABELS,
+    check_label,
+    is_money,
+    label_html,
+    when_html,
+)
 from reports.money import money_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -50,6 +58,8 @@ def _environment() -> Environment:
         check_label=check_label,
         count_checks=COUNT_CHECKS,
         is_money=is_money,
+        label=label_html,
+        when=when_html,
     )
     return env
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 import polars as pl
 
+from ingest.clock import utcnow
 from reconcile import job
 from reconcile.pipeline import reconcile
 from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
@@ -23,6 +25,7 @@ from reports.finance import (
     REFUND_INPUT,
     SALE_INPUT,
     FinanceReport,
+    Provenance,
     build_finance,
     from_result,
 )
@@ -71,15 +74,19 @@ def finance(
 ) -> FinanceReport:
     """The finance report of `program_id` for `period` (YYYY-MM) from the rc_* tables; for a closed
     month, the books as of its close: the log before the close, reconciled as of the close."""
+    generated_at = utcnow()
     closed = period_close(cur, program_id, period)
     if closed is not None:
         close_seq, closed_at = closed
+        run_id, finished_at = latest_run(cur)
         raw, programs, partners = job.read(cur, program_id=program_id, before_seq=close_seq)
         result = reconcile(raw, programs, partners, closed_at)
-        return from_result(result, program_id, period, program_name)
+        report = from_result(result, program_id, period, program_name)
+        return replace(report, provenance=Provenance(generated_at, run_id, finished_at, closed_at))
     with _one_snapshot(cur):
+        run_id, finished_at = latest_run(cur)
         sales, lines, refunds, doubles = _finance_inputs(cur, program_id, period)
-    return build_finance(
+    report = build_finance(
         program_id=program_id,
         period=period,
         program_name=program_name,
@@ -88,6 +95,15 @@ def finance(
         refunds=refunds,
         double_counts=doubles,
     )
+    return replace(report, provenance=Provenance(generated_at, run_id, finished_at, None))
+
+
+def latest_run(cur: duckdb.DuckDBPyConnection) -> tuple[str | None, datetime | None]:
+    """(run id, finished at) of the newest reconcile run, or (None, None) before the first."""
+    if not table_exists(cur, "rc_runs"):
+        return None, None
+    row = cur.execute("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1").fetchone()
+    return (str(row[0]), row[1]) if row else (None, None)
 
 
 def period_close(cur: duckdb.DuckDBPyConnection, program_id: str, period: str) -> tuple[int, datetime] | None:

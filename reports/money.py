@@ -48,9 +48,14 @@ def amount_text(amount: int, currency: str) -> str:
     return f"{units(amount, currency):,.{exponent(currency)}f}"
 
 
-def money_text(amount: int, currency: str) -> str:
-    """`123456, "usd"` -> `1,234.56 USD`."""
-    return f"{amount_text(amount, currency)} {currency.upper()}"
+def money_text(amount: int | None, currency: str | None) -> str:
+    """`123456, "usd"` -> `1,234.56 USD`; `12345, "kwd"` -> `12.345 KWD`; no amount -> `—`.
+
+    The one money formatter of every page: the reports and the dashboard (api/pages.py)."""
+    if amount is None:
+        return "—"
+    code = currency or NO_CURRENCY
+    return f"{amount_text(amount, code)} {code.upper()}"
 
 
 def excel_format(currency: str) -> str:

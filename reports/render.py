@@ -1,6 +1,8 @@
 """Rendering reports: `render(report, fmt) -> (body, content_type, filename)`.
 
-Formats (the same figures in each; nothing in a body depends on when it was rendered):
+Formats (the same figures in each; nothing in a body depends on when it was rendered, except
+the html's provenance line, which says when the loader built the report and from which reconcile
+run, and whether the month is closed: see `FinanceReport.provenance`):
 
 - `json`: the contract's envelope, `{"data": ...}`; amounts are integer minor units.
 - `csv` (finance): one long table `section,row,currency,metric,value`. `section` is a key of the

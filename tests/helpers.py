@@ -115,10 +115,11 @@ def settings_form(token: str, **changes: str) -> dict[str, str]:
         "csrf_token": token,
         "name": "Brand partners",
         "commission_type": "percent",
-        "commission_bps": "3000",
-        "commission_flat": "0",
+        "commission_percent": "30",
+        "commission_flat": "0.00",
+        "flat_currency": "usd",
         "recurring_months": "",
-        "platform_fee_bps": "0",
+        "platform_fee_percent": "0",
         "holding_days": "30",
         "stripe_account_id": "",
     }
@@ -147,3 +148,20 @@ def as_cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+PROVENANCE = re.compile(rb'<p class="provenance" id="report-provenance".*?</p>\n', re.DOTALL)
+RUN_ID = re.compile(rb'data-run-id="([^"]*)"')
+
+
+def without_provenance(html: bytes) -> bytes:
+    """An html report without its provenance line (when it was generated, from which run): what
+    stays the same for the same figures."""
+    assert len(PROVENANCE.findall(html)) == 1, "the report says where its figures come from"
+    return PROVENANCE.sub(b"", html)
+
+
+def report_run_id(html: bytes) -> str:
+    found = RUN_ID.search(html)
+    assert found is not None
+    return found.group(1).decode()

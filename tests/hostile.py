@@ -762,6 +762,25 @@ def csrf_of(where: str, r: httpx2.Response) -> str:
     return found.group(1)
 
 
+# The dashboard's settings form takes rates as percent and the flat commission as money (USD here).
+FORM_FIELDS = {"commission_bps": "commission_percent", "platform_fee_bps": "platform_fee_percent"}
+
+
+def as_typed(key: str, value: Any) -> str:
+    """A setting's value as a person types it on the form: 3000 bps -> `30.00` (percent), 500
+    minor units -> `5.00` (USD); a value that is not a whole number stays one that is not
+    (1.5 bps -> `0.015`, three decimals), so what the API refuses the form refuses too."""
+    if value is None:
+        return ""
+    if key not in ("commission_bps", "platform_fee_bps", "commission_flat"):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return f"{value // 100}.{value % 100:02d}"
+    if isinstance(value, float):
+        return repr(value / 100)
+    return str(value)
+
+
 def do_dashboard_settings(server: Server, t: Tenant, a: dict[str, Any]) -> None:
     """The settings form of the dashboard feeds the same settings: hostile digits as text."""
     where = "dashboard_settings"
@@ -774,10 +793,10 @@ def do_dashboard_settings(server: Server, t: Tenant, a: dict[str, Any]) -> None:
         "name": f"Program {t.index}",
         "commission_type": "percent",
         "stripe_account_id": t.stripe_account,
-        **{key: str(value) for key, value in SETTING_NORMAL.items()},
+        "flat_currency": "usd",
     }
-    for key, value in a["settings"].items():
-        form[key] = "" if value is None else str(value)
+    for key, value in {**SETTING_NORMAL, **a["settings"]}.items():
+        form[FORM_FIELDS.get(key, key)] = as_typed(key, value)
     fit = combine(*(setting_fit(k, v) for k, v in a["settings"].items()))
     r = server.send(where, "POST", f"/dashboard/programs/{t.program_id}/settings", form=form)
     if fit == "out":

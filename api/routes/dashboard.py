@@ -20,7 +20,18 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from api.auth import Account, account_id_for_token, account_program, state
-from api.forms import partner_data, problems, query_int, read_form, settings_data
+from api.forms import (
+    FLAT_CURRENCIES,
+    SETTINGS_LABELS,
+    bps_to_percent,
+    money_for_form,
+    partner_data,
+    problems,
+    query_int,
+    read_form,
+    settings_data,
+    settings_problems,
+)
 from api.http import validate
 from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
 from api.pages import Viewer, error_page, render, stylesheet
@@ -165,16 +176,50 @@ async def programs(request: Request) -> Response:
     return render("programs.html", viewer=who, programs=rows)
 
 
+NEW_KEY = "new_api_key:"  # + program id: the key shown once after regenerating
+
+
+def settings_values(view: dict[str, Any], form: dict[str, str] | None) -> dict[str, Any]:
+    """What the settings form shows: the posted strings after a refusal, else the program's
+    settings as percent and money (the flat commission in USD's two decimals)."""
+    if form is not None:
+        return {**form, "requires_server_side_leads": form.get("requires_server_side_leads") == "on"}
+    months = view["recurring_months"]
+    return {
+        "name": view["name"],
+        "commission_type": view["commission_type"],
+        "commission_percent": bps_to_percent(view["commission_bps"]),
+        "commission_flat": money_for_form(view["commission_flat"], FLAT_CURRENCIES[0]),
+        "flat_currency": FLAT_CURRENCIES[0],
+        "recurring_months": "" if months is None else str(months),
+        "platform_fee_percent": bps_to_percent(view["platform_fee_bps"]),
+        "holding_days": str(view["holding_days"]),
+        "requires_server_side_leads": view["requires_server_side_leads"],
+        "stripe_account_id": view["stripe_account_id"] or "",
+    }
+
+
 def program_page(
-    request: Request, who: Viewer, program: Program, status: int = 200, **extra: Any
+    request: Request,
+    who: Viewer,
+    program: Program,
+    status: int = 200,
+    settings_form: dict[str, str] | None = None,
+    **extra: Any,
 ) -> Response:
     store = state(request).store
     done = store.checklist(program.program_id)
+    view = control.program_view(store, program)
     return render(
         "program.html",
         status,
         who,
-        program=control.program_view(store, program),
+        program=view,
+        settings=settings_values(view, settings_form),
+        settings_labels=SETTINGS_LABELS,
+        flat_currencies=FLAT_CURRENCIES,
+        bps_to_percent=bps_to_percent,
+        money_for_form=money_for_form,
         is_owner=who.is_owner(program.workspace_id),
         checklist=[(key, done.get(key)) for key in CHECKLIST_STEPS],
         key_generated="api_key_generated" in done,
@@ -192,17 +237,36 @@ def owned_program(request: Request, who: Viewer) -> Program:
 @page
 async def program_settings(request: Request) -> Response:
     who = viewer(request)
+    program = account_program(request, who.account)
     saved = request.query_params.get("saved") == "1"
-    return program_page(request, who, account_program(request, who.account), saved=saved)
+    new_key = sessions(request).take_once(who.session_id, NEW_KEY + program.program_id)
+    key_was_shown = new_key is None and request.query_params.get("key") == "new"
+    return program_page(request, who, program, saved=saved, new_key=new_key, key_was_shown=key_was_shown)
+
+
+@page
+async def confirm_regenerate(request: Request) -> Response:
+    """The confirmation step: what regenerating does, and the button that does it."""
+    who = viewer(request)
+    program = owned_program(request, who)
+    store = state(request).store
+    view = control.program_view(store, program)
+    generated = "api_key_generated" in store.checklist(program.program_id)
+    return render("confirm_key.html", viewer=who, program=view, key_generated=generated)
 
 
 @page
 async def regenerate_key(request: Request) -> Response:
-    who, _ = await posted(request)
+    """Regenerate once confirmed, then redirect (303) to the settings page, which shows the new
+    key once: a reload shows the settings page again and never posts a second time."""
+    who, form = await posted(request)
     program = owned_program(request, who)
+    if form.get("confirm") != "regenerate":  # not from the confirmation page: ask first
+        return RedirectResponse(program_url(program, "/api-key"), 303)
     st = state(request)
     issued = await control.regenerate_key(st.store, st.writer, program)
-    return program_page(request, who, program, new_key=issued["api_key"])
+    sessions(request).show_once(who.session_id, NEW_KEY + program.program_id, issued["api_key"])
+    return RedirectResponse(program_url(program, "?key=new#api-key"), 303)
 
 
 @page
@@ -230,7 +294,7 @@ async def update_settings(request: Request) -> Response:
         await control.update_program(st.store, st.writer, program, inp)
     except (ValidationFailed, StripeAccountInUse) as exc:
         return program_page(
-            request, who, program, exc.status, settings_errors=problems(exc), settings_form=form
+            request, who, program, exc.status, settings_form=form, settings_errors=settings_problems(exc)
         )
     return RedirectResponse(program_url(program, "?saved=1#settings"), 303)
 
@@ -341,6 +405,7 @@ routes = [
     Route("/dashboard/logout", logout, methods=["POST"]),
     Route(PROGRAM, program_settings, methods=["GET"]),
     Route(PROGRAM + "/settings", update_settings, methods=["POST"]),
+    Route(PROGRAM + "/api-key", confirm_regenerate, methods=["GET"]),
     Route(PROGRAM + "/api-key", regenerate_key, methods=["POST"]),
     Route(PROGRAM + "/partners", add_partner, methods=["POST"]),
     Route(PROGRAM + "/log", tracking_log, methods=["GET"]),

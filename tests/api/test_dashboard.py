@@ -165,6 +165,18 @@ def masked_on_page(client: TestClient, world: World) -> str:
     return found.group(1)
 
 
+CONFIRM = {"confirm": "regenerate"}  # what the confirmation page's form adds
+
+
+def regenerated(client: TestClient, world: World, token: str) -> httpx.Response:
+    """Confirm on the confirmation page's form, follow its redirect: the page showing the key."""
+    r = client.post(
+        program_path(world, "/api-key"), data={"csrf_token": token, **CONFIRM}, follow_redirects=False
+    )
+    assert r.status_code == 303 and r.headers["location"] == program_path(world, "?key=new#api-key")
+    return client.get(r.headers["location"])
+
+
 def test_regenerate_shows_the_new_key_once_and_the_mask_follows_it(world: World) -> None:
     token = logged_in(world.client, world.account_token)
     page = world.client.get(program_path(world))
@@ -172,7 +184,16 @@ def test_regenerate_shows_the_new_key_once_and_the_mask_follows_it(world: World)
     assert masked_on_page(world.client, world) == mask(world.api_key)
     assert world.api_key not in page.text
 
-    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token})
+    confirm = world.client.get(program_path(world, "/api-key"))  # the button's page: a question
+    assert confirm.status_code == 200 and 'id="confirm-regenerate"' in confirm.text
+    assert 'name="confirm" value="regenerate"' in confirm.text and NEW_KEY.search(confirm.text) is None
+    assert world.sale(**TEST_SALE).status_code == 200  # asking changed nothing
+
+    r = world.client.post(
+        program_path(world, "/api-key"), data={"csrf_token": token, **CONFIRM}, follow_redirects=False
+    )
+    assert r.status_code == 303 and NEW_KEY.search(r.text) is None
+    r = world.client.get(r.headers["location"])
     assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
     found = NEW_KEY.search(r.text)
     assert found and "will not be shown again" in r.text
@@ -180,9 +201,14 @@ def test_regenerate_shows_the_new_key_once_and_the_mask_follows_it(world: World)
     assert new_key.startswith("aff_") and new_key != world.api_key
     assert MASKED.search(r.text).group(1) == mask(new_key)  # type: ignore[union-attr]
 
+    reload = world.client.get(program_path(world, "?key=new"))  # a reload: no second key, none shown
+    assert reload.status_code == 200 and NEW_KEY.search(reload.text) is None
+    assert new_key not in reload.text and 'id="key-shown-once"' in reload.text
+    assert MASKED.search(reload.text).group(1) == mask(new_key)  # type: ignore[union-attr]
+
     assert world.sale(**TEST_SALE).status_code == 401  # the old key stopped at once
     sale = world.client.post("/api/v1/track/sale", json=TEST_SALE, headers=bearer(new_key))
-    assert sale.status_code == 200 and sale.json()["data"]["test_mode"] is True
+    assert sale.status_code == 200 and sale.json()["data"]["test_mode"] is True  # the reload kept it
 
     again = world.client.get(program_path(world))
     assert new_key not in again.text and 'id="new-api-key"' not in again.text
@@ -190,6 +216,29 @@ def test_regenerate_shows_the_new_key_once_and_the_mask_follows_it(world: World)
     assert masked_on_page(world.client, world).endswith(new_key[-4:])
     api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
     assert api["api_token_masked"] == mask(new_key)
+
+
+def test_a_post_without_the_confirmation_asks_first_and_changes_nothing(world: World) -> None:
+    token = logged_in(world.client, world.account_token)
+    for extra in ({}, {"confirm": ""}, {"confirm": "yes"}):
+        r = world.client.post(
+            program_path(world, "/api-key"), data={"csrf_token": token, **extra}, follow_redirects=False
+        )
+        assert r.status_code == 303 and r.headers["location"] == program_path(world, "/api-key")
+    assert world.sale(**TEST_SALE).status_code == 200
+    assert masked_on_page(world.client, world) == mask(world.api_key)
+
+
+def test_the_new_key_waits_for_its_own_session_only(world: World) -> None:
+    other_browser = TestClient(world.client.app)  # the same owner in another browser
+    logged_in(other_browser, world.account_token)
+    token = logged_in(world.client, world.account_token)
+    r = world.client.post(
+        program_path(world, "/api-key"), data={"csrf_token": token, **CONFIRM}, follow_redirects=False
+    )
+    assert r.status_code == 303
+    assert NEW_KEY.search(other_browser.get(program_path(world, "?key=new")).text) is None
+    assert NEW_KEY.search(world.client.get(r.headers["location"]).text)
 
 
 def test_a_member_sees_no_regenerate_button_and_is_refused_by_the_server(world: World) -> None:
@@ -202,7 +251,8 @@ def test_a_member_sees_no_regenerate_button_and_is_refused_by_the_server(world: 
     )
     assert "Only a workspace owner" in page.text
     assert masked_on_page(world.client, world) == mask(world.api_key)
-    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token})
+    assert world.client.get(program_path(world, "/api-key")).status_code == 403
+    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token, **CONFIRM})
     assert r.status_code == 403 and "owner_required" in r.text
     assert NEW_KEY.search(r.text) is None
     assert world.sale(**TEST_SALE).status_code == 200  # the key did not change
@@ -210,7 +260,7 @@ def test_a_member_sees_no_regenerate_button_and_is_refused_by_the_server(world: 
 
 def test_an_owner_added_as_member_of_the_workspace_can_regenerate(world: World) -> None:
     token = logged_in(world.client, member_token(world, "owner"))
-    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": token})
+    r = regenerated(world.client, world, token)
     assert r.status_code == 200 and NEW_KEY.search(r.text)
 
 
@@ -229,7 +279,7 @@ def test_posts_without_the_right_csrf_token_or_origin_change_nothing(
     world: World, data: dict[str, str] | None, headers: dict[str, str]
 ) -> None:
     token = logged_in(world.client, world.account_token)
-    form = {"csrf_token": token} if data is None else data
+    form = {"csrf_token": token, **CONFIRM} if data is None else {**data, **CONFIRM}
     r = world.client.post(program_path(world, "/api-key"), data=form, headers=headers)
     assert r.status_code == 403 and "csrf_refused" in r.text
     assert NEW_KEY.search(r.text) is None
@@ -239,7 +289,7 @@ def test_posts_without_the_right_csrf_token_or_origin_change_nothing(
     assert (
         world.client.post(program_path(world, "/partners"), data=partner, headers=headers).status_code == 403
     )
-    settings = dict(form, name="Hijacked", commission_type="percent", commission_bps="10000")
+    settings = dict(form, name="Hijacked", commission_type="percent", commission_percent="100")
     assert (
         world.client.post(program_path(world, "/settings"), data=settings, headers=headers).status_code == 403
     )
@@ -266,9 +316,9 @@ def test_the_csrf_token_of_one_session_does_not_work_in_another(world: World) ->
     first = logged_in(other_browser, world.account_token)
     second = logged_in(world.client, world.account_token)
     assert first != second
-    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": first})
+    r = world.client.post(program_path(world, "/api-key"), data={"csrf_token": first, **CONFIRM})
     assert r.status_code == 403
-    r = other_browser.post(program_path(world, "/api-key"), data={"csrf_token": second})
+    r = other_browser.post(program_path(world, "/api-key"), data={"csrf_token": second, **CONFIRM})
     assert r.status_code == 403
     assert world.sale(**TEST_SALE).status_code == 200
 
@@ -309,7 +359,7 @@ def test_members_see_partners_but_no_add_form_and_cannot_add(world: World) -> No
     assert r.status_code == 403 and "owner_required" in r.text
     r = world.client.post(
         program_path(world, "/settings"),
-        data={"csrf_token": token, "name": "M", "commission_type": "flat", "commission_bps": "1"},
+        data={"csrf_token": token, "name": "M", "commission_type": "flat", "commission_flat": "1"},
     )
     assert r.status_code == 403
 
@@ -317,7 +367,7 @@ def test_members_see_partners_but_no_add_form_and_cannot_add(world: World) -> No
 def test_owner_updates_settings_through_the_form(world: World) -> None:
     token = logged_in(world.client, world.account_token)
     form = settings_form(
-        token, name="Renamed", commission_bps="2500", recurring_months="12", requires_server_side_leads="on"
+        token, name="Renamed", commission_percent="25", recurring_months="12", requires_server_side_leads="on"
     )
     r = world.client.post(program_path(world, "/settings"), data=form, follow_redirects=False)
     assert r.status_code == 303
@@ -327,15 +377,67 @@ def test_owner_updates_settings_through_the_form(world: World) -> None:
     assert "Settings saved" in world.client.get(r.headers["location"]).text
 
     bad = world.client.post(
-        program_path(world, "/settings"), data=settings_form(token, commission_bps="lots")
+        program_path(world, "/settings"), data=settings_form(token, commission_percent="lots")
     )
-    assert bad.status_code == 422 and "commission_bps" in bad.text and 'value="lots"' in bad.text
+    assert bad.status_code == 422 and 'value="lots"' in bad.text
+    assert 'id="e-commission_percent"' in bad.text and "<strong>Commission (%)</strong>" in bad.text
     too_big = world.client.post(
-        program_path(world, "/settings"), data=settings_form(token, platform_fee_bps="10001")
+        program_path(world, "/settings"), data=settings_form(token, platform_fee_percent="100.01")
     )
-    assert too_big.status_code == 422
+    assert too_big.status_code == 422 and 'id="e-platform_fee_percent"' in too_big.text
     api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
     assert (api["name"], api["commission_bps"], api["platform_fee_bps"]) == ("Renamed", 2500, 0)
+
+
+@pytest.mark.parametrize(
+    ("typed", "currency", "stored"),
+    [
+        ("12.50", "usd", 1250),
+        ("1.250", "kwd", 1250),
+        ("0.005", "bhd", 5),
+        ("500", "jpy", 500),
+        ("1,000", "eur", 100_000),
+    ],
+)
+def test_the_flat_commission_is_entered_as_money_in_the_currencys_decimals(
+    world: World, typed: str, currency: str, stored: int
+) -> None:
+    token = logged_in(world.client, world.account_token)
+    form = settings_form(
+        token,
+        commission_type="flat",
+        commission_flat=typed,
+        flat_currency=currency,
+        platform_fee_percent="2.5",
+    )
+    r = world.client.post(program_path(world, "/settings"), data=form, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
+    assert (api["commission_type"], api["commission_flat"], api["platform_fee_bps"]) == ("flat", stored, 250)
+    page = world.client.get(program_path(world)).text
+    assert 'name="platform_fee_percent" inputmode="decimal" value="2.5"' in page
+    assert 'name="commission_percent" inputmode="decimal" value="30"' in page
+
+
+@pytest.mark.parametrize(
+    ("typed", "currency", "message"),
+    [
+        ("12.345", "usd", "USD amounts have at most 2 decimals"),
+        ("1.5", "jpy", "JPY amounts have no decimals"),
+        ("1.2345", "kwd", "KWD amounts have at most 3 decimals"),
+        ("12,5", "usd", "a dot before the decimals"),
+    ],
+)
+def test_an_amount_with_too_many_decimals_is_refused_on_the_form(
+    world: World, typed: str, currency: str, message: str
+) -> None:
+    token = logged_in(world.client, world.account_token)
+    form = settings_form(token, commission_type="flat", commission_flat=typed, flat_currency=currency)
+    r = world.client.post(program_path(world, "/settings"), data=form)
+    assert r.status_code == 422 and message in r.text and f'value="{typed}"' in r.text
+    assert 'id="e-commission_flat"' in r.text and 'aria-invalid="true"' in r.text
+    api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
+    assert (api["commission_type"], api["commission_flat"]) == ("percent", 0)
 
 
 # -- checklist and tracking log ------------------------------------------------------------------
@@ -414,7 +516,10 @@ def test_sales_and_explain_show_the_reconciled_attribution(world: World) -> None
 
     explain = world.client.get(program_path(world, "/sales/in_1"))
     assert explain.status_code == 200 and 'id="ladder"' in explain.text
-    assert f"attributed to alice by rule {api['in_1']['attribution_rule']}" in explain.text
+    rule = api["in_1"]["attribution_rule"]
+    assert (
+        f'attributed to <code>alice</code> by rule <span class="code-label" title="{rule}">' in explain.text
+    )
     json_explain = world.client.get(
         f"/api/v1/programs/{world.program_id}/sales/in_1/explain", headers=world.owner
     ).json()["data"]
@@ -437,3 +542,38 @@ def test_sales_of_another_program_are_not_shown(world: World) -> None:
     page = world.client.get(f"/dashboard/programs/{other}/sales")
     assert page.status_code == 200 and "in_1" not in page.text and 'id="not-reconciled"' not in page.text
     assert world.client.get(f"/dashboard/programs/{other}/sales/in_1").status_code == 404
+
+
+def test_three_decimal_and_zero_decimal_amounts_show_with_their_own_decimals(world: World) -> None:
+    assert world.sale(transaction_id="in_kwd", amount=12_345, currency="kwd").status_code == 200
+    assert world.sale(transaction_id="in_bhd", amount=1_234_500, currency="bhd").status_code == 200
+    assert world.sale(transaction_id="in_jpy", amount=5_000, currency="jpy").status_code == 200
+    assert world.client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    logged_in(world.client, world.account_token)
+    page = world.client.get(program_path(world, "/sales")).text
+    assert '<td class="num">12.345 KWD</td>' in page
+    assert '<td class="num">1,234.500 BHD</td>' in page
+    assert '<td class="num">5,000 JPY</td>' in page
+    explain = world.client.get(program_path(world, "/sales/in_kwd")).text
+    assert "12.345 KWD" in explain
+
+
+def test_codes_show_as_labels_with_the_code_on_hover_and_times_as_dates(world: World) -> None:
+    with time_machine.travel(datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC), tick=False):
+        reconciled_world(world)
+    logged_in(world.client, world.account_token)
+    page = world.client.get(program_path(world, "/sales")).text
+    assert '<span class="code-label" title="customer_key">Customer key of a lead</span>' in page
+    assert '<span class="code-label" title="customer_not_found">Customer not found</span>' in page
+    assert '<span class="code-label" title="self_hosted">Your server</span>' in page
+    assert (
+        '<time datetime="2026-03-04T05:06:07Z" title="2026-03-04T05:06:07Z">4 Mar 2026, 05:06 UTC</time>'
+        in page
+    )
+    assert ">2026-03-04T05:06:07Z<" not in page  # no raw timestamp as text
+    settings = world.client.get(program_path(world)).text
+    assert '<span class="code-label" title="api_key_generated">API key generated</span>' in settings
+    explain = world.client.get(program_path(world, "/sales/in_1")).text
+    assert '<span class="code-label" title="matched">Matched</span>' in explain
+    log = world.client.get(program_path(world, "/log")).text
+    assert '<span class="code-label" title="accepted">Accepted</span>' in log

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from ingest.stripe import sign
 from reports.html import DOCUMENT_CSP
 from tests.conftest import OP, WEBHOOK_SECRET, World, bearer, make_world
-from tests.helpers import as_cell, parse_finance_csv
+from tests.helpers import as_cell, parse_finance_csv, report_run_id, without_provenance
 from tests.stripe_fixtures import load_event, serialise, with_metadata
 
 ACCOUNT = "acct_1TallyReportsAccount"
@@ -202,19 +202,27 @@ def test_finance_report_in_every_format(shop: World) -> None:
     for code in ("eur", "usd"):
         assert f'id="chart-partners-{code}"' in html and f'id="chart-status-{code}"' in html
     assert "22.50 USD" in html and "2.80 EUR" in html and html.count("<svg ") == 4
+    assert 'id="month-open"' in html and 'data-closed="false"' in html and "Generated <time" in html
+    assert f'<code id="report-run-id">{report_run_id(html_r.content)}</code>' in html
 
     # the same data renders the same bytes, also after another reconcile run of the same log
     bodies = {
         fmt: shop.client.get(finance_url(shop, f"period={PERIOD}&format={fmt}"), headers=shop.owner).content
         for fmt in ("json", "csv", "xlsx", "html")
     }
-    assert shop.client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
-    for fmt, body in bodies.items():
-        assert (
-            shop.client.get(finance_url(shop, f"period={PERIOD}&format={fmt}"), headers=shop.owner).content
-            == body
-        ), fmt
-    assert bodies["csv"] == csv_r.content and bodies["html"] == html_r.content
+    run = shop.client.post("/api/v1/operator/reconcile", headers=OP)
+    assert run.status_code == 200
+    for fmt, before in bodies.items():
+        again = shop.client.get(
+            finance_url(shop, f"period={PERIOD}&format={fmt}"), headers=shop.owner
+        ).content
+        if fmt == "html":  # the same figures; the provenance line names the newer run
+            assert report_run_id(again) == run.json()["data"]["run_id"] != report_run_id(before)
+            assert without_provenance(again) == without_provenance(before)
+        else:
+            assert again == before, fmt
+    assert bodies["csv"] == csv_r.content
+    assert without_provenance(bodies["html"]) == without_provenance(html_r.content)
 
 
 @pytest.mark.parametrize(
@@ -267,6 +275,7 @@ def test_before_the_first_run_the_report_is_empty(world: World) -> None:
     assert data["currencies"] == [] and data["summary"] == [] and data["reconciled"] is True
     html = world.client.get(finance_url(world, f"period={PERIOD}&format=html"), headers=world.owner)
     assert 'id="no-activity"' in html.text
+    assert 'data-run-id=""' in html.text and "before the first reconcile run" in html.text
     assert world.client.get(doubles_url(world), headers=world.owner).json()["data"]["double_counts"] == []
 
 
@@ -334,7 +343,10 @@ def test_dashboard_finance_tab_shows_the_report_and_downloads(shop: World) -> No
         r = client.get(dashboard_path(shop, f"/finance/export?period={PERIOD}&format={fmt}"))
         assert r.status_code == 200 and r.headers["content-type"] == content_type, fmt
         api = client.get(finance_url(shop, f"period={PERIOD}&format={fmt}"), headers=shop.owner)
-        assert r.content == api.content, fmt
+        if fmt == "html":  # the same report; each says when it was generated
+            assert without_provenance(r.content) == without_provenance(api.content)
+        else:
+            assert r.content == api.content, fmt
         assert r.headers["content-disposition"] == api.headers["content-disposition"]
     assert (
         f'href="/dashboard/programs/{shop.program_id}/finance/export?period={PERIOD}&amp;format=xlsx"' in html

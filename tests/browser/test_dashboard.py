@@ -107,13 +107,33 @@ def test_owner_logs_in_regenerates_with_the_button_and_uses_the_shown_key(
 
     click_and_wait(page, f"a[href='/dashboard/programs/{dashboard.program_id}']")
     assert text_of(page, "#api-key-masked") == mask(dashboard.api_key)
-    assert text_of(page, "#regenerate-key").strip() == "Regenerate API key"
+    assert text_of(page, "#regenerate-key").strip() == "Regenerate API key…"
+
+    click_and_wait(page, "#regenerate-key")  # first a question, nothing regenerated yet
+    assert page.evaluate("location.pathname") == f"/dashboard/programs/{dashboard.program_id}/api-key"
+    assert "stops working" in text_of(page, "#confirm-key") and text_of(page, "#new-api-key") is None
+    assert dashboard.test_sale(dashboard.api_key).status_code == 200
+    click_and_wait(page, "#cancel-regenerate")  # cancel: back to the settings, same key
+    assert text_of(page, "#api-key-masked") == mask(dashboard.api_key)
+    assert dashboard.test_sale(dashboard.api_key).status_code == 200
 
     click_and_wait(page, "#regenerate-key")
+    click_and_wait(page, "#confirm-regenerate")  # POST, then the redirect's GET shows the key
+    assert page.evaluate("location.pathname + location.search") == (
+        f"/dashboard/programs/{dashboard.program_id}?key=new"
+    )
     new_key = text_of(page, "#new-api-key")
     assert new_key.startswith("aff_") and new_key != dashboard.api_key
     assert "will not be shown again" in text_of(page, "#new-key-box")
     assert text_of(page, "#api-key-masked").endswith(new_key[-4:])
+
+    page.events.clear()
+    page.send("Page.reload")  # a reload GETs the page again: no second POST, no second key
+    page.wait_for("Page.loadEventFired")
+    assert page.evaluate("location.search") == "?key=new"
+    assert text_of(page, "#new-api-key") is None and text_of(page, "#key-shown-once") is not None
+    assert new_key not in page.evaluate("document.documentElement.outerHTML")
+    assert text_of(page, "#api-key-masked") == mask(new_key)
 
     page.navigate(dashboard.program_url)  # the settings page again: masked only, key gone
     assert text_of(page, "#new-api-key") is None
@@ -121,7 +141,7 @@ def test_owner_logs_in_regenerates_with_the_button_and_uses_the_shown_key(
     masked = text_of(page, "#api-key-masked")
     assert masked.endswith(new_key[-4:]) and masked == mask(new_key)
 
-    sale = dashboard.test_sale(new_key)
+    sale = dashboard.test_sale(new_key)  # the key shown is the one in force: reloading made no other
     assert sale.status_code == 200 and sale.json()["data"]["test_mode"] is True
     assert dashboard.test_sale(dashboard.api_key).status_code == 401
 
@@ -130,10 +150,12 @@ def test_owner_logs_in_regenerates_with_the_button_and_uses_the_shown_key(
     width, height = struct.unpack(">II", shot[16:24])  # the IHDR chunk
     assert width >= 800 and height >= 600
 
-    status, text = post_from_page(page, f"/dashboard/programs/{dashboard.program_id}/api-key", "")
+    status, text = post_from_page(
+        page, f"/dashboard/programs/{dashboard.program_id}/api-key", "confirm=regenerate"
+    )
     assert status == 403 and "csrf_refused" in text
     status, _ = post_from_page(
-        page, f"/dashboard/programs/{dashboard.program_id}/api-key", "csrf_token=forged"
+        page, f"/dashboard/programs/{dashboard.program_id}/api-key", "csrf_token=forged&confirm=regenerate"
     )
     assert status == 403
     assert dashboard.test_sale(new_key).status_code == 200  # nothing changed
@@ -160,7 +182,7 @@ def test_member_sees_no_regenerate_button_and_a_forged_post_is_refused(
 
     token = page.evaluate("document.querySelector('input[name=csrf_token]').value")
     status, text = post_from_page(
-        page, f"/dashboard/programs/{dashboard.program_id}/api-key", f"csrf_token={token}"
+        page, f"/dashboard/programs/{dashboard.program_id}/api-key", f"csrf_token={token}&confirm=regenerate"
     )
     assert status == 403 and "owner_required" in text
     assert dashboard.test_sale(dashboard.api_key).status_code == 200

@@ -185,6 +185,13 @@ def assert_report_in_dom(page: Page) -> None:
     )
     assert js(page, "document.querySelector('#unattributed-usd tbody tr td.num').textContent") == "1"
     assert "Reconciled" in js(page, "document.getElementById('reconciled').textContent")
+    # where the figures come from: when, which reconcile run, whether the month is closed
+    provenance = js(page, "document.getElementById('report-provenance').textContent")
+    assert "Generated" in provenance and "Month open" in provenance
+    assert js(page, "document.getElementById('report-run-id').textContent").startswith("rcr_")
+    assert js(page, "document.querySelector('#report-provenance time').title").endswith("Z")
+    held = "document.querySelector('#status-usd tr[data-status=held] .code-label')"
+    assert js(page, f"{held}.textContent") == "Held (self-referral)" and js(page, f"{held}.title") == "held"
     # the report's stylesheet applies (the page's hashed <style>, or the dashboard's finance.css)
     assert js(page, "getComputedStyle(document.querySelector('#status-usd th.num')).textAlign") == "right"
     fill = js(
