@@ -468,6 +468,9 @@ document(
         logout: _page("Log out", form=True),
         program_settings: _page("A program: settings, key, partners, checklist", errors=(ProgramNotFound,)),
         update_settings: _page("Save a program's settings", form=True, errors=(ProgramNotFound,)),
+        confirm_regenerate: _page(
+            "Confirm before the program key is generated or regenerated", errors=(ProgramNotFound,)
+        ),
         regenerate_key: _page("Generate or regenerate the program key", form=True, errors=(ProgramNotFound,)),
         add_partner: _page("Add a partner", form=True, errors=(ProgramNotFound,)),
         tracking_log: _page(

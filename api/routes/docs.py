@@ -97,10 +97,10 @@ document(
             },
         ),
         readyz: Doc(
-            "Readiness: the database takes writes",
+            "Readiness: the database is migrated and takes writes",
             "operations",
             data=schemas.Ready,
-            result={"status": "ready", "journal_set_aside": 0},
+            result={"status": "ready", "journal_set_aside": 0, "schema_version": 3},
             errors=(ServiceUnavailable, DatabaseUnavailable),
         ),
     }
