@@ -2,9 +2,9 @@
 
 A login exchanges an account token for a random session id in an `HttpOnly; SameSite=Lax;
 Path=/dashboard` cookie (`Secure` when `TALLY_BASE_URL` is https). The token itself is never kept:
-not in the cookie, not in a page, not in memory. Sessions live in memory in the app (the server is
-one process): they end when the server restarts, or after `SESSION_TTL`. The store is keyed by the
-hash of the session id, so it holds no usable cookie value. A newly generated program key is the
+not in the cookie, not in a page, not in memory. Sessions live in the database (`SessionStore`):
+a restart keeps people logged in; they end at logout or after `SESSION_TTL`. They are keyed by
+the hash of the session id, so the database holds no usable cookie value. A newly generated program key is the
 one secret it holds, for the single page that shows it after the regenerate POST's redirect
 (`show_once`/`take_once`): taken on that page, dropped after `ONCE_TTL` or at logout.
 
@@ -27,6 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ingest.clock import utcnow
+from ingest.records import StoredSession
+from ingest.store import Store
 from ingest.tokens import token_hash
 
 SESSION_COOKIE = "tally_session"
@@ -60,11 +62,17 @@ class Session:
 
 
 class SessionStore:
-    """Live sessions by the hash of their id; expired ones are dropped when met or on login."""
+    """Dashboard sessions, kept in the database by the hash of their id (`Store.save_session`):
+    a restart, or another process on the same database, keeps them; logout and expiry end them
+    everywhere. Expired ones are swept at each login.
 
-    def __init__(self, ttl: timedelta = SESSION_TTL) -> None:
+    The one thing kept in this process's memory is a value shown once after a redirect (a new
+    program key between the POST and the page that shows it): a credential is never written to
+    the database in the clear, so it stays here, for minutes at most."""
+
+    def __init__(self, store: Store, ttl: timedelta = SESSION_TTL) -> None:
+        self._store = store
         self._ttl = ttl
-        self._sessions: dict[str, Session] = {}
         self._once: dict[tuple[str, str], tuple[str, datetime]] = {}
         self._lock = threading.Lock()
 
@@ -73,24 +81,18 @@ class SessionStore:
         session_id = secrets.token_urlsafe(32)
         now = utcnow()
         session = Session(account_id, secrets.token_urlsafe(32), now + self._ttl)
-        with self._lock:
-            self._sessions = {k: s for k, s in self._sessions.items() if s.expires_at > now}
-            self._sessions[token_hash(session_id)] = session
+        key = token_hash(session_id)
+        self._store.save_session(StoredSession(key, account_id, session.csrf_token, now, session.expires_at))
         return session_id, session
 
     def get(self, session_id: str) -> Session | None:
-        key = token_hash(session_id)
-        with self._lock:
-            session = self._sessions.get(key)
-            if session is not None and session.expires_at <= utcnow():
-                del self._sessions[key]
-                return None
-            return session
+        found = self._store.load_session(token_hash(session_id), utcnow())
+        return None if found is None else Session(found.account_id, found.csrf_token, found.expires_at)
 
     def end(self, session_id: str) -> None:
         key = token_hash(session_id)
+        self._store.end_session(key)
         with self._lock:
-            self._sessions.pop(key, None)
             self._once = {k: v for k, v in self._once.items() if k[0] != key}
 
     def show_once(self, session_id: str, name: str, value: str) -> None:
@@ -106,16 +108,12 @@ class SessionStore:
             found = self._once.pop((token_hash(session_id), name), None)
         return found[0] if found is not None and found[1] > utcnow() else None
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._sessions)
-
 
 def sessions(request: Request) -> SessionStore:
-    """The app's session store (created with the app's first dashboard request)."""
+    """The app's session store over its database (made with the app's first dashboard request)."""
     found: SessionStore | None = getattr(request.app.state, "dashboard_sessions", None)
     if found is None:
-        found = request.app.state.dashboard_sessions = SessionStore()
+        found = request.app.state.dashboard_sessions = SessionStore(request.app.state.tally.store)
     return found
 
 

@@ -698,8 +698,13 @@ class DuckStore:
                 ],
             )
             cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
+        except BaseException as exc:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            if isinstance(exc, Exception) and _resource_fault(exc):
+                raise DatabaseUnavailable(
+                    "tally cannot write to its database right now; log in again later"
+                ) from exc
             raise
 
     def load_session(self, session_hash: str, now: datetime) -> StoredSession | None:

@@ -14,7 +14,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from api.app import create_app
-from api.settings import load_settings
+from api.settings import Settings, load_settings
 from ingest.tokens import mask
 from tests.conftest import OP, OPERATOR_TOKEN, World, bearer, make_world
 from tests.helpers import csrf_of, logged_in, login, program_path, settings_form
@@ -123,6 +123,25 @@ def test_logout_ends_the_session_server_side(world: World) -> None:
     world.client.cookies.set("tally_session", stolen, path="/dashboard")  # replaying the old cookie
     again = world.client.get("/dashboard", follow_redirects=False)
     assert (again.status_code, again.headers["location"]) == (303, "/dashboard/login")
+
+
+def test_a_restart_keeps_people_logged_in_and_logout_still_ends_it(settings: Settings) -> None:
+    """Sessions live in the database: a new app on the same file (a restart) knows the cookie,
+    with the same CSRF token; logging out there ends it, also for the next restart."""
+    with TestClient(create_app(settings)) as client:
+        world = make_world(client)
+        token = logged_in(client, world.account_token)
+        cookie = client.cookies["tally_session"]
+    with TestClient(create_app(settings)) as client:
+        client.cookies.set("tally_session", cookie, path="/dashboard")
+        page = client.get("/dashboard", follow_redirects=False)
+        assert page.status_code == 200 and csrf_of(page.text) == token
+        r = client.post("/dashboard/logout", data={"csrf_token": token}, follow_redirects=False)
+        assert r.status_code == 303
+    with TestClient(create_app(settings)) as client:
+        client.cookies.set("tally_session", cookie, path="/dashboard")
+        r = client.get("/dashboard", follow_redirects=False)
+        assert (r.status_code, r.headers["location"]) == (303, "/dashboard/login")
 
 
 def test_sessions_expire_after_twelve_hours_on_the_server(world: World) -> None:
