@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
 from api.settings import Settings
 from ingest.duckdb_store import DuckStore
 from ingest.writer import Writer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -18,3 +23,15 @@ class State:
     writer: Writer
     limiter: RateLimiter
     reconciler: Reconciler
+
+
+async def read_tables(store: DuckStore, read: Callable[..., T], *args: Any) -> T:
+    """`read(cursor, *args)` on a fresh read cursor in a worker thread: reads of the
+    materialised tables (sales, explain, commissions, reports, dashboard pages) never block the
+    event loop, however large the month."""
+
+    def run() -> T:
+        with store.snapshot() as cur:
+            return read(cur, *args)
+
+    return await asyncio.to_thread(run)

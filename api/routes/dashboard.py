@@ -58,7 +58,7 @@ from api.session import (
     set_login_csrf_cookie,
     set_session_cookie,
 )
-from api.state import State
+from api.state import State, read_tables
 from ingest import control
 from ingest.clock import utcnow
 from ingest.errors import (
@@ -327,9 +327,7 @@ async def sales(request: Request) -> Response:
         offset=(number - 1) * SALES_PAGE_SIZE,
     )
     st = state(request)
-    with st.store.snapshot() as cur:
-        reconciled = reads.table_exists(cur, "rc_sales")
-        rows = reads.sales(cur, program.program_id, flt)
+    reconciled, rows = await read_tables(st.store, _sales_page, program.program_id, flt)
     return render(
         "sales.html",
         viewer=who,
@@ -341,14 +339,17 @@ async def sales(request: Request) -> Response:
     )
 
 
+def _sales_page(cur: Any, program_id: str, flt: reads.SaleFilter) -> tuple[bool, list[dict[str, Any]]]:
+    return reads.table_exists(cur, "rc_sales"), reads.sales(cur, program_id, flt)
+
+
 @page
 async def explain(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
     transaction_id = request.path_params["transaction_id"]
     st = state(request)
-    with st.store.snapshot() as cur:
-        found = reads.explain(cur, program.program_id, transaction_id)
+    found = await read_tables(st.store, reads.explain, program.program_id, transaction_id)
     if found is None:
         raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
     view = control.program_view(st.store, program)

@@ -15,7 +15,7 @@ from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
-from api.state import State
+from api.state import State, read_tables
 from ingest import bounds
 from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
 from reports import load, reads
@@ -77,16 +77,14 @@ async def list_sales(request: Request) -> Response:
         limit=max(1, _int(request, "limit", 100, 1000)),
         offset=_int(request, "offset", 0, 10**9),
     )
-    with state(request).store.snapshot() as cur:
-        rows = reads.sales(cur, program.program_id, flt)
+    rows = await read_tables(state(request).store, reads.sales, program.program_id, flt)
     return ok(request, rows)
 
 
 async def explain_sale(request: Request) -> Response:
     program = account_program(request, require_account(request))
     transaction_id = request.path_params["transaction_id"]
-    with state(request).store.snapshot() as cur:
-        found = reads.explain(cur, program.program_id, transaction_id)
+    found = await read_tables(state(request).store, reads.explain, program.program_id, transaction_id)
     if found is None:
         raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
     return ok(request, found)
@@ -95,8 +93,7 @@ async def explain_sale(request: Request) -> Response:
 async def list_commissions(request: Request) -> Response:
     program = account_program(request, require_account(request))
     period = period_param(request)
-    with state(request).store.snapshot() as cur:
-        rows = reads.commissions(cur, program.program_id, period)
+    rows = await read_tables(state(request).store, reads.commissions, program.program_id, period)
     return ok(request, rows)
 
 

@@ -3,6 +3,7 @@ signed connect webhook, a real reconcile run, then every format, the errors and 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import re
@@ -18,6 +19,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from ingest.stripe import sign
+from reports import load, reads
 from reports.html import DOCUMENT_CSP
 from tests.conftest import OP, WEBHOOK_SECRET, World, bearer, make_world
 from tests.helpers import as_cell, parse_finance_csv, report_run_id, without_provenance
@@ -378,3 +380,42 @@ def test_reports_json_is_compact_and_stable(shop: World) -> None:
     body = shop.client.get(finance_url(shop), headers=shop.owner).content
     assert json.loads(body)["data"]["period"] == PERIOD
     assert b"generated" not in body and b"run_id" not in body
+
+
+def test_reads_of_the_materialised_tables_run_off_the_event_loop(
+    shop: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read of the reconciled tables (API, dashboard, reports) runs in a worker thread:
+    a large month never stalls the requests the event loop is serving meanwhile."""
+    seen: list[tuple[str, bool]] = []
+
+    def watched(name: str, read: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop = True
+            except RuntimeError:
+                on_loop = False
+            seen.append((name, on_loop))
+            return read(*args, **kwargs)
+
+        return run
+
+    for module, name in ((reads, "sales"), (reads, "explain"), (reads, "commissions"), (load, "finance")):
+        monkeypatch.setattr(module, name, watched(name, getattr(module, name)))
+    monkeypatch.setattr(load, "double_counting", watched("double_counting", load.double_counting))
+    c, pid = shop.client, shop.program_id
+    api = f"/api/v1/programs/{pid}"
+    for path in (
+        f"{api}/sales",
+        f"{api}/sales/in_1/explain",
+        f"{api}/commissions?period={PERIOD}",
+        finance_url(shop),
+        doubles_url(shop, f"period={PERIOD}"),
+    ):
+        assert c.get(path, headers=shop.owner).status_code == 200, path
+    logged_in(c, shop.account_token)
+    for page in ("/sales", "/sales/in_1", f"/finance?period={PERIOD}"):
+        assert c.get(f"/dashboard/programs/{pid}{page}").status_code == 200, page
+    assert {name for name, _ in seen} == {"sales", "explain", "commissions", "finance", "double_counting"}
+    assert not any(on_loop for _, on_loop in seen), seen
