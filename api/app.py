@@ -18,6 +18,7 @@ from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
 from api.routes import accounts, agent, backfill, dashboard, docs, operator, reports, script, track, webhooks
+from api.routes import backup as backup_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
@@ -56,6 +57,7 @@ def create_app(settings: Settings) -> Starlette:
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes]
     routes += dashboard.routes
+    routes += backup_routes.routes
     return TallyApp(
         hot={**track.HOT, **webhooks.HOT},
         routes=routes,

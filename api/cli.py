@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from api.cli_backup import add_backup
 from api.cli_http import CliError, call, emit, save_login
 from api.cli_ops import add_operations
 from api.settings import SettingsError, load_settings
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--program", required=True)
     regen.set_defaults(func=cmd_keys_regenerate)
     add_operations(sub)
+    add_backup(sub)
     return parser
 
 
