@@ -14,6 +14,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from ingest.backup import check_target, copy_database
+from ingest.journal import read_segment
+from ingest.schema import RAW_EVENT_FIELDS
 from tests.conftest import (
     OP,
     OPERATOR_TOKEN,
@@ -50,7 +53,7 @@ def _assert_standalone(copy: Path) -> None:
     assert not Path(f"{copy}.partial").exists()
 
 
-def _assert_whole_groups(copy: Path, original: Path) -> None:
+def _assert_whole_groups(copy: Path, original: Path | None) -> None:
     """The copy's raw log is a prefix of the original's (same rows, seq 1..n without a gap), and
     every row of a group came with it: each sale's tracking-log line and idempotency key."""
     with duckdb.connect(str(copy), read_only=True) as con:
@@ -73,14 +76,29 @@ def _assert_whole_groups(copy: Path, original: Path) -> None:
         assert unkeyed == (0,)
         keys_beyond = con.execute("SELECT count(*) FROM idempotency_keys WHERE raw_seq > ?", [hi]).fetchone()
         assert keys_beyond == (0,)
+    if original is None:
+        return
     with duckdb.connect(str(original), read_only=True) as con:
         assert con.execute("SELECT * FROM raw_events WHERE seq <= ? ORDER BY seq", [hi]).fetchall() == copied
+
+
+def _journaled_sales(db: Path) -> set[str]:
+    """Sales in the journal's segments (journaled, not yet copied into DuckDB and dropped)."""
+    found: set[str] = set()
+    for segment in sorted(Path(f"{db}.journal").glob("*.log")):
+        for record in read_segment(segment):
+            found.update(str(row[_TXN]) for row in record["raw"] if row[_TXN] is not None)
+    return found
+
+
+_TXN = RAW_EVENT_FIELDS.index("transaction_id")
 
 
 @pytest.mark.slow
 def test_a_backup_taken_under_traffic_restores_every_acknowledged_write_once(tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"
     copy = tmp_path / "backups" / "copy.duckdb"
+    by_cli = tmp_path / "backups" / "by-cli.duckdb"
     copy.parent.mkdir()
     server = start_server(db)
     try:
@@ -88,17 +106,27 @@ def test_a_backup_taken_under_traffic_restores_every_acknowledged_write_once(tmp
         load = Load(server.url, key, workers=4)
         load.wait_for(400)
         acked_before = list(load.acked)  # acknowledged before the backup is asked for
-        done = _tally(
-            "backup", "--url", server.url, "--output", str(copy), TALLY_OPERATOR_TOKEN=OPERATOR_TOKEN
-        )
+        # Asked for at once, so the newest of those are still only in the journal (the copier
+        # moves rows into DuckDB once a second).
+        journal_only = _journaled_sales(db) & set(acked_before)
+        r = httpx.post(server.url + BACKUP, json={"path": str(copy)}, headers=OP, timeout=120)
         more = len(load.acked)
-        load.wait_for(more + 100)  # traffic flowed during the backup and flows after it
+        # The CLI, with its progress display, while traffic still flows.
+        done = _tally(
+            "backup", "--url", server.url, "--output", str(by_cli), TALLY_OPERATOR_TOKEN=OPERATOR_TOKEN
+        )
+        load.wait_for(len(load.acked) + 100)  # traffic flowed during the backups and flows after
         acked_all = load.stop()
     finally:
         server.stop()
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["path"] == str(copy)
+    assert journal_only, "no acknowledged sale was only in the journal when the backup began"
     assert done.returncode == 0, done.stderr
-    assert f"wrote {copy}" in done.stdout
+    assert f"wrote {by_cli}" in done.stdout
     assert len(acked_before) >= 400 and len(acked_all) > more
+    _assert_standalone(by_cli)
+    _assert_whole_groups(by_cli, db)
     _assert_standalone(copy)
 
     # The original holds everything; the copy a prefix of whole groups with all acknowledged before.
@@ -240,10 +268,13 @@ def test_a_path_that_cannot_take_the_copy_is_a_422_envelope(client: TestClient, 
     assert r.json()["error"]["code"] == "invalid_json"
 
 
+@pytest.mark.parametrize("room", [0, 64 * 1024, 1024 * 1024])
 def test_a_full_disk_at_the_target_is_a_422_and_leaves_nothing(
-    client: TestClient, world: World, small_disk: Path
+    client: TestClient, world: World, small_disk: Path, room: int
 ) -> None:
+    """No room at all (the copy cannot be created), or some (it runs out half-way)."""
     filler = fill(small_disk)
+    os.truncate(filler, filler.stat().st_size - room)
     target = small_disk / "copy.duckdb"
     try:
         r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
@@ -287,3 +318,27 @@ def test_the_cli_reports_a_refusal_in_one_line(live_server: LiveServer, tmp_path
     assert done.returncode == 1
     assert "operator_token_required" in done.stderr
     assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_writes_committed_during_the_copy_stay_out_of_it(
+    client: TestClient, world: World, tmp_path: Path
+) -> None:
+    """The copy reads one snapshot: sales acknowledged and copied into DuckDB while the tables are
+    being copied (here, between raw_events and tracking_log) are in none of its tables."""
+    st = client.app.state.tally  # type: ignore[attr-defined]
+    assert world.sale(transaction_id="before").status_code == 200
+    target = tmp_path / "copy.duckdb"
+    injected: list[str] = []
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage == "copying tracking_log" and not injected:
+            for n in range(3):
+                injected.append(f"during_{n}")
+                assert world.sale(transaction_id=injected[-1]).status_code == 200
+            st.writer.sync_blocking()  # in DuckDB now, not only in the journal
+
+    with st.store.snapshot() as cur:
+        copy_database(cur, check_target(str(target), st.settings.database), st.writer.sync_blocking, progress)
+    assert injected
+    assert _accepted_sales(target) == {"before": 1}
+    _assert_whole_groups(target, None)
