@@ -17,6 +17,11 @@ from api.cli_http import CliError, operator_target, stream
 from ingest.backup import BackupSummary, backup_offline
 from ingest.errors import TallyError
 
+DESCRIPTION = """Write a consistent copy of the database, with every acknowledged write (those only in
+the write-ahead journal too), while the server runs (through POST /api/v1/operator/backup, with
+the operator token) or, with --database, from a file no server has open. The copy is one DuckDB
+file that tally serve starts on."""
+
 EPILOG = """examples:
   TALLY_OPERATOR_TOKEN=... tally backup --output /var/backups/tally-2026-11-23.duckdb
   tally backup --token-stdin --url http://127.0.0.1:8000 -o /srv/backups/t.duckdb < operator-token
@@ -110,9 +115,7 @@ def add_backup(sub: Any) -> None:
     backup = sub.add_parser(
         "backup",
         help="write a consistent copy of the database (operator)",
-        description="Write a consistent copy of the database, with every acknowledged write, "
-        "while the server runs (through POST /api/v1/operator/backup) or, with --database, "
-        "from a file no server has open. The copy is a DuckDB file tally serve starts on.",
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
