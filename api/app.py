@@ -30,6 +30,7 @@ from api.routes import (
     track,
     webhooks,
 )
+from api.routes import backup as backup_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
@@ -69,6 +70,7 @@ def create_app(settings: Settings) -> Starlette:
     routes += [*webhooks.routes, *script.routes, *backfill.routes]
     routes += dashboard.routes
     routes += reference.routes
+    routes += backup_routes.routes
     return TallyApp(
         hot={**track.HOT, **webhooks.HOT},
         routes=routes,

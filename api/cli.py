@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from api.cli_backup import add_backup
 from api.cli_http import CliError, call, emit, save_login
 from api.cli_migrate import add_migrate
 from api.cli_ops import add_operations
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     regen.set_defaults(func=cmd_keys_regenerate)
     add_operations(sub)
     add_migrate(sub)
+    add_backup(sub)
     return parser
 
 
