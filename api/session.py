@@ -71,7 +71,7 @@ class SessionStore:
     the database in the clear, so it stays here, for minutes at most."""
 
     def __init__(self, store: Store, ttl: timedelta = SESSION_TTL) -> None:
-        self._store = store
+        self.store = store
         self._ttl = ttl
         self._once: dict[tuple[str, str], tuple[str, datetime]] = {}
         self._lock = threading.Lock()
@@ -82,16 +82,16 @@ class SessionStore:
         now = utcnow()
         session = Session(account_id, secrets.token_urlsafe(32), now + self._ttl)
         key = token_hash(session_id)
-        self._store.save_session(StoredSession(key, account_id, session.csrf_token, now, session.expires_at))
+        self.store.save_session(StoredSession(key, account_id, session.csrf_token, now, session.expires_at))
         return session_id, session
 
     def get(self, session_id: str) -> Session | None:
-        found = self._store.load_session(token_hash(session_id), utcnow())
+        found = self.store.load_session(token_hash(session_id), utcnow())
         return None if found is None else Session(found.account_id, found.csrf_token, found.expires_at)
 
     def end(self, session_id: str) -> None:
         key = token_hash(session_id)
-        self._store.end_session(key)
+        self.store.end_session(key)
         with self._lock:
             self._once = {k: v for k, v in self._once.items() if k[0] != key}
 
@@ -111,9 +111,10 @@ class SessionStore:
 
 def sessions(request: Request) -> SessionStore:
     """The app's session store over its database (made with the app's first dashboard request)."""
+    store = request.app.state.tally.store
     found: SessionStore | None = getattr(request.app.state, "dashboard_sessions", None)
-    if found is None:
-        found = request.app.state.dashboard_sessions = SessionStore(request.app.state.tally.store)
+    if found is None or found.store is not store:  # new, or the app was started again
+        found = request.app.state.dashboard_sessions = SessionStore(store)
     return found
 
 
