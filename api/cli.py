@@ -18,7 +18,7 @@ from reconcile import allocator
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> None:
-    from api import serving
+    from api import observability, serving
     from api.app import create_app
 
     overrides: dict[str, Any] = {}
@@ -39,10 +39,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
     # allocations (the default) and the old one often costs more than the requests themselves.
     gc.set_threshold(50_000, 50, 1_000)
     listening = f"tally: listening on http://{args.host}:{args.port} (database {settings.database})"
+    observability.configure_logging(settings)  # TALLY_LOG_FORMAT, TALLY_LOG_LEVEL (stderr)
     try:
         serving.run(create_app(settings), args.host, args.port, settings.header_timeout_seconds, listening)
     except serving.StartupFailed as exc:
         raise CliError(f"cannot start: {exc}") from None
+    finally:
+        observability.stop_logging()
 
 
 def cmd_login(args: argparse.Namespace) -> None:

@@ -115,7 +115,8 @@ def config(app: Starlette, host: str, port: int, header_timeout: float) -> uvico
         http=guarded_protocol(header_timeout),
         proxy_headers=False,
         log_level="warning",
-        access_log=False,
+        log_config=None,  # uvicorn's records go through tally's handler (api.observability)
+        access_log=False,  # tally writes one access line per request itself
         timeout_graceful_shutdown=10,
     )
 
