@@ -19,11 +19,12 @@ from tests.conftest import OP, OPERATOR_TOKEN, ROOT, start_server
     ("name", "value"),
     [("TALLY_LOG_FORMAT", "xml"), ("TALLY_LOG_LEVEL", "loud"), ("TALLY_METRICS_PUBLIC", "maybe")],
 )
-def test_serve_refuses_a_malformed_observability_setting(name: str, value: str) -> None:
+def test_serve_refuses_a_malformed_observability_setting(tmp_path: Path, name: str, value: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
     env.update({"TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN, name: value})
+    database = str(tmp_path / "refused.duckdb")
     proc = subprocess.run(
-        [sys.executable, "-m", "api.cli", "serve", "--port", "1"],
+        [sys.executable, "-m", "api.cli", "serve", "--port", "1", "--database", database],
         env=env,
         cwd=ROOT,
         capture_output=True,
