@@ -18,19 +18,8 @@ from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
 from api.observability import ObserveMiddleware, Observer
 from api.ratelimit import RateLimiter
-from api.routes import (
-    accounts,
-    agent,
-    backfill,
-    dashboard,
-    docs,
-    metrics,
-    operator,
-    reports,
-    script,
-    track,
-    webhooks,
-)
+from api.routes import accounts, agent, backfill, dashboard, docs, operator, reports, script, track, webhooks
+from api.routes import metrics as metrics_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
@@ -74,7 +63,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes]
     routes += dashboard.routes
-    routes += metrics.routes
+    routes += metrics_routes.routes
     middleware = [Middleware(RequestIdMiddleware), Middleware(FailsafeMiddleware)]
     if observe:  # outermost: it sees every answer, the failsafe's 500s included
         observer = Observer(lambda: getattr(app.state, "tally", None))

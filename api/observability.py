@@ -108,10 +108,17 @@ class _LogWriter(threading.Thread):
     """Every `every` seconds, formats what queued up and writes it in one write."""
 
     def __init__(
-        self, pending: deque[logging.LogRecord], formatter: logging.Formatter, stream: IO[str], every: float
+        self,
+        pending: deque[logging.LogRecord],
+        access: deque[AccessEntry],
+        formatter: logging.Formatter,
+        stream: IO[str],
+        every: float,
     ) -> None:
         super().__init__(name="tally-log-writer", daemon=True)
         self._pending = pending
+        self._access = access
+        self._json = isinstance(formatter, JsonFormatter)
         self._formatter = formatter
         self._stream = stream
         self._every = every
@@ -123,20 +130,45 @@ class _LogWriter(threading.Thread):
         self.drain()
 
     def drain(self) -> None:
-        lines = []
+        entries: list[tuple[float, str]] = []
         pending, fmt = self._pending, self._formatter.format
         while pending:
             record = pending.popleft()
             try:
-                lines.append(fmt(record))
+                entries.append((record.created, fmt(record)))
             except Exception:  # a record that cannot be formatted must not stop the log
-                lines.append(f"unformattable log record from {record.name}: {record.msg!r}")
+                entries.append(
+                    (record.created, f"unformattable log record from {record.name}: {record.msg!r}")
+                )
+        access, line = self._access, self._access_line
+        while access:
+            entry = access.popleft()
+            entries.append((entry[0], line(entry)))
+        entries.sort(key=lambda e: e[0])  # access lines and other records in time order
+        lines = [text for _, text in entries]
         if lines:
             try:
                 self._stream.write("\n".join(lines) + "\n")
                 self._stream.flush()
             except (OSError, ValueError):  # stderr gone: nothing better to do with the lines
                 pass
+
+    def _access_line(self, entry: AccessEntry) -> str:
+        """An access line as the formatter would write its record (docs/observability.md)."""
+        created, method, route, status, ms, request_id = entry
+        message = f"{method} {route} {status} {ms:.2f}ms request_id={request_id}"
+        if not self._json:
+            return f"{_utc(created)} INFO tally.access {message}"
+        fields = {
+            "method": method,
+            "route": route,
+            "status": status,
+            "duration_ms": ms,
+            "request_id": request_id,
+        }
+        return orjson.dumps(
+            {"time": _utc(created), "level": "INFO", "logger": "tally.access", "message": message, **fields}
+        ).decode()
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -145,6 +177,10 @@ class _LogWriter(threading.Thread):
 
 # What configure_logging put in place, and the root level it found.
 _installed: list[tuple[_BatchingHandler, _LogWriter, int]] = []
+# Access lines while configure_logging's writer runs: (time, method, route, status, ms, request id),
+# appended by the event loop and made into lines by the writer thread (no LogRecord per request).
+AccessEntry = tuple[float, str, str, int, float, "str | None"]
+_access_sink: list[deque[AccessEntry]] = []
 FLUSH_EVERY_SECONDS = 0.05
 
 
@@ -156,9 +192,12 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None
     root = logging.getLogger()
     formatter = JsonFormatter() if settings.log_format == "json" else TextFormatter()
     pending: deque[logging.LogRecord] = deque()
+    access: deque[AccessEntry] = deque()
     handler = _BatchingHandler(pending)
-    writer = _LogWriter(pending, formatter, stream if stream is not None else sys.stderr, FLUSH_EVERY_SECONDS)
+    out = stream if stream is not None else sys.stderr
+    writer = _LogWriter(pending, access, formatter, out, FLUSH_EVERY_SECONDS)
     _installed.append((handler, writer, root.level))
+    _access_sink.append(access)
     root.addHandler(handler)
     root.setLevel(settings.log_level)
     writer.start()
@@ -166,6 +205,7 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None
 
 def stop_logging() -> None:
     """Flush and remove what `configure_logging` installed."""
+    _access_sink.clear()
     while _installed:
         handler, writer, level = _installed.pop()
         root = logging.getLogger()
@@ -317,7 +357,11 @@ class Observer:
         bound[1].observe(elapsed)
         if access_log.isEnabledFor(logging.INFO):
             ms = round(elapsed * 1000, 3)
-            # makeRecord + handle: what `info` does, without walking the stack for the caller
+            if _access_sink:  # tally serve's writer: one tuple here, the line in its thread
+                _access_sink[0].append((time.time(), method, route, status, ms, request_id))
+                return
+            # otherwise (the app embedded without configure_logging) an ordinary record:
+            # makeRecord + handle, what `info` does without walking the stack for the caller
             record = access_log.makeRecord(
                 "tally.access",
                 logging.INFO,
