@@ -39,10 +39,19 @@ def cmd_serve(args: argparse.Namespace) -> None:
     # allocations (the default) and the old one often costs more than the requests themselves.
     gc.set_threshold(50_000, 50, 1_000)
     listening = f"tally: listening on http://{args.host}:{args.port} (database {settings.database})"
-    observability.configure_logging(settings)  # TALLY_LOG_FORMAT, TALLY_LOG_LEVEL (stderr)
+    # TALLY_LOG_FORMAT, TALLY_LOG_LEVEL (stderr); held back until started: a failed start is one line
+    observability.configure_logging(settings, hold=True)
     try:
-        serving.run(create_app(settings), args.host, args.port, settings.header_timeout_seconds, listening)
+        serving.run(
+            create_app(settings),
+            args.host,
+            args.port,
+            settings.header_timeout_seconds,
+            listening,
+            on_started=observability.release_logging,
+        )
     except serving.StartupFailed as exc:
+        observability.stop_logging(discard=True)
         raise CliError(f"cannot start: {exc}") from None
     finally:
         observability.stop_logging()

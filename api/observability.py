@@ -124,11 +124,17 @@ class _LogWriter(threading.Thread):
         self._stream = stream
         self._every = every
         self._stop_event = threading.Event()
+        self.held = False  # while set, lines wait (tally serve holds them until it has started)
 
     def run(self) -> None:
         while not self._stop_event.wait(self._every):
-            self.drain()
+            if not self.held:
+                self.drain()
         self.drain()
+
+    def discard(self) -> None:
+        self._pending.clear()
+        self._access.clear()
 
     def drain(self) -> None:
         entries: list[tuple[float, str]] = []
@@ -185,10 +191,11 @@ _access_sink: list[deque[AccessEntry]] = []
 FLUSH_EVERY_SECONDS = 0.05
 
 
-def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None:
+def configure_logging(settings: Settings, stream: IO[str] | None = None, hold: bool = False) -> None:
     """Route every log record (tally's, uvicorn's, libraries') to one writer thread that writes
     `settings.log_format` lines to `stream` (stderr) at `settings.log_level` and above, every
-    `FLUSH_EVERY_SECONDS`. Replaces a previous configuration; `stop_logging` flushes at exit."""
+    `FLUSH_EVERY_SECONDS`. Replaces a previous configuration; `stop_logging` flushes at exit. With
+    `hold`, nothing is written until `release_logging` (a failed start stays one line)."""
     stop_logging()
     root = logging.getLogger()
     formatter = JsonFormatter() if settings.log_format == "json" else TextFormatter()
@@ -197,6 +204,7 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None
     handler = _BatchingHandler(pending)
     out = stream if stream is not None else sys.stderr
     writer = _LogWriter(pending, access, formatter, out, FLUSH_EVERY_SECONDS)
+    writer.held = hold
     _installed.append((handler, writer, root.level))
     _access_sink.append(access)
     root.addHandler(handler)
@@ -204,11 +212,20 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None
     writer.start()
 
 
-def stop_logging() -> None:
-    """Flush and remove what `configure_logging` installed."""
+def release_logging() -> None:
+    """Let lines held back by `configure_logging(hold=True)` be written."""
+    for _, writer, _ in _installed:
+        writer.held = False
+
+
+def stop_logging(discard: bool = False) -> None:
+    """Flush (or with `discard`, drop what is still queued) and remove what `configure_logging`
+    installed."""
     _access_sink.clear()
     while _installed:
         handler, writer, level = _installed.pop()
+        if discard:
+            writer.discard()
         root = logging.getLogger()
         root.removeHandler(handler)
         root.setLevel(level)
