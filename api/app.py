@@ -16,6 +16,7 @@ from api.failsafe import FailsafeMiddleware
 from api.hotpath import TallyApp
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
+from api.observability import ObserveMiddleware, Observer
 from api.ratelimit import RateLimiter
 from api.routes import (
     accounts,
@@ -31,6 +32,7 @@ from api.routes import (
     webhooks,
 )
 from api.routes import backup as backup_routes
+from api.routes import metrics as metrics_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
@@ -40,7 +42,10 @@ from ingest.writer import Writer
 log = logging.getLogger("tally")
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
+    """The app; `observe=False` leaves out access lines and metrics (the bench's baseline only)."""
+    observer: Observer | None = None
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
@@ -52,9 +57,11 @@ def create_app(settings: Settings) -> Starlette:
         gc.collect()
         gc.freeze()
         writer = Writer(store)
+        if observer is not None:
+            writer.on_commit = observer.commit
         writer.start()
         limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
-        reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds)
+        reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
         app.state.tally = State(settings, store, writer, limiter, reconciler)
         reconciler.start()
         log.info("tally: database %s open, accepting writes", settings.database)
@@ -71,10 +78,17 @@ def create_app(settings: Settings) -> Starlette:
     routes += dashboard.routes
     routes += reference.routes
     routes += backup_routes.routes
-    return TallyApp(
+    routes += metrics_routes.routes
+    middleware = [Middleware(RequestIdMiddleware), Middleware(FailsafeMiddleware)]
+    if observe:  # outermost: it sees every answer, the failsafe's 500s included
+        observer = Observer(lambda: getattr(app.state, "tally", None))
+        middleware.insert(0, Middleware(ObserveMiddleware, observer=observer))
+    app = TallyApp(
         hot={**track.HOT, **webhooks.HOT},
+        observer=observer,
         routes=routes,
-        middleware=[Middleware(RequestIdMiddleware), Middleware(FailsafeMiddleware)],
+        middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
+    return app

@@ -20,7 +20,7 @@ from reconcile import allocator
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> None:
-    from api import serving
+    from api import observability, serving
     from api.app import create_app
 
     overrides: dict[str, Any] = {}
@@ -41,10 +41,22 @@ def cmd_serve(args: argparse.Namespace) -> None:
     # allocations (the default) and the old one often costs more than the requests themselves.
     gc.set_threshold(50_000, 50, 1_000)
     listening = f"tally: listening on http://{args.host}:{args.port} (database {settings.database})"
+    # TALLY_LOG_FORMAT, TALLY_LOG_LEVEL (stderr); held back until started: a failed start is one line
+    observability.configure_logging(settings, hold=True)
     try:
-        serving.run(create_app(settings), args.host, args.port, settings.header_timeout_seconds, listening)
+        serving.run(
+            create_app(settings),
+            args.host,
+            args.port,
+            settings.header_timeout_seconds,
+            listening,
+            on_started=observability.release_logging,
+        )
     except serving.StartupFailed as exc:
+        observability.stop_logging(discard=True)
         raise CliError(f"cannot start: {exc}") from None
+    finally:
+        observability.stop_logging()
 
 
 def cmd_login(args: argparse.Namespace) -> None:

@@ -11,7 +11,8 @@ endpoint code, the same error map (`api.errors`), the same `X-Request-Id` rule
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -22,31 +23,45 @@ from api.errors import error_response, server_error
 from api.http import assign_request_id
 from ingest.errors import TallyError
 
+if TYPE_CHECKING:
+    from api.observability import Observer
+
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class TallyApp(Starlette):
     """Starlette, with `hot[(method, path)]` answered ahead of the middleware stack."""
 
-    def __init__(self, hot: Mapping[tuple[str, str], Endpoint], **kwargs: Any) -> None:
+    def __init__(
+        self, hot: Mapping[tuple[str, str], Endpoint], observer: Observer | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.hot = hot
+        self.observer = observer  # the fast lane's access line and request metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = self.hot.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
         if endpoint is None:
             await super().__call__(scope, receive, send)
             return
+        started = perf_counter()
         scope["app"] = self
         request_id = assign_request_id(scope)
         request = Request(scope, receive)
+        observer = self.observer
         try:
             response = await endpoint(request)
         except TallyError as exc:
             response = error_response(request, exc)
         except ClientDisconnect:  # the client left mid-body: nobody to answer (as api.failsafe)
+            if observer is not None:
+                observer.request(scope["method"], scope["path"], 499, started, request_id)
             return
         except Exception as exc:  # the same answer, and log record, the full stack gives
             response = await server_error(request, exc)
         response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        finally:  # the same access line and metrics as api.observability.ObserveMiddleware
+            if observer is not None:
+                observer.request(scope["method"], scope["path"], response.status_code, started, request_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import uvicorn
@@ -115,7 +116,8 @@ def config(app: Starlette, host: str, port: int, header_timeout: float) -> uvico
         http=guarded_protocol(header_timeout),
         proxy_headers=False,
         log_level="warning",
-        access_log=False,
+        log_config=None,  # uvicorn's records go through tally's handler (api.observability)
+        access_log=False,  # tally writes one access line per request itself
         timeout_graceful_shutdown=10,
     )
 
@@ -124,18 +126,29 @@ class _Server(uvicorn.Server):
     """uvicorn's server, printing `announce` to stdout once it accepts connections."""
 
     announce = ""
+    on_started: Callable[[], None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        if self.started and self.on_started is not None:
+            self.on_started()
         if self.started and self.announce:
             print(self.announce, flush=True)
 
 
-def run(app: Starlette, host: str, port: int, header_timeout: float, announce: str = "") -> None:
-    """Serve `app` until stopped (printing `announce` once started); raise `StartupFailed` (one
-    line) when it cannot start."""
+def run(
+    app: Starlette,
+    host: str,
+    port: int,
+    header_timeout: float,
+    announce: str = "",
+    on_started: Callable[[], None] | None = None,
+) -> None:
+    """Serve `app` until stopped (printing `announce` and calling `on_started` once started); raise
+    `StartupFailed` (one line) when it cannot start."""
     server = _Server(config(app, host, port, header_timeout))
     server.announce = announce
+    server.on_started = on_started
     gate = _StartupGate(server)
     uvicorn_log = logging.getLogger("uvicorn.error")
     uvicorn_log.addFilter(gate)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -28,6 +30,11 @@ class Settings(BaseSettings):
     # Slow clients: a request's headers, and each pause inside its body, may take this long.
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     body_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    # Observability (docs/observability.md): log lines as text or JSON, their level, and whether
+    # GET /metrics answers without the operator token.
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    metrics_public: bool = False
 
     @field_validator("base_url")
     @classmethod
@@ -42,6 +49,16 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("must be a file path or a postgresql:// URL")
         return value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("trusted_proxies")
     @classmethod

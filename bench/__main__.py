@@ -11,6 +11,7 @@ def main() -> None:
     selected = set(sys.argv[1:])
     benches = {
         "ingest": ingest.main,
+        "observability": ingest.observability,
         "webhook": webhook.main,
         "report": report.main,
         "reconcile": reconcile.main,

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -30,11 +31,12 @@ def free_port() -> int:
         return port
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait(url: str, proc: subprocess.Popen[bytes], stderr: IO[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            stderr.seek(0)
+            raise RuntimeError(f"server exited: {stderr.read().decode()}")
         try:
             httpx.get(url, timeout=1)
             return
@@ -44,7 +46,11 @@ def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def tally_server(database: Path | None = None) -> Iterator[str]:
+def tally_server(
+    database: Path | None = None, observe: bool = True, env_extra: dict[str, str] | None = None
+) -> Iterator[str]:
+    """`tally serve` on loopback; `observe=False` runs it without access lines and metrics
+    (bench/unobserved.py), the baseline of bench/ingest's observability cost."""
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="tally-bench-")
     env = {
@@ -54,10 +60,10 @@ def tally_server(database: Path | None = None) -> Iterator[str]:
         "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
         "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
         "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
+        **(env_extra or {}),
     }
-    with _serve(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], port, "/healthz", env
-    ) as url:
+    module = "api.cli" if observe else "bench.unobserved"
+    with _serve([sys.executable, "-m", module, "serve", "--port", str(port)], port, "/healthz", env) as url:
         yield url
 
 
@@ -71,15 +77,18 @@ def ceiling_server() -> Iterator[str]:
 
 @contextmanager
 def _serve(cmd: list[str], port: int, health: str, env: dict[str, str] | None) -> Iterator[str]:
-    """Run a server process on loopback until the block ends; yield its base URL once it answers."""
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(url + health, proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    """Run a server process on loopback until the block ends; yield its base URL once it answers.
+    Its stderr (tally's log lines, one a request at INFO) goes to a file, as a deployment's would:
+    a pipe nobody reads would fill and stall the log writer."""
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait(url + health, proc, stderr)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 @dataclass

@@ -68,6 +68,7 @@ def _schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
 log = logging.getLogger("tally.store")
 
 RAW_SCHEMA = _schema(RAW_EVENT_COLUMNS)
+_KIND, _OUTCOME = RAW_EVENT_FIELDS.index("kind"), RAW_EVENT_FIELDS.index("outcome")
 LOG_SCHEMA = _schema(
     (
         ("log_id", "BIGINT NOT NULL"),
@@ -412,6 +413,10 @@ class DuckTx:
                 "tally cannot write to its database right now; nothing of this request was stored"
             ) from exc
         store._fault("write", None)
+        counts = store.ingested
+        for row in batch.raw:
+            key = (row[_KIND], row[_OUTCOME])
+            counts[key] = counts.get(key, 0) + 1
         store._seq = self._next_seq - 1
         store._log_id = self._next_log - 1
         self.undo.clear()
@@ -459,6 +464,8 @@ class DuckStore:
         self._ccur: duckdb.DuckDBPyConnection | None = None
         self._faults: dict[str, str] = {}  # "write" | "copy" -> what failed, while it lasts
         self.set_aside = 0  # journal batches the database refused, kept in set-aside/
+        # Raw rows appended by this process, by (kind, outcome): read by GET /metrics.
+        self.ingested: dict[tuple[str, str], int] = {}
         row = self._con.execute("SELECT last_batch FROM journal_state").fetchone()
         self._batch_no = int(row[0]) if row else 0
         if str(path) != ":memory:":
@@ -672,6 +679,13 @@ class DuckStore:
         finally:
             os.close(fd)
             path.unlink(missing_ok=True)
+
+    def journal_backlog(self) -> tuple[int, int, float]:
+        """Rows and batches journaled but not yet in DuckDB, and the oldest one's wait in seconds."""
+        with self._lock:
+            if not self._pending:
+                return 0, 0, 0.0
+            return self._pending_rows, len(self._pending), time.monotonic() - self._pending_since
 
     def backlog(self) -> tuple[int, float]:
         """Rows journaled but not yet in DuckDB, and for how many seconds the oldest has waited."""

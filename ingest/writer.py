@@ -50,6 +50,7 @@ class _Job(Generic[T]):
     future: Future[T] | None
     flush: bool = False
     waiter: asyncio.Future[T] | None = None
+    queued: float = 0.0  # time.perf_counter() when handed to the writer (for the wait metric)
 
 
 Outcome = tuple[_Job[Any], bool, Any]
@@ -96,6 +97,9 @@ class Writer:
         self._running = False
         self.commits = 0
         self.operations = 0
+        # Called after each successful group commit with (operations, seconds the oldest waited);
+        # the app's metrics (api.observability) set it.
+        self.on_commit: Callable[[int, float], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -120,7 +124,7 @@ class Writer:
         if not self._running:
             future.set_exception(ServiceUnavailable("tally is not accepting writes right now"))
             return future
-        self._queue.put(_Job(op, future, flush))
+        self._queue.put(_Job(op, future, flush, None, time.perf_counter()))
         return future
 
     async def run(self, op: Callable[[Tx], T], flush: bool = False) -> T:
@@ -138,7 +142,7 @@ class Writer:
             outbox = self._local.outbox = []
         if not outbox:
             loop.call_soon(self._hand_over, outbox)
-        outbox.append(_Job(op, None, flush, waiter))
+        outbox.append(_Job(op, None, flush, waiter, time.perf_counter()))
         return await waiter
 
     def _hand_over(self, outbox: list[_Job[Any]]) -> None:
@@ -239,6 +243,8 @@ class Writer:
             return
         self.commits += 1
         self.operations += len(batch)
+        if self.on_commit is not None:
+            self.on_commit(len(batch), time.perf_counter() - batch[0].queued)
         if any(job.flush for job in batch):
             try:
                 self._store.flush()

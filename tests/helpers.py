@@ -11,11 +11,13 @@ import csv
 import io
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from starlette.testclient import TestClient
 
+from ingest.schema import RAW_EVENT_FIELDS
 from ingest.stripe import sign
 from tests.conftest import WEBHOOK_SECRET, World
 from tests.stripe_fixtures import serialise
@@ -165,3 +167,37 @@ def report_run_id(html: bytes) -> str:
     found = RUN_ID.search(html)
     assert found is not None
     return found.group(1).decode()
+
+
+# -- raw rows and journal records for the store and journal tests --------------------------
+STORE_AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+def sale_row(n: int, amount: object = 100) -> dict[str, object]:
+    """A raw-log row of an accepted sale `in_<n>` of program `p`, as the writer appends it."""
+    return {
+        "received_at": STORE_AT,
+        "source": "track",
+        "kind": "sale",
+        "program_id": "p",
+        "outcome": "accepted",
+        "event_id": f"sale_{n}",
+        "transaction_id": f"in_{n}",
+        "customer_key": "c",
+        "amount": amount,
+        "currency": "usd",
+        "occurred_at": STORE_AT,
+        "body": "{}",
+        "headers": "{}",
+    }
+
+
+def journal_record(number: int, rows: list[dict[str, object]]) -> dict[str, object]:
+    """A journal record of batch `number` holding `rows` (as DuckStore journals them)."""
+    raw = [[{**row, "seq": number * 10 + i}.get(f) for f in RAW_EVENT_FIELDS] for i, row in enumerate(rows)]
+    for values in raw:
+        for i, value in enumerate(values):
+            if isinstance(value, datetime):
+                values[i] = value.isoformat()
+        values[RAW_EVENT_FIELDS.index("test_mode")] = False
+    return {"batch": number, "raw": raw, "logs": [], "keys": [], "checks": []}

@@ -28,7 +28,7 @@ from tests.conftest import (
     live_program,
     start_server,
 )
-from tests.test_crash import Load, _accepted_sales, _kill, _uncopied_batches
+from tests.processes import Load, accepted_sales, kill, uncopied_batches
 
 BACKUP = "/api/v1/operator/backup"
 
@@ -131,7 +131,7 @@ def test_a_backup_taken_under_traffic_restores_every_acknowledged_write_once(tmp
 
     # The original holds everything; the copy a prefix of whole groups with all acknowledged before.
     _assert_whole_groups(copy, db)
-    stored = _accepted_sales(copy)
+    stored = accepted_sales(copy)
     assert [t for t in acked_before if t not in stored] == []
     assert {t: n for t, n in stored.items() if n > 1} == {}
 
@@ -147,7 +147,7 @@ def test_a_backup_taken_under_traffic_restores_every_acknowledged_write_once(tmp
             assert r.status_code == 200, r.text
     finally:
         restored.stop()
-    after = _accepted_sales(copy)
+    after = accepted_sales(copy)
     assert after["after_restore"] == 1
     assert {t: n for t, n in after.items() if n > 1} == {}
 
@@ -160,14 +160,14 @@ def test_offline_backup_includes_rows_only_in_the_journal(tmp_path: Path) -> Non
     _, _, key = live_program(server.url)
     load = Load(server.url, key)
     load.wait_for(800)
-    _kill(server.process)  # the copier moves rows once a second: the newest are journal-only
+    kill(server.process)  # the copier moves rows once a second: the newest are journal-only
     acked = load.stop()
-    assert _uncopied_batches(db) > 0
+    assert uncopied_batches(db) > 0
 
     done = _tally("backup", "--database", str(db), "--output", str(copy))
     assert done.returncode == 0, done.stderr
     _assert_standalone(copy)
-    stored = _accepted_sales(copy)
+    stored = accepted_sales(copy)
     assert [t for t in acked if t not in stored] == []
     assert {t: n for t, n in stored.items() if n > 1} == {}
     _assert_whole_groups(copy, db)
@@ -194,7 +194,7 @@ def test_the_endpoint_answers_with_the_summary_and_the_copy_opens(
     assert data["rows"]["raw_events"] == data["last_seq"] >= 1
     assert data["bytes"] == target.stat().st_size
     _assert_standalone(target)
-    assert _accepted_sales(target) == {"t1": 1}
+    assert accepted_sales(target) == {"t1": 1}
 
 
 def test_the_endpoint_streams_progress_lines(client: TestClient, world: World, tmp_path: Path) -> None:
@@ -340,5 +340,5 @@ def test_writes_committed_during_the_copy_stay_out_of_it(
     with st.store.snapshot() as cur:
         copy_database(cur, check_target(str(target), st.settings.database), st.writer.sync_blocking, progress)
     assert injected
-    assert _accepted_sales(target) == {"before": 1}
+    assert accepted_sales(target) == {"before": 1}
     _assert_whole_groups(target, None)

@@ -20,26 +20,9 @@ from ingest.schema import RAW_EVENT_FIELDS
 from ingest.store import Tx
 from ingest.writer import Writer
 from tests.conftest import fill
+from tests.helpers import journal_record, sale_row
 
 AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
-
-
-def _sale(n: int, amount: object = 100) -> dict[str, object]:
-    return {
-        "received_at": AT,
-        "source": "track",
-        "kind": "sale",
-        "program_id": "p",
-        "outcome": "accepted",
-        "event_id": f"sale_{n}",
-        "transaction_id": f"in_{n}",
-        "customer_key": "c",
-        "amount": amount,
-        "currency": "usd",
-        "occurred_at": AT,
-        "body": "{}",
-        "headers": "{}",
-    }
 
 
 def _append(row: dict[str, object], tx: Tx) -> int:
@@ -54,11 +37,11 @@ def test_a_value_the_columns_cannot_hold_is_refused_before_anything_is_stored(
     writer: tuple[DuckStore, Writer], field: str, value: object
 ) -> None:
     store, w = writer
-    row = {**_sale(1), field: value}
+    row = {**sale_row(1), field: value}
     with pytest.raises(ValidationFailed) as refused:
         w.run_sync(lambda tx: tx.append(row))
     assert refused.value.extra["fields"][0]["field"] == field
-    assert w.run_sync(lambda tx: tx.append(_sale(2))) == 1  # the sequence did not move either
+    assert w.run_sync(lambda tx: tx.append(sale_row(2))) == 1  # the sequence did not move either
     w.sync_blocking()
     assert store.query("SELECT transaction_id FROM raw_events") == [("in_2",)]
     assert store.set_aside == 0
@@ -72,16 +55,17 @@ def test_an_operation_refused_after_writing_leaves_nothing_and_its_group_commits
 
     def first(tx: Tx) -> int:
         gate.wait(5)
-        return tx.append(_sale(1))
+        return tx.append(sale_row(1))
 
     def half(tx: Tx) -> None:
-        seq = tx.append(_sale(2))
+        seq = tx.append(sale_row(2))
         tx.claim_keys("p", ["in_2"], seq)
         tx.log("p", AT, "track/sale", 200, "accepted", "x", None, seq)
         tx.check("p", "sale_received", AT)
         raise ValidationFailed("refused after writing")
 
-    futures: list[Future[Any]] = [w.submit(first), w.submit(half), w.submit(lambda tx: tx.append(_sale(3)))]
+    futures: list[Future[Any]] = [w.submit(first), w.submit(half)]
+    futures.append(w.submit(lambda tx: tx.append(sale_row(3))))
     gate.set()
     assert futures[0].result() == 1
     with pytest.raises(ValidationFailed):
@@ -106,7 +90,7 @@ def test_a_refusal_after_database_statements_rolls_back_only_that_operation(
 
     def first(tx: Tx) -> int:
         gate.wait(5)
-        return tx.append(_sale(1))
+        return tx.append(sale_row(1))
 
     def half(tx: Tx) -> None:
         tx.add_workspace("ws_half", "Half", AT)
@@ -122,26 +106,16 @@ def test_a_refusal_after_database_statements_rolls_back_only_that_operation(
     assert store.query("SELECT transaction_id FROM raw_events") == [("in_1",)]
 
 
-def _journal_record(number: int, rows: list[dict[str, object]]) -> dict[str, object]:
-    raw = [[{**row, "seq": number * 10 + i}.get(f) for f in RAW_EVENT_FIELDS] for i, row in enumerate(rows)]
-    for values in raw:
-        for i, value in enumerate(values):
-            if isinstance(value, datetime):
-                values[i] = value.isoformat()
-        values[RAW_EVENT_FIELDS.index("test_mode")] = False
-    return {"batch": number, "raw": raw, "logs": [], "keys": [], "checks": []}
-
-
 def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tmp_path: Path) -> None:
     db = tmp_path / "j.duckdb"
     DuckStore(db).close()
     journal = Journal(Path(f"{db}.journal"))
-    journal.append(_journal_record(1, [_sale(1)]))
-    journal.append(_journal_record(2, [_sale(2, amount="not a number")]))  # what DuckDB refuses
-    bad_time = _journal_record(3, [_sale(3)])
+    journal.append(journal_record(1, [sale_row(1)]))
+    journal.append(journal_record(2, [sale_row(2, amount="not a number")]))  # what DuckDB refuses
+    bad_time = journal_record(3, [sale_row(3)])
     bad_time["raw"][0][RAW_EVENT_FIELDS.index("received_at")] = "year ten thousand"  # type: ignore[index]
     journal.append(bad_time)
-    journal.append(_journal_record(4, [_sale(4)]))
+    journal.append(journal_record(4, [sale_row(4)]))
     journal.close()
 
     store = DuckStore(db)  # start-up never fails on a journal row
@@ -167,13 +141,13 @@ def test_a_full_disk_is_database_unavailable_and_recovers_by_itself(small_disk: 
     w.start()
     try:
         acked = ["in_0"]
-        assert w.run_sync(lambda tx: tx.append(_sale(0))) == 1
+        assert w.run_sync(lambda tx: tx.append(sale_row(0))) == 1
         filler = fill(small_disk)
         segments = len(list((small_disk / "d.duckdb.journal").glob("*.log")))
         refused = 0
         for n in range(1, 200):  # the open segment's last page may still take a few records
             try:
-                w.run_sync(partial(_append, _sale(n)))
+                w.run_sync(partial(_append, sale_row(n)))
                 acked.append(f"in_{n}")
             except DatabaseUnavailable:
                 refused += 1
@@ -183,7 +157,7 @@ def test_a_full_disk_is_database_unavailable_and_recovers_by_itself(small_disk: 
         assert len(list((small_disk / "d.duckdb.journal").glob("*.log"))) == segments
         os.unlink(filler)
         assert store.readiness() is None
-        w.run_sync(lambda tx: tx.append(_sale(200)))
+        w.run_sync(lambda tx: tx.append(sale_row(200)))
         acked.append("in_200")
         w.sync_blocking()
         stored = [r[0] for r in store.query("SELECT transaction_id FROM raw_events ORDER BY seq")]
