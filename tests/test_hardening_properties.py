@@ -32,7 +32,7 @@ from tests.hypothesis_profiles import examples
 # About 2 s an example on 2 cores (each batch reconciles, restarts and rechecks); a failing run
 # spends a few minutes shrinking one bug to its smallest batch.
 PROFILE = settings(
-    max_examples=examples(6, ci=30),
+    max_examples=examples(3, ci=30),
     derandomize=True,
     deadline=None,
     report_multiple_bugs=False,

@@ -229,7 +229,7 @@ def test_every_operation_answers_as_documented(label: str, target: Credentials, 
     seen: dict[int, int] = {}
 
     @given(case=_strategy(operation, target))
-    @settings(max_examples=examples(12, 60), suppress_health_check=list(HealthCheck), deadline=None)
+    @settings(max_examples=examples(6, 60), suppress_health_check=list(HealthCheck), deadline=None)
     def run(case: Any) -> None:
         headers, cookies = _auth(target, schemes)
         extra: dict[str, Any] = {}

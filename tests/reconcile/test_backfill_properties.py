@@ -205,7 +205,7 @@ def diff_of(response: Any) -> dict[str, Any]:
     return {k: data[k] for k in ("changed_sales", "partner_totals", "adjustments", "changes")}
 
 
-@profile(4, ci=15)
+@profile(2, ci=15)
 @given(stream=streams(max_events=30), target=st.sampled_from(WEIGHTED_PROGRAMS), data=st.data())
 def test_the_dry_run_is_the_apply(stream: Stream, target: str, data: st.DataObject) -> None:
     fixed, span = data.draw(corrections(stream, target), label="fixes and range")

@@ -64,7 +64,7 @@ def assert_whole_segments(con: duckdb.DuckDBPyConnection, full_run_rows: int, ro
     assert rows - mirrored < mirror.SEGMENT_ROWS
 
 
-@profile(12, ci=40)
+@profile(6, ci=40)
 @given(stream=streams(closes=False, max_events=35), data=st.data())
 def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data: st.DataObject) -> None:
     """Split a random log in two: reconcile the first part in full (as of an earlier `now`),
@@ -87,7 +87,7 @@ def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data:
         assert_same_as_full_run(con, stream.now)
 
 
-@profile(8, ci=30)
+@profile(4, ci=30)
 @given(stream=streams(max_events=30), data=st.data())
 def test_months_closed_before_the_previous_run_are_reconciled_incrementally(
     stream: Stream, data: st.DataObject

@@ -124,7 +124,7 @@ def test_program_settings_default_like_ingest(con: duckdb.DuckDBPyConnection) ->
     assert table(con, "rc_sales").select("commission", "platform_fee").rows() == [(3_000, 0)]
 
 
-@profile(8, ci=40)
+@profile(4, ci=40)
 @given(stream=streams(max_events=30), segment_rows=st.sampled_from((3, 7)))
 def test_job_materialises_exactly_what_the_reference_computes(stream: Stream, segment_rows: int) -> None:
     """On a database file, reading the log through the Parquet mirror (segments of a few rows,

@@ -66,7 +66,7 @@ def assert_matches_pipeline(con: duckdb.DuckDBPyConnection, stream: Stream, upto
         assert_frame_equal(got, getattr(expected, attribute), check_exact=True)
 
 
-@profile(5, ci=25)
+@profile(3, ci=25)
 @given(stream=streams(max_events=30), cuts=st.lists(st.integers(0, 30), max_size=3))
 def test_full_runs_through_the_mirror_give_the_pipeline_tables(stream: Stream, cuts: list[int]) -> None:
     """The log arrives in parts with a full run after each (so later runs read segments written

@@ -12,7 +12,7 @@ from tests.reconcile import builders as b
 from tests.reconcile.compare import assert_results_equal, checked
 from tests.reconcile.streams import ENGINEER, Stream, profile, streams
 
-PROFILE = profile(50, ci=200)
+PROFILE = profile(25, ci=200)
 
 
 @PROFILE
@@ -39,7 +39,7 @@ def test_any_arrival_order_gives_identical_output(stream: Stream, data: st.DataO
     assert_results_equal(first, second)
 
 
-@profile(10, ci=40)
+@profile(5, ci=40)
 @given(stream=streams())
 def test_running_twice_gives_identical_output(stream: Stream) -> None:
     raw = stream.frame()
