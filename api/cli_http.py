@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import sys
@@ -14,6 +15,69 @@ import httpx
 
 class CliError(Exception):
     """Raised by a CLI command to stop with a one-line reason and a non-zero exit code."""
+
+
+class ApiError(CliError):
+    """The server answered with the contract's error envelope (CONTRACT section 1)."""
+
+    def __init__(self, status: int, code: str, message: str, fields: list[dict[str, Any]]) -> None:
+        self.status, self.code, self.fields = status, code, fields
+        detail = "; ".join(f"{f.get('field')}: {f.get('message')}" for f in fields if isinstance(f, dict))
+        line = f"{code}: {message}"
+        if detail and detail not in message:
+            line += f" ({detail})"
+        super().__init__(line)
+
+
+def api_error(response: httpx.Response) -> ApiError:
+    """The error a >= 400 response stands for: its envelope's code, message and field details."""
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    err = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(err, dict):
+        return ApiError(response.status_code, f"HTTP {response.status_code}", "no error envelope", [])
+    fields = err.get("fields")
+    return ApiError(
+        response.status_code,
+        str(err.get("code", response.status_code)),
+        str(err.get("message", "request failed")),
+        fields if isinstance(fields, list) else [],
+    )
+
+
+def examples(*lines: str) -> str:
+    """An argparse epilog with a command's examples (every command has at least one)."""
+    return "example" + ("s" if len(lines) > 1 else "") + ":\n" + "\n".join(f"  {line}" for line in lines)
+
+
+# -- tokens ------------------------------------------------------------------------------------
+def clean_token(raw: str, where: str) -> str:
+    """A token read from argv, stdin or the environment, without its surrounding whitespace.
+    Never quoted back: a bad one is described, not shown."""
+    token = raw.strip()
+    if not token:
+        raise CliError(f"no token in {where}")
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        raise CliError(
+            f"the token in {where} has characters a token never has (spaces, control or non-ASCII)"
+        )
+    return token
+
+
+def read_token(value: str | None, env: str, prompt: str) -> str:
+    """A token from `--token VALUE`, `--token -` (one line of stdin), the environment variable
+    `env`, or (on a terminal) a prompt that does not echo."""
+    if value == "-":
+        return clean_token(sys.stdin.readline(), "stdin")
+    if value is not None:
+        return clean_token(value, "--token")
+    if os.environ.get(env):
+        return clean_token(os.environ[env], env)
+    if sys.stdin.isatty():
+        return clean_token(getpass.getpass(prompt), "the prompt")
+    raise CliError(f"no token: pass --token - (reads stdin) or set {env}")
 
 
 # -- login storage -----------------------------------------------------------------------------
@@ -51,15 +115,16 @@ def call(
         response = httpx.request(
             method, url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120
         )
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach tally at {url}: {exc}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise unreachable(url, exc) from None
+    if response.status_code >= 400:
+        raise api_error(response)
     try:
         payload = response.json()
     except ValueError:
         raise CliError(f"{method} {path}: HTTP {response.status_code} without a JSON body") from None
-    if response.status_code >= 400:
-        err = payload.get("error", {}) if isinstance(payload, dict) else {}
-        raise CliError(f"{err.get('code', response.status_code)}: {err.get('message', 'request failed')}")
+    if not isinstance(payload, dict):
+        raise CliError(f"{method} {path}: HTTP {response.status_code} without the data envelope")
     for warning in payload.get("warnings", []) or []:
         print(f"warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
     return payload.get("data")
@@ -69,12 +134,8 @@ def emit(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
-def _error_line(response: httpx.Response) -> str:
-    try:
-        err = response.json().get("error", {})
-    except ValueError:
-        return f"HTTP {response.status_code}"
-    return f"{err.get('code', response.status_code)}: {err.get('message', 'request failed')}"
+def unreachable(url: str, exc: Exception) -> CliError:
+    return CliError(f"cannot reach tally at {url}: {str(exc) or type(exc).__name__}")
 
 
 def fetch_bytes(path: str) -> bytes:
@@ -82,10 +143,10 @@ def fetch_bytes(path: str) -> bytes:
     url, token = load_login()
     try:
         response = httpx.get(url + path, headers={"Authorization": f"Bearer {token}"}, timeout=300)
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach tally at {url}: {exc}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise unreachable(url, exc) from None
     if response.status_code >= 400:
-        raise CliError(_error_line(response))
+        raise api_error(response)
     return response.content
 
 
@@ -98,20 +159,24 @@ def stream(method: str, path: str, *, url: str, token: str, body: Any = None) ->
         ) as response:
             if response.status_code >= 400:
                 response.read()
-                raise CliError(_error_line(response))
+                raise api_error(response)
             for line in response.iter_lines():
                 if line.strip():
-                    yield json.loads(line)
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach tally at {url}: {exc}") from None
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        raise CliError(f"{method} {path}: a progress line is not JSON") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise unreachable(url, exc) from None
 
 
 def operator_target(url: str | None) -> tuple[str, str]:
     """Where and how operator commands call: `--url` or the login's URL or TALLY_BASE_URL, and
     the operator token from TALLY_OPERATOR_TOKEN."""
-    token = os.environ.get("TALLY_OPERATOR_TOKEN")
-    if not token:
+    raw = os.environ.get("TALLY_OPERATOR_TOKEN")
+    if not raw:
         raise CliError("operator commands need TALLY_OPERATOR_TOKEN in the environment")
+    token = clean_token(raw, "TALLY_OPERATOR_TOKEN")
     if url is None:
         try:
             url, _ = load_login()

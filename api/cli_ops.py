@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from api.cli_http import CliError, call, fetch_bytes, operator_target, stream
+from api.cli_http import CliError, call, emit, examples, fetch_bytes, operator_target, stream
 
 console = Console(stderr=True)
 
@@ -44,6 +45,9 @@ def cmd_reconcile(args: argparse.Namespace) -> None:
                 bar.update(task, completed=1, total=1, description="done")
     if summary is None:
         raise CliError("the server closed the stream without a result")
+    if args.json:
+        emit(summary)
+        return
     print(
         f"run {summary['run_id']}: {summary['events_read']} events read, {summary['sales']} sales, "
         f"{summary['commissions']} commission lines in {summary['duration_ms']} ms"
@@ -86,6 +90,9 @@ def cmd_backfill(args: argparse.Namespace) -> None:
     body = {"from": args.start, "to": args.end, "dry_run": not args.apply}
     with console.status("re-running attribution over the range…"):
         data = call("POST", f"/api/v1/programs/{quote(args.program)}/backfill", body=body)
+    if args.json:
+        emit(data)
+        return
     out = Console()
     out.print(diff_table(data))
     out.print(partner_table(data))
@@ -95,20 +102,34 @@ def cmd_backfill(args: argparse.Namespace) -> None:
         out.print("dry run: nothing changed. Re-run with --apply to apply it.")
 
 
+def this_month() -> str:
+    """The current month in UTC, `YYYY-MM`: the finance report's default period."""
+    return datetime.now(UTC).strftime("%Y-%m")
+
+
 def cmd_report(args: argparse.Namespace) -> None:
-    query = urlencode({"period": args.period, "format": args.format})
+    period = args.period or (this_month() if args.kind == "finance" else None)
+    params = {"format": args.format} | ({"period": period} if period else {})
     with console.status("building the report…"):
-        content = fetch_bytes(f"/api/v1/programs/{quote(args.program)}/reports/{args.kind}?{query}")
+        content = fetch_bytes(
+            f"/api/v1/programs/{quote(args.program)}/reports/{args.kind}?{urlencode(params)}"
+        )
     if args.output == "-":
         sys.stdout.buffer.write(content)
     else:
         Path(args.output).write_bytes(content)
-        print(f"wrote {len(content)} bytes to {args.output}", file=sys.stderr)
+        print(
+            f"wrote {len(content)} bytes to {args.output} ({args.kind}, {period or 'every period'})",
+            file=sys.stderr,
+        )
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
     path = f"/api/v1/programs/{quote(args.program)}/sales/{quote(args.transaction, safe='')}/explain"
     data = call("GET", path)
+    if args.json:
+        emit(data)
+        return
     sale = data["sale"]
     out = Console()
     out.print(f"[bold]{sale['transaction_id']}[/bold] {sale['amount']} {sale['currency']} ({sale['source']})")
@@ -130,32 +151,101 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(url, token, Path(args.state))
 
 
+# The formats the server renders (reports/render.py FINANCE_FORMATS, DOUBLE_COUNTING_FORMATS; a
+# test holds them equal). Not imported from there: that module loads Polars.
+REPORT_FORMATS = {"finance": ("json", "csv", "html", "xlsx"), "double-counting": ("json", "csv")}
+REPORT_PERIOD_HELP = {
+    "finance": "the month, YYYY-MM (default: the current month in UTC)",
+    "double-counting": "only the double counts whose record occurred in this month, YYYY-MM "
+    "(default: every month)",
+}
+REPORT_EXAMPLES = {
+    "finance": (
+        "tally report finance --program prog_... --period 2026-11 --format xlsx -o finance-2026-11.xlsx",
+        "tally report finance --program prog_... --format csv -o - | head",
+    ),
+    "double-counting": (
+        "tally report double-counting --program prog_... -o double-counts.json",
+        "tally report double-counting --program prog_... --period 2026-11 --format csv -o -",
+    ),
+}
+
+
 def add_operations(sub: Any) -> None:
-    rec = sub.add_parser("reconcile", help="run the reconciler now (operator)")
-    rec.add_argument("--url")
+    rec = sub.add_parser(
+        "reconcile",
+        help="run the reconciler now (operator)",
+        description="Run the reconciler on the server now, with a progress bar on stderr. Needs "
+        "TALLY_OPERATOR_TOKEN.",
+        epilog=examples("TALLY_OPERATOR_TOKEN=... tally reconcile", "tally reconcile --json"),
+    )
+    rec.add_argument("--url", help="the server's base URL (default: the login's, else TALLY_BASE_URL)")
+    rec.add_argument("--json", action="store_true", help="print the run's summary as JSON")
     rec.set_defaults(func=cmd_reconcile)
 
-    back = sub.add_parser("backfill", help="re-run attribution over a date range (dry run unless --apply)")
-    back.add_argument("--program", required=True)
-    back.add_argument("--from", dest="start", required=True)
-    back.add_argument("--to", dest="end", required=True)
-    back.add_argument("--apply", action="store_true")
+    back = sub.add_parser(
+        "backfill",
+        help="re-run attribution over a date range (dry run unless --apply)",
+        description="Show which sales' attribution or commission would change if attribution were "
+        "re-run over the range (with the metadata fixes recorded so far); --apply applies it.",
+        epilog=examples(
+            "tally backfill --program prog_... --from 2026-10-01 --to 2026-10-31",
+            "tally backfill --program prog_... --from 2026-10-01 --to 2026-10-31 --apply",
+        ),
+    )
+    back.add_argument("--program", required=True, help="program id (prog_...)")
+    back.add_argument("--from", dest="start", required=True, help="first day, YYYY-MM-DD (or RFC 3339 time)")
+    back.add_argument("--to", dest="end", required=True, help="last day, YYYY-MM-DD, included")
+    back.add_argument("--apply", action="store_true", help="apply the changes (default: dry run)")
+    back.add_argument("--json", action="store_true", help="print the diff as JSON instead of tables")
     back.set_defaults(func=cmd_backfill)
 
-    report = sub.add_parser("report", help="download a report")
-    report.add_argument("kind", choices=["finance", "double-counting"])
-    report.add_argument("--program", required=True)
-    report.add_argument("--period")
-    report.add_argument("--format", default="json", choices=["json", "csv", "html", "xlsx"])
-    report.add_argument("-o", "--output", required=True)
-    report.set_defaults(func=cmd_report)
+    reports = sub.add_parser(
+        "report",
+        help="download a report (finance, double-counting)",
+        description="Download a report of one program.",
+        epilog=examples(*REPORT_EXAMPLES["finance"][:1], *REPORT_EXAMPLES["double-counting"][:1]),
+    ).add_subparsers(dest="action", required=True, metavar="REPORT")
+    for kind, formats in REPORT_FORMATS.items():
+        report = reports.add_parser(
+            kind,
+            help=f"the {kind} report ({', '.join(formats)})",
+            description=f"Download the {kind} report of a program as {', '.join(formats)}.",
+            epilog=examples(*REPORT_EXAMPLES[kind]),
+        )
+        report.add_argument("--program", required=True, help="program id (prog_...)")
+        report.add_argument("--period", metavar="YYYY-MM", help=REPORT_PERIOD_HELP[kind])
+        report.add_argument(
+            "--format", default="json", choices=formats, help="file format (default: %(default)s)"
+        )
+        report.add_argument(
+            "-o", "--output", required=True, metavar="FILE", help="where to write it; `-` writes to stdout"
+        )
+        report.set_defaults(func=cmd_report, kind=kind)
 
-    explain = sub.add_parser("explain", help="the attribution ladder, step by step, for one sale")
-    explain.add_argument("--program", required=True)
-    explain.add_argument("--transaction", required=True)
+    explain = sub.add_parser(
+        "explain",
+        help="the attribution ladder, step by step, for one sale",
+        description="Why a sale was (or was not) attributed: each rung of the ladder, what it "
+        "looked up and what it found.",
+        epilog=examples(
+            "tally explain --program prog_... --transaction in_1234",
+            "tally explain --program prog_... --transaction in_1234 --json",
+        ),
+    )
+    explain.add_argument("--program", required=True, help="program id (prog_...)")
+    explain.add_argument("--transaction", required=True, help="the sale's transaction id")
+    explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
     explain.set_defaults(func=cmd_explain)
 
-    demo = sub.add_parser("demo", help="create a demo program and drive realistic traffic (operator)")
-    demo.add_argument("--url")
+    demo = sub.add_parser(
+        "demo",
+        help="create a demo program and drive realistic traffic (operator)",
+        description="Create a demo account and program and send it clicks, leads, sales and "
+        "signed processor webhooks. Needs TALLY_OPERATOR_TOKEN and TALLY_STRIPE_WEBHOOK_SECRETS "
+        "as the server has them.",
+        epilog=examples("TALLY_OPERATOR_TOKEN=... TALLY_STRIPE_WEBHOOK_SECRETS=whsec_... tally demo"),
+    )
+    demo.add_argument("--url", help="the server's base URL (default: the login's, else TALLY_BASE_URL)")
     demo.add_argument("--state", default="data/demo.json", help="where the demo remembers what it made")
     demo.set_defaults(func=cmd_demo)

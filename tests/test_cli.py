@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import stat
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import httpx
 
+from api.cli import build_parser
 from tests.conftest import OP, ROOT, LiveServer
 
 
-def tally(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def tally(
+    home: Path, *args: str, stdin: str | None = None, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
     env["XDG_CONFIG_HOME"] = str(home)
+    env.update(extra_env)
     return subprocess.run(
         [sys.executable, "-m", "api.cli", *args],
         env=env,
+        input=stdin,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -39,9 +47,11 @@ def test_login_programs_and_keys(live_server: LiveServer, tmp_path: Path) -> Non
     assert r.returncode != 0 and "not logged in" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
     r = tally(home, "login", "--url", live_server.url, "--token", "acct_wrong")
-    assert r.returncode != 0 and "account_token_required" in r.stderr
-    r = tally(home, "login", "--url", live_server.url, "--token", acct["token"])
+    assert r.returncode == 1 and r.stderr.startswith("tally: unknown account token:")
+    assert len(r.stderr.strip().splitlines()) == 1 and "acct_wrong" not in r.stderr
+    r = tally(home, "login", "--url", live_server.url, "--token", "-", stdin=acct["token"] + "\n")
     assert r.returncode == 0, r.stderr
+    assert acct["token"] not in r.stdout + r.stderr
     stored = home / "tally" / "credentials.json"
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
 
@@ -67,3 +77,61 @@ def test_login_programs_and_keys(live_server: LiveServer, tmp_path: Path) -> Non
     assert (
         r.returncode != 0 and r.stderr.strip() == "tally: program_not_found: program prog_missing not found"
     )
+
+
+def test_login_takes_the_token_from_the_environment_and_lists_programs_as_json(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    acct = httpx.post(
+        live_server.url + "/api/v1/operator/accounts",
+        json={"email": "e@x.test", "workspace_name": "W"},
+        headers=OP,
+    ).json()["data"]
+    home = tmp_path / "cfg"
+    r = tally(home, "login", "--url", live_server.url, stdin="", TALLY_ACCOUNT_TOKEN=acct["token"])
+    assert r.returncode == 0, r.stderr
+    r = tally(home, "programs", "create", "--workspace", acct["workspace_id"], "--name", "JSON program")
+    assert r.returncode == 0, r.stderr
+    r = tally(home, "programs", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    [program] = json.loads(r.stdout)
+    assert program["name"] == "JSON program" and program["workspace_id"] == acct["workspace_id"]
+    r = tally(home, "login", "--url", live_server.url, stdin="")
+    assert r.returncode == 1 and "TALLY_ACCOUNT_TOKEN" in r.stderr
+
+
+def test_version_and_usage_errors_are_one_line(tmp_path: Path) -> None:
+    r = tally(tmp_path, "--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"tally {metadata.version('tally')}"
+    r = tally(tmp_path, "report", "finance", "--program", "p", "--format", "pdf", "-o", "-")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "pdf" in r.stderr
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: str = "tally"
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += _commands(child, f"{path} {name}")
+    return found
+
+
+def test_every_option_has_a_description_and_every_command_an_example() -> None:
+    """The CLI follows its own help: walked over the whole parser tree, so a command or an
+    option added later without them fails here."""
+    commands = _commands(build_parser())
+    assert len(commands) > 12
+    missing_examples = [path for path, p in commands if not (p.epilog or "").startswith("example")]
+    missing_help = [
+        f"{path} {'/'.join(a.option_strings) or a.dest}"
+        for path, p in commands
+        for a in p._actions
+        if not isinstance(a, argparse._SubParsersAction | argparse._HelpAction) and not a.help
+    ]
+    leaves = [
+        path for path, p in commands if not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
+    ]
+    assert {"tally migrate", "tally backup", "tally report finance", "tally serve"} <= set(leaves)
+    assert missing_examples == [] and missing_help == []

@@ -107,6 +107,31 @@ def test_reconcile_explain_backfill_report(live_server: LiveServer, tmp_path: Pa
         home, "report", "finance", "--program", pid, "--period", "11-2026", "--format", "csv", "-o", str(out)
     )
     assert r.returncode != 0 and "validation_error" in r.stderr
+    assert "period" in r.stderr and len(r.stderr.strip().splitlines()) == 1  # the field reaches the user
+
+    # --period is optional where the help says so; --json on show commands
+    r = tally(home, "report", "double-counting", "--program", pid, "--format", "json", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    assert "data" in json.loads(r.stdout)
+    r = tally(home, "explain", "--program", pid, "--transaction", "in_cli", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "in_cli" in json.dumps(json.loads(r.stdout))
+    # `-o -` into a pipe its reader closes early: a quiet exit, no traceback
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    env["XDG_CONFIG_HOME"] = str(home)
+    report = ["report", "finance", "--program", pid, "--format", "csv", "-o", "-"]
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", *report],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.close()  # the reader is gone before the report arrives (as with `| head -c 0`)
+    assert reader.wait(120) == 141  # 128 + SIGPIPE, what a shell pipeline expects
+    assert reader.stderr.read() == b""
+    reader.stderr.close()
 
 
 def test_backfill_apply(live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
