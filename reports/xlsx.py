@@ -63,6 +63,28 @@ class _Book:
         return top + frame.height + 2
 
 
+def _provenance(book: _Book, ws: Any, report: FinanceReport) -> None:
+    """Beside the header: when the report was generated, from which reconcile run, and whether
+    the month is closed (as the html report says it)."""
+    pv = report.provenance
+    if pv is None:
+        return
+    stamp = "%Y-%m-%d %H:%M UTC"
+    run = (
+        f"{pv.run_id} (finished {pv.run_finished_at.strftime(stamp)})"
+        if pv.run_id and pv.run_finished_at
+        else (pv.run_id or "none yet")
+    )
+    closed = (
+        f"closed on {pv.closed_at.strftime(stamp)}" if pv.closed_at else "open (figures may still change)"
+    )
+    for row, (label, value) in enumerate(
+        (("Generated", pv.generated_at.strftime(stamp)), ("Reconcile run", run), ("Month", closed)), start=1
+    ):
+        ws.write(row, 3, label, book.bold)
+        ws.write(row, 4, value)
+
+
 def _summary(book: _Book, report: FinanceReport) -> None:
     ws = book.wb.add_worksheet("Summary")
     ws.set_column(0, 0, 36)
@@ -79,6 +101,7 @@ def _summary(book: _Book, report: FinanceReport) -> None:
         "yes" if report.reconciled else "NO: see the failed checks",
         None if report.reconciled else book.bad,
     )
+    _provenance(book, ws, report)
     ws.write(4, 0, "Amounts are in currency units; each currency has its own column and is never summed.")
     top = 6
     ws.write(top, 0, "Figure", book.header)

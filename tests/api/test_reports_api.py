@@ -206,6 +206,11 @@ def test_finance_report_in_every_format(shop: World) -> None:
     assert "22.50 USD" in html and "2.80 EUR" in html and html.count("<svg ") == 4
     assert 'id="month-open"' in html and 'data-closed="false"' in html and "Generated <time" in html
     assert f'<code id="report-run-id">{report_run_id(html_r.content)}</code>' in html
+    # the xlsx says the same beside its header: generated when, from which run, month open
+    provenance = {book["Summary"].cell(r, 4).value: book["Summary"].cell(r, 5).value for r in (2, 3, 4)}
+    assert set(provenance) == {"Generated", "Reconcile run", "Month"}
+    assert str(provenance["Reconcile run"]).startswith(report_run_id(html_r.content) + " (finished ")
+    assert str(provenance["Month"]).startswith("open") and str(provenance["Generated"]).endswith(" UTC")
 
     # the same data renders the same bytes, also after another reconcile run of the same log
     bodies = {
@@ -221,10 +226,19 @@ def test_finance_report_in_every_format(shop: World) -> None:
         if fmt == "html":  # the same figures; the provenance line names the newer run
             assert report_run_id(again) == run.json()["data"]["run_id"] != report_run_id(before)
             assert without_provenance(again) == without_provenance(before)
+        elif fmt == "xlsx":  # the same cells, but for the provenance beside the header
+            assert _cells_without_provenance(again) == _cells_without_provenance(before)
         else:
             assert again == before, fmt
     assert bodies["csv"] == csv_r.content
     assert without_provenance(bodies["html"]) == without_provenance(html_r.content)
+
+
+def _cells_without_provenance(xlsx: bytes) -> dict[str, list[tuple[Any, ...]]]:
+    book = openpyxl.load_workbook(io.BytesIO(xlsx))
+    for row in (2, 3, 4):
+        book["Summary"].cell(row, 5).value = None
+    return {name: list(book[name].iter_rows(values_only=True)) for name in book.sheetnames}
 
 
 @pytest.mark.parametrize(
