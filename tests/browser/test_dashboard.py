@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import httpx
 import pytest
 
 from ingest.tokens import mask
-from tests.browser.cdp import CHROMIUM, Chromium, Page
+from tests.browser.cdp import Page
 from tests.conftest import LiveServer, bearer, make_world
 
 TEST_SALE = {"additional_data": {"test_mode": True}}
@@ -46,22 +45,6 @@ def dashboard(live_server: LiveServer) -> Dashboard:
         world = make_world(http)  # type: ignore[arg-type]  # an httpx.Client speaks like a TestClient
         member = world.member()["Authorization"].removeprefix("Bearer ")
     return Dashboard(live_server, world.program_id, world.account_token, member, world.api_key)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Chromium]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
-    with Chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(chromium: Chromium) -> Iterator[Page]:
-    page = chromium.new_page()
-    page.send("Network.clearBrowserCookies")
-    yield page
-    page.close()
 
 
 def click_and_wait(page: Page, selector: str) -> None:

@@ -5,14 +5,12 @@ in print no table runs past the paper's edge."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.browser.cdp import CHROMIUM, Chromium, Page
+from tests.browser.cdp import Page
 from tests.conftest import OP, LiveServer, bearer, make_world
 
 PHONE = 390
@@ -88,22 +86,6 @@ def shop(live_server: LiveServer) -> Shop:
         assert http.post("/api/v1/track/sale", json={"amount": 5}, headers=world.key).status_code == 422
         assert http.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
     return Shop(live_server, world.program_id, world.account_token)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Chromium]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
-    with Chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(chromium: Chromium) -> Iterator[Page]:
-    page = chromium.new_page()
-    page.send("Network.clearBrowserCookies")
-    yield page
-    page.close()
 
 
 def width(page: Page, pixels: int) -> None:

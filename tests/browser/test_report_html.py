@@ -17,7 +17,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.browser.cdp import CHROMIUM, Chromium, Page
+from tests.browser.cdp import Chromium, Page
+from tests.browser.conftest import launch
 from tests.conftest import OP, LiveServer, bearer, make_world
 
 PERIOD = "2026-01"
@@ -99,9 +100,7 @@ def reported(live_server: LiveServer) -> Reported:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Chromium]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
-    with Chromium("--window-size=1280,1024") as browser:
+    with launch("--window-size=1280,1024") as browser:
         yield browser
 
 

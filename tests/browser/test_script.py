@@ -20,7 +20,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from ingest.duckdb_store import DuckStore
-from tests.browser.cdp import CHROMIUM, Chromium, Page
+from tests.browser.cdp import Chromium, Page
+from tests.browser.conftest import launch
 from tests.conftest import LiveServer, bearer, free_port, make_world
 
 BRAND_HOST = "brand.test"
@@ -128,9 +129,7 @@ def brand() -> Iterator[BrandSite]:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Chromium]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
-    with Chromium(f"--host-resolver-rules=MAP {BRAND_HOST} 127.0.0.1") as browser:
+    with launch(f"--host-resolver-rules=MAP {BRAND_HOST} 127.0.0.1") as browser:
         yield browser
 
 
