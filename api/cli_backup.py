@@ -11,9 +11,9 @@ from typing import Any
 
 import duckdb
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.cli_http import CliError, operator_target, stream
+from api.cli_ops import progress_bar
 from ingest.backup import BackupSummary, backup_offline
 from ingest.errors import TallyError
 
@@ -29,17 +29,6 @@ EPILOG = """examples:
 
 Restore: stop the server and start it on the copy (tally serve --database COPY), or move the
 copy into place as the database file. See docs/operations.md."""
-
-
-def _bar(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 def _report(data: dict[str, Any]) -> None:
@@ -66,7 +55,7 @@ def _online(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     url, token = operator_target(args.url)
     summary: dict[str, Any] | None = None
     body = {"path": str(Path(args.output).absolute())}
-    with _bar(console) as bar:
+    with progress_bar(console) as bar:
         task = bar.add_task("backup", total=1)
         for line in stream("POST", "/api/v1/operator/backup", url=url, token=token, body=body):
             if "progress" in line:
@@ -85,7 +74,7 @@ def _online(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 def _offline(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     if not Path(args.database).is_file():
         raise CliError(f"database {args.database} does not exist")
-    with _bar(console) as bar:
+    with progress_bar(console) as bar:
         task = bar.add_task("backup", total=1)
 
         def progress(stage: str, done: int, total: int) -> None:

@@ -18,7 +18,8 @@ from api.cli_http import CliError, call, emit, examples, fetch_bytes, operator_t
 console = Console(stderr=True)
 
 
-def _progress() -> Progress:
+def progress_bar(console: Console = console) -> Progress:
+    """The CLI's progress display for long work (on stderr): stage, bar, done/total, time."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -32,7 +33,7 @@ def _progress() -> Progress:
 def cmd_reconcile(args: argparse.Namespace) -> None:
     url, token = operator_target(args.url)
     summary: dict[str, Any] | None = None
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task("reconcile", total=1)
         for line in stream("POST", "/api/v1/operator/reconcile", url=url, token=token):
             if "progress" in line:
