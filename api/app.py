@@ -3,7 +3,6 @@ store, the single writer and the reconcile schedule."""
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -49,13 +48,10 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            store = DuckStore(settings.database)
+            store = DuckStore(settings.database, key_cache_mb=settings.key_cache_mb)
         except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
             app.state.startup_failure = f"cannot open the database {settings.database}: {one_line(exc)}"
             raise
-        # The hot-path index is millions of long-lived objects: keep the collector from walking them.
-        gc.collect()
-        gc.freeze()
         writer = Writer(store)
         if observer is not None:
             writer.on_commit = observer.commit
@@ -71,7 +67,6 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
             reconciler.stop()
             writer.stop()
             store.close()
-            gc.unfreeze()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes]

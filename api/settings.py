@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     stripe_webhook_secrets: SecretStr = SecretStr("")
     stripe_tolerance_seconds: int = Field(default=300, ge=1, le=86400)
     reconcile_interval_seconds: int = Field(default=60, ge=0)
+    # The page cache of the key index (ingest/hotkeys.py), in MiB: what the hot path keeps in memory.
+    key_cache_mb: int = Field(default=64, ge=1, le=65536)
     public_rate_per_second: float = Field(default=20.0, ge=0)
     public_rate_burst: int = Field(default=100, ge=1)
     # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.

@@ -28,7 +28,7 @@ from typing import Any
 
 from ingest.duckdb_store import EVENT_KEY_SPACE
 from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
-from ingest.index import processor_sale_keys
+from ingest.hotkeys import processor_sale_keys
 from ingest.records import Program
 from ingest.store import Store, Tx
 from ingest.stripe import Problems, extract, parse_event, read, verify_signature

@@ -2,8 +2,10 @@
 
 Writes happen only on the writer thread through `DuckTx`; raw-log, tracking-log, idempotency and
 checklist rows are buffered per transaction and inserted in bulk (Arrow) at commit, which is what
-makes group commit cheap. Hot-path lookups are answered from `Index`, kept exact because this
-process is the only writer (see ingest/index.py).
+makes group commit cheap. What the log decides on the hot path (duplicates, refund ceilings,
+claims, clicks, bindings) is answered by the key index on disk (`ingest/hotkeys.py`), committed
+with each batch; the control plane is a small in-memory copy (`ingest/index.py`), kept exact
+because this process is the only writer.
 
 Faults: every raw row is checked against the column types before it is buffered (a value DuckDB
 cannot hold is refused there, as a 422, never acknowledged). A full disk or an I/O error while
@@ -20,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,6 +38,8 @@ import pyarrow as pa
 
 from ingest import bounds, migrations
 from ingest.errors import DatabaseUnavailable, ValidationFailed
+from ingest.hotkeys import FORMAT as KEYS_FORMAT
+from ingest.hotkeys import OBSERVED, KeyIndex, Progress, anchor_of
 from ingest.index import Index, Undo
 from ingest.journal import Journal
 from ingest.records import (
@@ -153,6 +158,9 @@ _DATA_FAULTS: tuple[type[BaseException], ...] = (
 )
 
 
+_RESOURCE_FAULTS = (OSError, duckdb.IOException, duckdb.OutOfMemoryException, sqlite3.OperationalError)
+
+
 def _resource_fault(exc: BaseException) -> bool:
     return not isinstance(exc, _DATA_FAULTS)
 
@@ -203,6 +211,18 @@ def _json_set(raw: str) -> frozenset[str]:
     return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
 
 
+@contextmanager
+def _keys_faults() -> Iterator[None]:
+    """A key-index write that fails for want of disk (or an I/O error) is the database being
+    unavailable, like a journal write that fails: 503, nothing of the batch stored."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        raise DatabaseUnavailable(
+            "tally cannot write to its database right now; nothing of this request was stored"
+        ) from exc
+
+
 @dataclass
 class _Batch:
     raw: list[tuple[Any, ...]]
@@ -234,6 +254,9 @@ class DuckTx:
         self._checks: list[tuple[Any, ...]] = []
         self._next_seq = store._seq + 1
         self._next_log = store._log_id + 1
+        self._kx = store.keys
+        self._kx.begin()
+        self._last: tuple[int, object] | None = None  # the newest raw row: (seq, received_at)
 
     @property
     def index(self) -> Index:
@@ -247,7 +270,7 @@ class DuckTx:
             self._in_db_tx = True
         return self._cur
 
-    def mark(self) -> tuple[int, ...]:
+    def mark(self) -> tuple[Any, ...]:
         """Where this transaction stands, for `release` (one operation's writes in a group)."""
         return (
             len(self._raw),
@@ -258,14 +281,18 @@ class DuckTx:
             self._next_seq,
             self._next_log,
             int(self._in_db_tx),
+            self._kx.mark(),
+            self._last,
         )
 
-    def release(self, mark: tuple[int, ...]) -> bool:
+    def release(self, mark: tuple[Any, ...]) -> bool:
         """Drop what was written since `mark`; False when that cannot be done (statements ran
         in the database since), and then only rolling back the whole transaction can."""
-        raw, logs, keys, checks, undo, next_seq, next_log, in_db = mark
+        raw, logs, keys, checks, undo, next_seq, next_log, in_db, savepoint, last = mark
         if self._in_db_tx and not in_db:
             return False
+        self._kx.release(savepoint)
+        self._last = last
         del self._raw[raw:], self._logs[logs:], self._keys[keys:], self._checks[checks:]
         while len(self.undo) > undo:
             self.undo.pop()()
@@ -282,13 +309,20 @@ class DuckTx:
             raise ValidationFailed("the event holds values tally cannot store", fields=problems)
         self._next_seq += 1
         self._raw.append(tuple(map(full.get, RAW_EVENT_FIELDS)))
-        self.index.observe(full, self.undo)
+        with _keys_faults():
+            self._kx.observe(full)
+        self._last = (seq, full.get("received_at"))
         return seq
 
-    def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> None:
+    def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> list[str]:
+        claimed = []
         for key in keys:
-            if self.index.claim(program_id, key, self.undo):
+            with _keys_faults():
+                fresh = self._kx.claim(program_id, key)
+            if fresh:
                 self._keys.append((program_id, key, raw_seq))
+                claimed.append(key)
+        return claimed
 
     def log(
         self,
@@ -413,6 +447,7 @@ class DuckTx:
                 "tally cannot write to its database right now; nothing of this request was stored"
             ) from exc
         store._fault("write", None)
+        store._commit_keys(self._kx, self._last)
         counts = store.ingested
         for row in batch.raw:
             key = (row[_KIND], row[_OUTCOME])
@@ -422,6 +457,7 @@ class DuckTx:
         self.undo.clear()
 
     def rollback(self) -> None:
+        self._kx.rollback()
         try:
             if self._in_db_tx:
                 self._in_db_tx = False
@@ -437,7 +473,9 @@ class DuckTx:
 class DuckStore:
     """The embedded DuckDB backend of `ingest.store.Store`."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, key_cache_mb: int = 64, on_progress: Progress | None = None) -> None:
+        """Open (and migrate) the database at `path`; `key_cache_mb` bounds the key index's page
+        cache; `on_progress(rows, total)` hears about a key-index rebuild or catch-up."""
         target = Path(path)
         if str(path) != ":memory:":
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -468,10 +506,20 @@ class DuckStore:
         self.ingested: dict[tuple[str, str], int] = {}
         row = self._con.execute("SELECT last_batch FROM journal_state").fetchone()
         self._batch_no = int(row[0]) if row else 0
-        if str(path) != ":memory:":
-            self._journal = Journal(Path(f"{path}.journal"))
-            self._recover()
-        self._load()
+        self.keys: KeyIndex
+        self._keys_stale = False  # a key-index commit failed: catch up before the next write
+        try:
+            if str(path) != ":memory:":
+                self._journal = Journal(Path(f"{path}.journal"))
+                self._recover()
+                self.keys = KeyIndex(Path(f"{path}.keys"), key_cache_mb)
+            else:
+                self.keys = KeyIndex(None, key_cache_mb)
+            self._load()
+            self.sync_keys(on_progress)
+        except BaseException:
+            self._con.close()
+            raise
 
     # -- the journal: durable group commits, copied into DuckDB in bulk ------------------------
     def _recover(self) -> None:
@@ -641,7 +689,7 @@ class DuckStore:
         """Whether `exc` (or what it wraps) is the database failing rather than its data."""
         cause: BaseException | None = exc
         while cause is not None:
-            if isinstance(cause, (OSError, duckdb.IOException, duckdb.OutOfMemoryException)):
+            if isinstance(cause, _RESOURCE_FAULTS):
                 return True
             if isinstance(cause, duckdb.TransactionException) and "Failed to commit" in str(cause):
                 return True
@@ -660,12 +708,13 @@ class DuckStore:
         copier gets through again."""
         if "copy" in self._faults:
             return self._faults["copy"]
-        if "write" in self._faults:
-            try:
-                self._probe()
-            except OSError as exc:
-                return f"{self._faults.get('write')} (probe: {exc})"
-            self._fault("write", None)
+        for where in ("write", "keys"):  # the next write catches the key index up itself
+            if where in self._faults:
+                try:
+                    self._probe()
+                except OSError as exc:
+                    return f"{self._faults.get(where)} (probe: {exc})"
+                self._fault(where, None)
         return None
 
     def _probe(self) -> None:
@@ -769,6 +818,17 @@ class DuckStore:
             cur.close()
 
     def begin(self) -> DuckTx:
+        if self._keys_stale:
+            try:
+                self.flush()
+                self.sync_keys()
+            except Exception as exc:
+                self._fault("keys", exc)
+                raise DatabaseUnavailable(
+                    "tally cannot bring its key index up to date right now; nothing of this request was"
+                    " stored"
+                ) from exc
+            self._fault("keys", None)
         return DuckTx(self)
 
     def close(self) -> None:
@@ -778,9 +838,10 @@ class DuckStore:
             log.error("closing with journaled rows not yet in the database (%s)", exc)
         if self._journal is not None:
             self._journal.close()
+        self.keys.close()
         self._con.close()
 
-    # -- start-up: rebuild the index from the database --------------------------------------
+    # -- start-up: the control plane and where the logs stand ---------------------------------
     def _load(self) -> None:
         con = self._con
         row = con.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchone()
@@ -821,36 +882,58 @@ class DuckStore:
             idx.put_role(r[0], r[1], r[2], undo)
         for r in con.execute("SELECT program_id, step, done_at FROM checklist").fetchall():
             idx.put_checklist(r[0], r[1], r[2], undo)
-        cur = con.execute("SELECT program_id, key FROM idempotency_keys")
-        while keys := cur.fetchmany(100_000):
-            idx.keys.update(keys)
-        wanted = (
-            "kind",
-            "program_id",
-            "outcome",
-            "event_id",
-            "event_type",
-            "test_mode",
-            "transaction_id",
-            "invoice_id",
-            "payment_intent_id",
-            "checkout_session_id",
-            "charge_id",
-            "customer_key",
-            "click_id",
-            "partner_code",
-            "amount",
-            "currency",
-            "refund_id",
-            "lead_status",
-        )
-        cur = con.execute(
-            f"SELECT {', '.join(wanted)} FROM raw_events WHERE outcome <> 'duplicate' AND kind IN"
-            " ('click', 'lead', 'sale', 'refund', 'stripe') ORDER BY seq"
-        )
-        while chunk := cur.fetchmany(50_000):
-            for values in chunk:
-                idx.observe(dict(zip(wanted, values, strict=True)), undo)
+
+    # -- the key index: caught up with the raw log at start ------------------------------------
+    def sync_keys(self, on_progress: Progress | None = None) -> int:
+        """Bring the key index level with the raw log: replay the rows after its position, or
+        rebuild it from the whole log when it is of another format, ahead of the log or from
+        another history. Returns the rows applied."""
+        keys = self.keys
+        seq, anchor, fmt = keys.position()
+        if fmt != KEYS_FORMAT or seq > self._seq or (seq and anchor != self._anchor_at(seq)):
+            if fmt is not None:
+                log.warning(
+                    "the key index %s does not match the raw log (at %d of %d); rebuilding it",
+                    keys.path,
+                    seq,
+                    self._seq,
+                )
+            keys.reset()
+            seq = 0
+        if seq >= self._seq:
+            return 0
+        total = self._seq - seq
+        if total > 100_000:
+            log.warning("tally: bringing the key index up to date: %d raw rows to apply", total)
+        applied = keys.apply(self._raw_after(seq), total, on_progress)
+        self._keys_stale = False
+        return applied
+
+    def _anchor_at(self, seq: int) -> str | None:
+        row = self._reader().execute("SELECT received_at FROM raw_events WHERE seq = ?", [seq]).fetchone()
+        return anchor_of(row[0]) if row else None
+
+    def _raw_after(self, seq: int, window: int = 100_000) -> Iterator[dict[str, Any]]:
+        """The raw rows after `seq`, in order, a window of sequence numbers at a time."""
+        cur = self._con.cursor()
+        try:
+            sql = f"SELECT {', '.join(OBSERVED)} FROM raw_events WHERE seq > ? AND seq <= ? ORDER BY seq"
+            while seq < self._seq:
+                for values in cur.execute(sql, [seq, seq + window]).fetchall():
+                    yield dict(zip(OBSERVED, values, strict=True))
+                seq += window
+        finally:
+            cur.close()
+
+    def _commit_keys(self, keys: KeyIndex, last: tuple[int, object] | None) -> None:
+        """Commit the key index's part of a batch that is already durable. Should that fail,
+        the batch stands (it is in the log); the index is caught up from the log before the
+        next write."""
+        try:
+            keys.commit(last[0] if last else None, anchor_of(last[1]) if last else "")
+        except Exception as exc:
+            log.error("the key index could not commit (%s); catching up from the raw log", exc)
+            self._keys_stale = True
 
     # -- reads ---------------------------------------------------------------------------------
     def credential(self, token_hash: str) -> Credential | None:
@@ -897,25 +980,22 @@ class DuckStore:
         )
 
     def click_partner(self, program_id: str, click_id: str) -> str | None:
-        return self.index.clicks.get((program_id, click_id))
+        return self.keys.click_partner(program_id, click_id)
 
     def binding(self, program_id: str, customer_key: str) -> Binding | None:
-        return self.index.bindings.get((program_id, customer_key))
+        return self.keys.binding(program_id, customer_key)
 
     def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
-        key = (program_id, customer_key)
-        if key in self.index.provisional:
-            return True, self.index.provisional[key]
-        return False, None
+        return self.keys.provisional_click(program_id, customer_key)
 
     def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
-        return self.index.sale_for(program_id, list(keys))
+        return self.keys.sale(program_id, keys)
 
     def refund_seen(self, program_id: str, refund_id: str) -> bool:
-        return (program_id, refund_id) in self.index.refunds
+        return self.keys.refund_seen(program_id, refund_id)
 
     def event_seen(self, event_id: str) -> bool:
-        return event_id in self.index.events
+        return self.keys.event_seen(event_id)
 
     def checklist(self, program_id: str) -> dict[str, datetime]:
         return {step: at for (pid, step), at in self.index.checklist.items() if pid == program_id}

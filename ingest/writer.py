@@ -214,7 +214,11 @@ class Writer:
 
     def _commit(self, batch: list[_Job[Any]]) -> None:
         outcomes: list[Outcome] = []
-        tx = self._store.begin()
+        try:
+            tx = self._store.begin()
+        except DatabaseUnavailable as exc:
+            self._settle([(job, False, exc) for job in batch])
+            return
         try:
             for job in batch:
                 mark = tx.mark()
