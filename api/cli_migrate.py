@@ -11,7 +11,9 @@ import os
 from typing import Any
 
 from api.cli_http import CliError
+from api.cli_ops import progress_bar
 from ingest import migrations
+from ingest.duckdb_store import index_keys
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
@@ -31,6 +33,22 @@ def cmd_migrate(args: argparse.Namespace) -> None:
         print(f"{path}: schema version {before} -> {applied[-1].version}")
     else:
         print(f"{path}: schema version {before}, up to date")
+    _index_keys(path)
+
+
+def _index_keys(path: str) -> None:
+    """Bring the key index beside the database up to date (the one-time part of an upgrade
+    from a release without it: a replay of the whole log), with progress, so that `tally serve`
+    starts at once afterwards."""
+    with progress_bar() as bar:
+        task = bar.add_task("key index", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=max(total, 1))
+
+        applied = index_keys(path, progress)
+        bar.update(task, completed=applied, total=max(applied, 1))
+    print(f"{path}: key index up to date ({applied} raw rows applied)")
 
 
 def _status(path: str) -> None:

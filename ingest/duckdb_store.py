@@ -1012,3 +1012,18 @@ class DuckStore:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._reader().execute(sql, list(params)).fetchall()
+
+
+def index_keys(path: str | Path, on_progress: Progress | None = None) -> int:
+    """Open the database at `path` (no server may hold it), bring its key index up to date and
+    close it; returns the raw rows applied (0 when it was current)."""
+    applied = 0
+
+    def counting(done: int, total: int) -> None:
+        nonlocal applied
+        applied = done
+        if on_progress:
+            on_progress(done, total)
+
+    DuckStore(path, on_progress=counting).close()
+    return applied

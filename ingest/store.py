@@ -38,8 +38,10 @@ class Tx(Protocol):
         """Append one raw-log row (missing typed fields are NULL); returns its sequence number.
         Raises `ValidationFailed` when a value does not fit its column's type."""
 
-    def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> None:
-        """Record idempotency keys (sale ids, processor event ids) not yet recorded."""
+    def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> list[str]:
+        """Claim idempotency keys (sale ids, processor event ids); returns those this write
+        claimed. A key already taken is left out: the conflict is the write's result, decided
+        by the backend's unique key, not by a read before it."""
 
     def log(
         self,

@@ -1,0 +1,202 @@
+"""The key index (ingest/hotkeys.py): the hot path's decisions live on disk, survive restarts
+without a replay of the log, catch up after a crash between the journal and the index, and
+are rebuilt when they do not match the log beside them."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.duckdb_store import DuckStore, index_keys
+from ingest.hotkeys import KeyIndex
+from tests.helpers import STORE_AT
+
+
+def _row(kind: str, n: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "received_at": STORE_AT + timedelta(seconds=n),
+        "source": "stripe" if kind == "stripe" else "track",
+        "kind": kind,
+        "program_id": "p",
+        "outcome": "accepted",
+        "event_id": f"{kind}_{n}",
+        "body": "{}",
+        "headers": "{}",
+        **fields,
+    }
+
+
+def _history() -> list[dict[str, Any]]:
+    """A click, a settled lead on it, a sale, a partial refund, a processor sale of the same
+    invoice, a provisional lead, a retried duplicate (ignored) and a click re-pointed."""
+    return [
+        _row("click", 1, click_id="clk_1", partner_code="ann"),
+        _row("lead", 2, customer_key="c1", click_id="clk_1", lead_status="settled"),
+        _row("sale", 3, transaction_id="in_1", customer_key="c1", amount=1000, currency="usd"),
+        _row("refund", 4, transaction_id="in_1", refund_id="re_1", amount=300),
+        _row(
+            "stripe",
+            5,
+            event_id="evt_1",
+            event_type="invoice.paid",
+            invoice_id="in_1",
+            payment_intent_id="pi_1",
+            amount=1000,
+            currency="usd",
+        ),
+        _row("lead", 6, customer_key="c2", click_id="clk_2", lead_status="provisional"),
+        _row("sale", 7, transaction_id="in_2", customer_key="c2", amount=5, outcome="duplicate"),
+        _row("click", 8, click_id="clk_2", partner_code="bob"),
+        _row("click", 9, click_id="clk_1", partner_code="cat"),
+    ]
+
+
+def _write(store: DuckStore, rows: list[dict[str, Any]]) -> None:
+    tx = store.begin()
+    for row in rows:
+        seq = tx.append(row)
+        for key in [row.get("transaction_id"), row.get("invoice_id")]:
+            if isinstance(key, str) and row["outcome"] == "accepted" and row["kind"] != "refund":
+                tx.claim_keys("p", [key], seq)
+    tx.commit()
+
+
+def _decisions(store: DuckStore) -> dict[str, Any]:
+    ledger = store.sale("p", ["pi_1"])
+    return {
+        "clk_1": store.click_partner("p", "clk_1"),
+        "clk_2": store.click_partner("p", "clk_2"),
+        "c1": store.binding("p", "c1"),
+        "c2": store.provisional_click("p", "c2"),
+        "in_2": store.sale("p", ["in_2"]),
+        "pi_1": (ledger.amount, ledger.currency, ledger.refunded) if ledger else None,
+        "re_1": store.refund_seen("p", "re_1"),
+        "evt_1": store.event_seen("evt_1"),
+        "counts": store.keys.counts(),
+    }
+
+
+EXPECTED: Mapping[str, Any] = {
+    "clk_1": "cat",  # the latest click with an id wins
+    "clk_2": "bob",
+    "c2": (True, "clk_2"),
+    "in_2": None,  # a duplicate row decides nothing
+    "pi_1": (1000, "usd", 300),  # one sale known by its invoice and its payment intent
+    "re_1": True,
+    "evt_1": True,
+}
+
+
+def _check(decisions: Mapping[str, Any]) -> None:
+    assert {k: decisions[k] for k in EXPECTED} == EXPECTED
+    binding = decisions["c1"]
+    assert (binding.click_id, binding.partner_code) == ("clk_1", "ann")  # the click as of the lead
+
+
+def test_decisions_survive_a_restart_without_replaying_the_log(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    store = DuckStore(db)
+    _write(store, _history())
+    before = _decisions(store)
+    _check(before)
+    store.close()
+    applied: list[int] = []
+    reopened = DuckStore(db, on_progress=lambda done, total: applied.append(done))
+    try:
+        assert applied == []  # nothing replayed: the index was level with the log
+        assert _decisions(reopened) == before
+        assert reopened.keys.claimed("p", "in_1") and not reopened.keys.claimed("p", "in_2")
+    finally:
+        reopened.close()
+
+
+def test_a_lost_index_is_rebuilt_from_the_log_with_the_same_decisions(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    store = DuckStore(db)
+    _write(store, _history())
+    before = _decisions(store)
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}.keys{suffix}").unlink(missing_ok=True)
+    assert index_keys(db) == len(_history())
+    reopened = DuckStore(db)
+    try:
+        after = _decisions(reopened)
+        # claims are not rows of the raw log: a rebuilt index has the raw rows' keys only
+        assert {**after, "counts": None} == {**before, "counts": None}
+        assert after["counts"]["claims"] == 0
+    finally:
+        reopened.close()
+
+
+def test_a_failed_index_commit_keeps_the_batch_and_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch is durable in the journal before the index commits; if the index then
+    cannot commit, the batch still stands and the index catches up before the next write."""
+    store = DuckStore(tmp_path / "t.duckdb")
+    try:
+        history = _history()
+        _write(store, history[:3])
+        real_commit = KeyIndex.commit
+
+        def failing(self: KeyIndex, last_seq: int | None, anchor: str) -> None:
+            self.rollback()
+            raise OSError("no space left on device")
+
+        monkeypatch.setattr(KeyIndex, "commit", failing)
+        _write(store, history[3:])  # acknowledged: the journal has it
+        monkeypatch.setattr(KeyIndex, "commit", real_commit)
+        assert not store.event_seen("evt_1")  # the index lags the log...
+        store.begin().rollback()  # ...until the next write catches it up
+        _check(_decisions(store))
+    finally:
+        store.close()
+
+
+def test_an_index_that_does_not_match_its_log_is_rebuilt(tmp_path: Path) -> None:
+    """A database restored from a backup beside a newer index: the index leads the log (or
+    names another row at its position), so it is rebuilt rather than trusted."""
+    db = tmp_path / "t.duckdb"
+    store = DuckStore(db)
+    history = _history()
+    _write(store, history[:4])
+    store.close()
+    shutil.copy(db, tmp_path / "backup.duckdb")
+    store = DuckStore(db)
+    _write(store, history[4:])
+    store.close()
+    shutil.copy(tmp_path / "backup.duckdb", db)  # restore the backup; the newer index stays
+    restored = DuckStore(db)
+    try:
+        assert not restored.event_seen("evt_1")  # not in the restored log: not a duplicate
+        assert restored.keys.position()[0] == 4
+        ledger = restored.sale("p", ["in_1"])
+        assert ledger is not None and ledger.refunded == 300
+    finally:
+        restored.close()
+
+
+def test_a_failed_operation_leaves_no_keys_behind(tmp_path: Path) -> None:
+    store = DuckStore(tmp_path / "t.duckdb")
+    try:
+        history = _history()
+        tx = store.begin()
+        tx.append(history[0])
+        mark = tx.mark()
+        tx.append(history[2])
+        assert tx.claim_keys("p", ["in_1"], 2) == ["in_1"]
+        assert tx.claim_keys("p", ["in_1"], 2) == []  # the second claim learns it from the write
+        assert store.sale("p", ["in_1"]) is not None  # the transaction sees its own writes
+        assert tx.release(mark)
+        tx.commit()
+        assert store.sale("p", ["in_1"]) is None
+        assert not store.keys.claimed("p", "in_1")
+        assert store.click_partner("p", "clk_1") == "ann"
+    finally:
+        store.close()
