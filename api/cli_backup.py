@@ -15,6 +15,7 @@ from rich.console import Console
 from api.cli_http import CliError, operator_target, stream
 from api.cli_ops import progress_bar
 from ingest.backup import BackupSummary, backup_offline
+from ingest.duckdb_store import DatabaseInUse
 from ingest.errors import TallyError
 
 DESCRIPTION = """Write a consistent copy of the database, with every acknowledged write (those only in
@@ -86,7 +87,7 @@ def _offline(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             )
         except TallyError as exc:
             raise CliError(exc.message) from None
-        except duckdb.Error as exc:
+        except (duckdb.Error, DatabaseInUse) as exc:
             raise CliError(
                 f"cannot open {args.database} ({str(exc).splitlines()[0]}); when a server has it "
                 "open, run tally backup without --database to copy it through the server"

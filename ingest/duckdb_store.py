@@ -19,6 +19,7 @@ start-up never fails on it; a resource fault keeps every batch for the next atte
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -209,6 +210,28 @@ def _stored_time(value: Any) -> datetime | None:
 def _json_set(raw: str) -> frozenset[str]:
     value = json.loads(raw)
     return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
+
+
+class DatabaseInUse(Exception):
+    """Another store (in this process or another) has the database open: the embedded backend
+    has exactly one writer, its journal and its key index beside the file."""
+
+
+def _claim(path: Path) -> int:
+    """Lock `<path>.lock` for this store's lifetime, or raise `DatabaseInUse`."""
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DatabaseInUse(
+            f"{path} is in use by another tally store (process {holder}); the embedded database"
+            " has one server at a time (several replicas need the PostgreSQL backend)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 @contextmanager
@@ -477,9 +500,15 @@ class DuckStore:
         """Open (and migrate) the database at `path`; `key_cache_mb` bounds the key index's page
         cache; `on_progress(rows, total)` hears about a key-index rebuild or catch-up."""
         target = Path(path)
+        self._lock_fd: int | None = None
         if str(path) != ":memory:":
             target.parent.mkdir(parents=True, exist_ok=True)
-        self._con = duckdb.connect(str(path))
+            self._lock_fd = _claim(target)
+        try:
+            self._con = duckdb.connect(str(path))
+        except BaseException:
+            self._unclaim()
+            raise
         # TIMESTAMPTZ values come back as aware datetimes in UTC, whatever the machine's zone.
         self._con.execute("SET GLOBAL TimeZone = 'UTC'")
         self._local = threading.local()
@@ -489,6 +518,7 @@ class DuckStore:
             self.schema_version = migrations.check(self._con)
         except BaseException:
             self._con.close()
+            self._unclaim()
             raise
         self.index = Index()
         self._seq = 0
@@ -519,7 +549,13 @@ class DuckStore:
             self.sync_keys(on_progress)
         except BaseException:
             self._con.close()
+            self._unclaim()
             raise
+
+    def _unclaim(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the lock
+            self._lock_fd = None
 
     # -- the journal: durable group commits, copied into DuckDB in bulk ------------------------
     def _recover(self) -> None:
@@ -840,6 +876,7 @@ class DuckStore:
             self._journal.close()
         self.keys.close()
         self._con.close()
+        self._unclaim()
 
     # -- start-up: the control plane and where the logs stand ---------------------------------
     def _load(self) -> None:

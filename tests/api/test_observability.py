@@ -221,7 +221,9 @@ def test_set_aside_batches_are_counted(settings: Settings) -> None:
         assert value(scrape(client), "tally_journal_set_aside_batches_total") == 1
 
 
-def test_metrics_need_the_operator_token_unless_public(world: World, settings: Settings) -> None:
+def test_metrics_need_the_operator_token_unless_public(
+    world: World, settings: Settings, tmp_path: Path
+) -> None:
     client = world.client
     r = client.get("/metrics")
     assert r.status_code == 401 and r.json()["error"]["code"] == "missing_credentials"
@@ -233,7 +235,8 @@ def test_metrics_need_the_operator_token_unless_public(world: World, settings: S
     assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert "# TYPE tally_http_requests_total counter" in r.text
 
-    with TestClient(create_app(settings.model_copy(update={"metrics_public": True}))) as open_client:
+    public = {"metrics_public": True, "database": str(tmp_path / "public.duckdb")}  # one server per file
+    with TestClient(create_app(settings.model_copy(update=public))) as open_client:
         r = open_client.get("/metrics")
         assert r.status_code == 200 and "tally_http_requests_total" in r.text
 

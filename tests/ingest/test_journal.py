@@ -68,8 +68,9 @@ def test_journaled_batches_are_recovered_after_a_crash(tmp_path: Path) -> None:
     # acknowledged, journaled, not yet copied into DuckDB
     assert store.backlog()[0] == 5
     assert store.query("SELECT count(*) FROM raw_events") == [(0,)]
-    # crash: the process dies without flushing or closing anything
+    # crash: the process dies without flushing or closing anything (and its lock goes with it)
     store._con.close()
+    store._unclaim()
     reopened = DuckStore(db)
     assert reopened.query("SELECT seq, event_id, received_at FROM raw_events ORDER BY seq") == [
         (n + 1, f"clk_{n}", AT) for n in range(5)
@@ -100,6 +101,7 @@ def test_batches_already_in_duckdb_are_not_copied_twice(tmp_path: Path) -> None:
     )
     journal.close()
     store._con.close()
+    store._unclaim()
     reopened = DuckStore(db)
     assert reopened.query("SELECT count(*) FROM raw_events") == [(1,)]
     reopened.close()

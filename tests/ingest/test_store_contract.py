@@ -156,3 +156,38 @@ def test_dashboard_sessions_outlive_the_store_and_end_and_expire(open_store: Cal
         assert store.load_session("hash_live", AT + timedelta(hours=2)) == live
     finally:
         store.close()
+
+
+def test_claims_report_what_they_claimed(open_store: Callable[[], Store]) -> None:
+    """A conflicting claim is the write's result: in one transaction or the next, whoever
+    claims a taken key learns it from the claim itself."""
+    store = open_store()
+    try:
+        tx = store.begin()
+        assert tx.claim_keys("prog_1", ["in_1", "in_2"], 1) == ["in_1", "in_2"]
+        assert tx.claim_keys("prog_1", ["in_2", "in_3"], 2) == ["in_3"]
+        tx.commit()
+        tx = store.begin()
+        assert tx.claim_keys("prog_1", ["in_1", "in_4"], 3) == ["in_4"]
+        assert tx.claim_keys("prog_2", ["in_1"], 3) == ["in_1"]  # keys are per program
+        tx.rollback()
+        tx = store.begin()
+        assert tx.claim_keys("prog_1", ["in_4"], 4) == ["in_4"]  # a rolled-back claim took nothing
+        tx.commit()
+    finally:
+        store.close()
+
+
+def test_a_second_store_on_an_embedded_database_is_refused(tmp_path: Path) -> None:
+    """The embedded backend has one writer (its journal and key index sit beside the file):
+    a second store on the same file, in this process or another, is refused with the reason,
+    and may open it once the first has closed."""
+    from ingest.duckdb_store import DatabaseInUse
+
+    first = DuckStore(tmp_path / "one.duckdb")
+    try:
+        with pytest.raises(DatabaseInUse, match="in use by another tally store"):
+            DuckStore(tmp_path / "one.duckdb")
+    finally:
+        first.close()
+    DuckStore(tmp_path / "one.duckdb").close()
