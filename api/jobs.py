@@ -1,16 +1,22 @@
 """The reconcile job inside the server: on a schedule (APScheduler) and on demand.
 
-One run at a time: journaled raw rows are first made visible to DuckDB (the writer flushes), then
-the job reads the raw log on its own cursor and replaces the materialised tables atomically.
+One run at a time, among every process that shares the database: a run holds the `reconcile`
+lease (ingest/store.py), renewed while it lasts and freed at expiry if its process dies. Journaled
+raw rows are first made visible (the writer flushes), then the job reads the raw log on its own
+cursor and replaces the materialised tables atomically.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, timedelta
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -30,6 +36,9 @@ log = logging.getLogger("tally.reconcile")
 
 Progress = Callable[[str, int, int], None]
 
+LEASE = "reconcile"
+LEASE_TTL = timedelta(minutes=10)  # renewed at each progress step of a run
+
 
 class Reconciler:
     """Runs `reconcile.job.run` for the app; `interval_seconds` 0 means on demand only."""
@@ -42,6 +51,8 @@ class Reconciler:
         self._writer = writer
         self._interval = interval_seconds
         self._lock = threading.Lock()
+        self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._renewed = 0.0
         self._scheduler: BackgroundScheduler | None = None
 
     def start(self) -> None:
@@ -63,23 +74,55 @@ class Reconciler:
             self._scheduler.shutdown(wait=True)
             self._scheduler = None
 
+    @contextmanager
+    def _run_lock(self, wait: bool = True) -> Iterator[bool]:
+        """This process's lock, then the database's `reconcile` lease: True once both are held
+        (waiting for them), or False at once when `wait` is off and another process holds it."""
+        with self._lock:
+            while not self._store.acquire_lease(LEASE, self._holder, utcnow(), LEASE_TTL):
+                if not wait:
+                    yield False
+                    return
+                time.sleep(0.25)
+            self._renewed = time.monotonic()
+            try:
+                yield True
+            finally:
+                self._store.release_lease(LEASE, self._holder)
+
+    def _renewing(self, on_progress: Progress | None) -> Progress:
+        """`on_progress`, renewing the lease on the way when a third of its time has passed."""
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if time.monotonic() - self._renewed > LEASE_TTL.total_seconds() / 3:
+                self._store.acquire_lease(LEASE, self._holder, utcnow(), LEASE_TTL)
+                self._renewed = time.monotonic()
+            if on_progress:
+                on_progress(stage, done, total)
+
+        return progress
+
     def _scheduled(self) -> None:
         try:
-            self.run()
+            self.run(wait=False)
         except Exception:  # a failed run leaves the previous results in place; the next run retries
             log.exception("scheduled reconcile failed")
 
-    def run(self, on_progress: Progress | None = None) -> Any:
+    def run(self, on_progress: Progress | None = None, wait: bool = True) -> Any:
         """One run now; `DatabaseUnavailable` when the database cannot take its writes (disk
-        full...), the previous results staying in place."""
-        with self._lock:
-            if on_progress:
-                on_progress("flushing the journal", 0, 1)
+        full...), the previous results staying in place. Without `wait`, None when another
+        process is running one."""
+        with self._run_lock(wait) as held:
+            if not held:
+                log.info("scheduled reconcile skipped: another process holds the run lease")
+                return None
+            report = self._renewing(on_progress)
+            report("flushing the journal", 0, 1)
             self._writer.sync_blocking()
             with self._store.snapshot() as cur:
                 started = time.perf_counter()
                 try:
-                    summary = job.run(cur, utcnow(), on_progress)
+                    summary = job.run(cur, utcnow(), report)
                 except job.ReconcileFailed as exc:
                     self._failed(exc)
                     if self._store.resource_fault(exc):
@@ -125,7 +168,7 @@ class Reconciler:
     def backfill(self, backfill_row: dict[str, Any], apply: bool) -> BackfillDiff:
         """Preview (and with `apply`, append and reconcile) a backfill. The diff is computed on
         the same snapshot the row is appended after, so the dry run is a true preview."""
-        with self._lock:
+        with self._run_lock():
             self._writer.sync_blocking()
             with self._store.snapshot() as cur:
                 raw, programs, partners = job.read(cur, program_id=str(backfill_row["program_id"]))

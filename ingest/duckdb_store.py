@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -825,6 +825,38 @@ class DuckStore:
 
     def end_session(self, session_hash: str) -> None:
         self._reader().execute("DELETE FROM dashboard_sessions WHERE session_hash = ?", [session_hash])
+
+    # -- leases: named locks that expire (the reconcile run) -----------------------------------
+    def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
+        """Take or renew the lease `name` for `holder` until `now + ttl`; False while another
+        holder's lease has not expired."""
+        cur = self._reader()
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            row = cur.execute(
+                "SELECT holder, expires_at, acquired_at FROM leases WHERE name = ?", [name]
+            ).fetchone()
+            if row is not None and row[0] != holder and (_stored_time(row[1]) or now) > now:
+                cur.execute("ROLLBACK")
+                return False
+            acquired = row[2] if row is not None and row[0] == holder else now
+            cur.execute(
+                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)", [name, holder, acquired, now + ttl]
+            )
+            cur.execute("COMMIT")
+            return True
+        except duckdb.TransactionException:  # another writer took it at the same moment
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            return False
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            raise
+
+    def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease up, if `holder` still holds it."""
+        self._reader().execute("DELETE FROM leases WHERE name = ? AND holder = ?", [name, holder])
 
     # -- connections -------------------------------------------------------------------------
     def _reader(self) -> duckdb.DuckDBPyConnection:

@@ -89,10 +89,24 @@ def _sessions(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _leases(con: duckdb.DuckDBPyConnection) -> None:
+    """Leases (the reconcile run's lock): who holds a named lock and until when, in the database
+    so that it outlives the process that took it only until it expires, and binds every process
+    that shares the database."""
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS leases (
+        name VARCHAR PRIMARY KEY,
+        holder VARCHAR NOT NULL,
+        acquired_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL)"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
     Migration(3, "dashboard sessions in the database", _sessions),
+    Migration(4, "leases: the reconcile run lock in the database", _leases),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -9,7 +9,7 @@ Reads may be called from any thread; `begin()` and everything on `Tx` only from 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ingest.records import (
@@ -107,6 +107,14 @@ class Store(Protocol):
 
     def end_session(self, session_hash: str) -> None:
         """End a dashboard session (logout): no instance answers it any more."""
+
+    def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
+        """Take or renew the named lease (the reconcile run's lock) for `holder` until
+        `now + ttl`; False while another holder's lease is unexpired. Decided in the database,
+        so it binds every process sharing it, and a holder that dies frees it at expiry."""
+
+    def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease up if `holder` still holds it."""
 
     def close(self) -> None: ...
 

@@ -191,3 +191,28 @@ def test_a_second_store_on_an_embedded_database_is_refused(tmp_path: Path) -> No
     finally:
         first.close()
     DuckStore(tmp_path / "one.duckdb").close()
+
+
+def test_leases_exclude_other_holders_until_they_expire_or_are_released(
+    open_store: Callable[[], Store],
+) -> None:
+    store = open_store()
+    ttl = timedelta(minutes=10)
+    try:
+        assert store.acquire_lease("reconcile", "a", AT, ttl)
+        assert not store.acquire_lease("reconcile", "b", AT + timedelta(minutes=9), ttl)
+        assert store.acquire_lease("reconcile", "a", AT + timedelta(minutes=9), ttl)  # renewed...
+        assert not store.acquire_lease("reconcile", "b", AT + timedelta(minutes=18), ttl)  # ...so held
+        assert store.acquire_lease("other", "b", AT, ttl)  # leases are per name
+        store.release_lease("reconcile", "b")  # not b's to release
+        assert not store.acquire_lease("reconcile", "b", AT + timedelta(minutes=10), ttl)
+        store.release_lease("reconcile", "a")
+        assert store.acquire_lease("reconcile", "b", AT + timedelta(minutes=10), ttl)
+    finally:
+        store.close()
+    reopened = open_store()
+    try:  # a holder that died: its lease outlives it only until it expires
+        assert not reopened.acquire_lease("reconcile", "c", AT + timedelta(minutes=19), ttl)
+        assert reopened.acquire_lease("reconcile", "c", AT + timedelta(minutes=21), ttl)
+    finally:
+        reopened.close()
