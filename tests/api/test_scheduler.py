@@ -36,3 +36,28 @@ def test_operator_reconcile_streams_progress(client: TestClient) -> None:
     lines = [json.loads(line) for line in r.text.splitlines()]
     assert all("progress" in line for line in lines[:-1]) and len(lines) >= 2
     assert set(lines[-1]["data"]) >= {"run_id", "events_read", "sales", "commissions", "duration_ms"}
+
+
+def test_a_run_waits_for_the_lease_another_process_holds(client: TestClient) -> None:
+    """The run lock is the database's `reconcile` lease: while another holder has it, the
+    scheduled run skips and an on-demand run waits; once it is released, runs go ahead and
+    leave the lease free."""
+    import threading
+
+    from api.jobs import LEASE, LEASE_TTL
+    from api.state import State
+    from ingest.clock import utcnow
+
+    st: State = client.app.state.tally  # type: ignore[attr-defined]
+    store, reconciler = st.store, st.reconciler
+    assert store.acquire_lease(LEASE, "another-replica", utcnow(), LEASE_TTL)
+    assert reconciler.run(wait=False) is None
+    done: list[object] = []
+    waiting = threading.Thread(target=lambda: done.append(reconciler.run()))
+    waiting.start()
+    time.sleep(1)
+    assert done == [] and waiting.is_alive()
+    store.release_lease(LEASE, "another-replica")
+    waiting.join(30)
+    assert done and done[0] is not None
+    assert store.acquire_lease(LEASE, "another-replica", utcnow(), LEASE_TTL)  # released after the run
