@@ -967,8 +967,11 @@ class DuckStore:
                     seq,
                     self._seq,
                 )
-            keys.reset()
-            seq = 0
+            if self._seq:
+                log.warning("tally: building the key index from the raw log: %d raw rows", self._seq)
+            applied = keys.rebuild(self._raw_after(0), self._seq, on_progress)
+            self._keys_stale = False
+            return applied
         if seq >= self._seq:
             return 0
         total = self._seq - seq
