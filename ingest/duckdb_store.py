@@ -765,6 +765,12 @@ class DuckStore:
             os.close(fd)
             path.unlink(missing_ok=True)
 
+    def watermark(self) -> int:
+        """The highest `seq` in DuckDB's raw log: journaled batches are copied whole and in
+        order, and this process is the only writer, so nothing below it can still arrive."""
+        row = self._reader().execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchone()
+        return int(row[0]) if row else 0
+
     def journal_backlog(self) -> tuple[int, int, float]:
         """Rows and batches journaled but not yet in DuckDB, and the oldest one's wait in seconds."""
         with self._lock:

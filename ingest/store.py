@@ -93,6 +93,11 @@ class Store(Protocol):
         """Make everything committed visible to `query` (writer thread only); a no-op where
         commits go straight to the database."""
 
+    def watermark(self) -> int:
+        """The log source's promise: every raw row with `seq` at or below this number is visible
+        to reads (reconcile, reports) now, and no row with a lower `seq` can appear later. Rows
+        above it may still be on their way (committed, not yet visible)."""
+
     def backlog(self) -> tuple[int, float]:
         """Committed rows not yet visible to `query`, and the age in seconds of the oldest."""
 

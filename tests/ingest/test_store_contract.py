@@ -216,3 +216,76 @@ def test_leases_exclude_other_holders_until_they_expire_or_are_released(
         assert reopened.acquire_lease("reconcile", "c", AT + timedelta(minutes=21), ttl)
     finally:
         reopened.close()
+
+
+def _click(n: int) -> dict[str, object]:
+    return {
+        "received_at": AT,
+        "source": "track",
+        "kind": "click",
+        "program_id": "prog_1",
+        "outcome": "accepted",
+        "event_id": f"clk_{n}",
+        "click_id": f"clk_{n}",
+        "partner_code": "alice",
+        "body": "{}",
+        "headers": "{}",
+    }
+
+
+def test_the_watermark_promises_no_lower_row_can_still_appear(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    try:
+        assert store.watermark() == 0
+        seqs = []
+        for n in range(3):
+            tx = store.begin()
+            seqs.append(tx.append(_click(n)))
+            tx.commit()
+        assert seqs == [1, 2, 3]
+        mark = store.watermark()
+        visible = [r[0] for r in store.query("SELECT seq FROM raw_events ORDER BY seq")]
+        assert [s for s in visible if s <= mark] == list(range(1, mark + 1))  # nothing missing below it
+        store.flush()
+        assert store.watermark() == 3
+        assert [r[0] for r in store.query("SELECT seq FROM raw_events ORDER BY seq")] == [1, 2, 3]
+    finally:
+        store.close()
+
+
+def test_checklist_steps_are_kept_the_first_time_only(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    try:
+        for at in (AT, AT + timedelta(days=1)):
+            tx = store.begin()
+            tx.check("prog_1", "click_received", at)
+            tx.check("prog_1", "click_received", at + timedelta(hours=1))
+            tx.commit()
+        assert store.checklist("prog_1") == {"click_received": AT}
+    finally:
+        store.close()
+    reopened = open_store()
+    try:
+        assert reopened.checklist("prog_1") == {"click_received": AT}
+    finally:
+        reopened.close()
+
+
+def test_the_tracking_log_pages_newest_first(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    try:
+        tx = store.begin()
+        for n in range(5):
+            tx.log(
+                "prog_1", AT + timedelta(seconds=n), "track/click", 200, "accepted", f"line {n}", None, None
+            )
+        tx.log("prog_2", AT, "track/click", 200, "accepted", "another program", None, None)
+        tx.commit()
+        store.flush()
+        first = store.tracking_log("prog_1", 2)
+        assert [line.detail for line in first] == ["line 4", "line 3"]
+        rest = store.tracking_log("prog_1", 10, before=first[-1].log_id)
+        assert [line.detail for line in rest] == ["line 2", "line 1", "line 0"]
+        assert store.tracking_log("prog_1", 10, before=rest[-1].log_id) == []
+    finally:
+        store.close()
