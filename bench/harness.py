@@ -104,11 +104,11 @@ class WrkResult:
 
 
 def _ms(value: str) -> float:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s)", value)
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", value)  # wrk writes a minute-long run as "1.00m"
     if not m:
         raise ValueError(value)
     number, unit = float(m.group(1)), m.group(2)
-    return number / 1000 if unit == "us" else number * 1000 if unit == "s" else number
+    return number * {"us": 0.001, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}[unit]
 
 
 def wrk(
