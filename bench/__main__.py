@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, reconcile, report, slowclients, webhook
+from bench import ingest, reconcile, report, scale, slowclients, webhook
 
 
 def main() -> None:
@@ -16,6 +16,7 @@ def main() -> None:
         "report": report.main,
         "reconcile": reconcile.main,
         "slowclients": slowclients.main,
+        "scale": scale.main,
     }
     for name, run in benches.items():
         if not selected or name in selected:

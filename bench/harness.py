@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], stderr: IO[bytes]) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # start-up is itself measured (bench/scale)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             stderr.seek(0)
@@ -41,8 +41,23 @@ def _wait(url: str, proc: subprocess.Popen[bytes], stderr: IO[bytes]) -> None:
             httpx.get(url, timeout=1)
             return
         except httpx.HTTPError:
-            time.sleep(0.1)
+            time.sleep(0.02)
     raise RuntimeError(f"{url} did not come up")
+
+
+@dataclass
+class Served:
+    url: str
+    pid: int
+    startup_s: float  # from spawning the process to its first 200 on the health path
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set of process `pid` (VmRSS), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 @contextmanager
@@ -51,6 +66,15 @@ def tally_server(
 ) -> Iterator[str]:
     """`tally serve` on loopback; `observe=False` runs it without access lines and metrics
     (bench/unobserved.py), the baseline of bench/ingest's observability cost."""
+    with tally_process(database, observe, env_extra) as served:
+        yield served.url
+
+
+@contextmanager
+def tally_process(
+    database: Path | None = None, observe: bool = True, env_extra: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """`tally serve` on loopback, with its pid and how long it took to answer."""
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="tally-bench-")
     env = {
@@ -63,29 +87,32 @@ def tally_server(
         **(env_extra or {}),
     }
     module = "api.cli" if observe else "bench.unobserved"
-    with _serve([sys.executable, "-m", module, "serve", "--port", str(port)], port, "/healthz", env) as url:
-        yield url
+    with _serve(
+        [sys.executable, "-m", module, "serve", "--port", str(port)], port, "/healthz", env
+    ) as served:
+        yield served
 
 
 @contextmanager
 def ceiling_server() -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "uvicorn", "bench.ceiling:app", "--port", str(port)]
-    with _serve([*cmd, "--log-level", "warning", "--no-access-log"], port, "/", None) as url:
-        yield url
+    with _serve([*cmd, "--log-level", "warning", "--no-access-log"], port, "/", None) as served:
+        yield served.url
 
 
 @contextmanager
-def _serve(cmd: list[str], port: int, health: str, env: dict[str, str] | None) -> Iterator[str]:
+def _serve(cmd: list[str], port: int, health: str, env: dict[str, str] | None) -> Iterator[Served]:
     """Run a server process on loopback until the block ends; yield its base URL once it answers.
     Its stderr (tally's log lines, one a request at INFO) goes to a file, as a deployment's would:
     a pipe nobody reads would fill and stall the log writer."""
     with tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
         url = f"http://127.0.0.1:{port}"
         try:
             _wait(url + health, proc, stderr)
-            yield url
+            yield Served(url, proc.pid, time.perf_counter() - started)
         finally:
             proc.terminate()
             proc.wait(30)
