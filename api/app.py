@@ -35,7 +35,7 @@ from api.routes import metrics as metrics_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
-from ingest.duckdb_store import DuckStore
+from ingest.backend import open_store
 from ingest.writer import Writer
 
 log = logging.getLogger("tally")
@@ -48,7 +48,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            store = DuckStore(settings.database, key_cache_mb=settings.key_cache_mb)
+            store = open_store(settings.database, key_cache_mb=settings.key_cache_mb)
         except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
             app.state.startup_failure = f"cannot open the database {settings.database}: {one_line(exc)}"
             raise

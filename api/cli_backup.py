@@ -9,13 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from rich.console import Console
 
 from api.cli_http import CliError, operator_target, stream
 from api.cli_ops import progress_bar
-from ingest.backup import BackupSummary, backup_offline
-from ingest.duckdb_store import DatabaseInUse
+from ingest.backup import BackupSummary, SourceUnavailable, backup_offline
 from ingest.errors import TallyError
 
 DESCRIPTION = """Write a consistent copy of the database, with every acknowledged write (those only in
@@ -24,9 +22,9 @@ the operator token) or, with --database, from a file no server has open. The cop
 file that tally serve starts on."""
 
 EPILOG = """examples:
-  TALLY_OPERATOR_TOKEN=... tally backup --output /var/backups/tally-2026-11-23.duckdb
-  tally backup --token-stdin --url http://127.0.0.1:8000 -o /srv/backups/t.duckdb < operator-token
-  tally backup --database data/tally.duckdb --output /tmp/copy.duckdb    # no server running
+  TALLY_OPERATOR_TOKEN=... tally backup --output /var/backups/tally-2026-11-23.db
+  tally backup --token-stdin --url http://127.0.0.1:8000 -o /srv/backups/t.db < operator-token
+  tally backup --database data/tally.db --output /tmp/copy.db    # no server running
 
 Restore: stop the server and start it on the copy (tally serve --database COPY), or move the
 copy into place as the database file. See docs/operations.md."""
@@ -87,10 +85,10 @@ def _offline(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             )
         except TallyError as exc:
             raise CliError(exc.message) from None
-        except (duckdb.Error, DatabaseInUse) as exc:
+        except SourceUnavailable as exc:
             raise CliError(
-                f"cannot open {args.database} ({str(exc).splitlines()[0]}); when a server has it "
-                "open, run tally backup without --database to copy it through the server"
+                f"{exc}; when a server has it open, run tally backup without --database to copy it"
+                " through the server"
             ) from None
         bar.update(task, description="done", completed=1, total=1)
     return vars(summary)

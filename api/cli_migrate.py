@@ -13,12 +13,12 @@ from typing import Any
 from api.cli_http import CliError
 from api.cli_ops import progress_bar
 from ingest import migrations
-from ingest.duckdb_store import index_keys
+from ingest.backend import DEFAULT_DATABASE, POSTGRES_SCHEMES, DatabaseInUse, prepare
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
-    path = args.database or os.environ.get("TALLY_DATABASE") or "tally.duckdb"
-    if path.startswith(("postgresql://", "postgres://")):
+    path = args.database or os.environ.get("TALLY_DATABASE") or DEFAULT_DATABASE
+    if path.startswith(POSTGRES_SCHEMES):
         raise CliError("the PostgreSQL backend is not available yet; use a DuckDB file path")
     if args.status:
         _status(path)
@@ -46,7 +46,10 @@ def _index_keys(path: str) -> None:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=max(total, 1))
 
-        applied = index_keys(path, progress)
+        try:
+            applied = prepare(path, progress)
+        except DatabaseInUse as exc:
+            raise CliError(str(exc)) from None
         bar.update(task, completed=applied, total=max(applied, 1))
     print(f"{path}: key index up to date ({applied} raw rows applied)")
 
@@ -66,10 +69,10 @@ def add_migrate(sub: Any) -> None:
         "migrate",
         help="apply pending schema migrations to the database file (no server may be running on it)",
         description=__doc__.splitlines()[0] if __doc__ else None,
-        epilog="example: tally migrate --database data/tally.duckdb",
+        epilog="example: tally migrate --database /srv/tally/tally.db",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    migrate.add_argument("--database", help="DuckDB file (default: TALLY_DATABASE, else ./tally.duckdb)")
+    migrate.add_argument("--database", help=f"DuckDB file (default: TALLY_DATABASE, else {DEFAULT_DATABASE})")
     migrate.add_argument(
         "--status", action="store_true", help="only show the version and what is pending; change nothing"
     )

@@ -19,12 +19,11 @@ from contextlib import contextmanager
 from datetime import UTC, timedelta
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from ingest.clock import utcnow
-from ingest.duckdb_store import DuckStore
 from ingest.errors import DatabaseUnavailable
+from ingest.store import Store
 from ingest.writer import Writer
 from reconcile import backfill, job
 from reconcile.backfill import BackfillDiff
@@ -44,7 +43,7 @@ class Reconciler:
     """Runs `reconcile.job.run` for the app; `interval_seconds` 0 means on demand only."""
 
     def __init__(
-        self, store: DuckStore, writer: Writer, interval_seconds: int, observer: Observer | None = None
+        self, store: Store, writer: Writer, interval_seconds: int, observer: Observer | None = None
     ) -> None:
         self._store = store
         self._observer = observer
@@ -134,7 +133,7 @@ class Reconciler:
                 self._ran(cur, summary, time.perf_counter() - started)
                 return summary
 
-    def _ran(self, cur: duckdb.DuckDBPyConnection, summary: job.RunSummary, seconds: float) -> None:
+    def _ran(self, cur: job.Cursor, summary: job.RunSummary, seconds: float) -> None:
         """Log a finished run (its id, mode, duration and rows) and record it in the metrics."""
         log.info(
             "reconcile run %s (%s) in %.0f ms: %d events read, %d sales, %d commissions",
@@ -154,11 +153,7 @@ class Reconciler:
             },
         )
         if self._observer is not None:
-            try:
-                row = cur.execute("SELECT count(*) FROM rc_unroutable").fetchone()
-            except duckdb.Error:  # no such table (nothing reconciled yet)
-                row = None
-            self._observer.reconciled(summary, seconds, int(row[0]) if row else None)
+            self._observer.reconciled(summary, seconds, job.unroutable_count(cur))
 
     def _failed(self, exc: BaseException) -> None:
         log.error("reconcile run failed: %s", exc)

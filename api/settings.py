@@ -8,6 +8,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.proxies import parse_networks
+from ingest.backend import DEFAULT_DATABASE
 
 
 class SettingsError(Exception):
@@ -17,7 +18,7 @@ class SettingsError(Exception):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TALLY_", frozen=True, extra="ignore")
 
-    database: str = "./tally.duckdb"
+    database: str = DEFAULT_DATABASE
     base_url: str = "http://127.0.0.1:8000"
     operator_token: SecretStr = Field(min_length=16)
     stripe_webhook_secrets: SecretStr = SecretStr("")

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
 from api.settings import Settings
-from ingest.duckdb_store import DuckStore
+from ingest.store import Store
 from ingest.writer import Writer
 
 T = TypeVar("T")
@@ -19,19 +19,19 @@ T = TypeVar("T")
 @dataclass
 class State:
     settings: Settings
-    store: DuckStore
+    store: Store
     writer: Writer
     limiter: RateLimiter
     reconciler: Reconciler
 
 
-async def read_tables(store: DuckStore, read: Callable[..., T], *args: Any) -> T:
-    """`read(cursor, *args)` on a fresh read cursor in a worker thread: reads of the
+async def read_tables(store: Store, read: Callable[..., T], *args: Any) -> T:
+    """`read(reader, *args)` on a fresh `Reader` in a worker thread: reads of the
     materialised tables (sales, explain, commissions, reports, dashboard pages) never block the
     event loop, however large the month."""
 
     def run() -> T:
-        with store.snapshot() as cur:
-            return read(cur, *args)
+        with store.reader() as db:
+            return read(db, *args)
 
     return await asyncio.to_thread(run)

@@ -206,14 +206,22 @@ def set_aside_count(database: str) -> int:
     return len(list(Path(f"{database}.journal/set-aside").glob("*.json")))
 
 
+class SourceUnavailable(Exception):
+    """The database to copy cannot be opened (a server holds it, or it is not a database)."""
+
+
 def backup_offline(database: str, output: str, progress: Progress) -> BackupSummary:
     """Copy a database no server has open (`database` must exist): its journal is replayed
     first, as `tally serve`'s start-up does, then the copy is made as above. Raises
-    `BackupTargetUnusable`, or `duckdb.Error` when the file cannot be opened (a server holds it)."""
-    from ingest.duckdb_store import DuckStore
+    `BackupTargetUnusable`, or `SourceUnavailable` when the file cannot be opened (a server
+    holds it)."""
+    from ingest.duckdb_store import DatabaseInUse, DuckStore
 
     target = check_target(output, database)
-    store = DuckStore(database)
+    try:
+        store = DuckStore(database)
+    except (duckdb.Error, DatabaseInUse) as exc:
+        raise SourceUnavailable(f"cannot open {database} ({str(exc).splitlines()[0]})") from exc
     try:
         with store.snapshot() as cur:
             return copy_database(cur, target, lambda: None, progress, set_aside_count(database))

@@ -35,6 +35,7 @@ from typing import Any
 
 import duckdb
 import orjson
+import polars as pl
 import pyarrow as pa
 
 from ingest import bounds, migrations
@@ -261,6 +262,58 @@ class _Batch:
     @property
     def rows(self) -> int:
         return len(self.raw) + len(self.logs) + len(self.keys) + len(self.checks)
+
+
+class DuckReader:
+    """`ingest.store.Reader` on a DuckDB cursor."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
+        self._cur = cur
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._cur.execute(sql, list(params)).fetchall()
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        # fetchall: DuckDB refuses the cursor's next statement while a result is half-read
+        rows = self._cur.execute(sql, list(params)).fetchall()
+        return rows[0] if rows else None
+
+    def dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        result = self._cur.execute(sql, list(params))
+        names = [d[0] for d in result.description or []]
+        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+    def frame(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
+        frame: pl.DataFrame = self._cur.sql(sql, params=list(params)).pl()
+        return frame
+
+    def table_exists(self, name: str) -> bool:
+        sql = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?"
+        row = self.one(sql, [name])
+        return bool(row and row[0])
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        self._cur.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        finally:
+            self._cur.execute("ROLLBACK")
+
+    def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:
+        row = self.one(
+            "SELECT seq, received_at FROM raw_events WHERE kind = 'period_close' AND outcome = 'accepted'"
+            " AND program_id = ? AND json_extract_string(body, '$.period') = ? ORDER BY seq LIMIT 1",
+            [program_id, period],
+        )
+        return (int(row[0]), row[1]) if row else None
+
+    def log(
+        self, program_id: str | None = None, before_seq: int | None = None
+    ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        from reconcile import job  # reconcile reads through ingest; not the other way at import
+
+        return job.read(self._cur, program_id=program_id, before_seq=before_seq)
 
 
 class DuckTx:
@@ -881,6 +934,12 @@ class DuckStore:
         if self._ccur is None:
             self._ccur = self._con.cursor()
         return self._ccur
+
+    @contextmanager
+    def reader(self) -> Iterator[DuckReader]:
+        """A `Reader` on a fresh cursor; closed afterwards."""
+        with self.snapshot() as cur:
+            yield DuckReader(cur)
 
     @contextmanager
     def snapshot(self) -> Iterator[duckdb.DuckDBPyConnection]:

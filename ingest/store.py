@@ -1,16 +1,24 @@
 """The storage contract: what the services and the API need from a backend.
 
-One backend exists today (`ingest/duckdb_store.py`, the embedded default). A PostgreSQL backend
-for several API replicas must satisfy the same protocol and pass
+One backend exists today (`ingest/duckdb_store.py`, the embedded default), picked from
+`TALLY_DATABASE` by `ingest.backend.open_store`, the only place that names a backend. A
+PostgreSQL backend for several API replicas must satisfy the same protocols and pass
 `tests/ingest/test_store_contract.py`.
+
+The seams: `Store` (hot-path lookups, the control plane, sessions, leases, `begin()` for the
+writer), `Tx` (the write side: appends, claims, control-plane writes), `Reader` (reports and
+reads), and `snapshot()`, the reconciler's handle (reconcile/ keeps DuckDB as its engine).
 Reads may be called from any thread; `begin()` and everything on `Tx` only from the writer thread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
+
+import polars as pl
 
 from ingest.records import (
     Binding,
@@ -22,6 +30,39 @@ from ingest.records import (
     SaleLedger,
     StoredSession,
 )
+
+
+class Reader(Protocol):
+    """Reads for reports, the JSON reads and the dashboard: the materialised tables and the raw
+    log, on one snapshot of the database, off the event loop (see `api.state.read_tables`).
+    SQL is the materialised tables' own (the `rc_*` schema of reconcile/schema.py) with `?`
+    parameters; each backend speaks it through its own driver."""
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
+
+    def dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Rows as {column: value}."""
+
+    def frame(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame: ...
+
+    def table_exists(self, name: str) -> bool:
+        """Whether a table exists (the materialised ones appear with the first reconcile run)."""
+
+    def consistent(self) -> AbstractContextManager[None]:
+        """Several reads inside this block see one state of the tables, whatever a reconcile
+        run replaces meanwhile."""
+
+    def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:
+        """(seq, time) of the first accepted close of `period` (YYYY-MM) in the program's raw
+        log, or None while the month is open."""
+
+    def log(
+        self, program_id: str | None = None, before_seq: int | None = None
+    ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """The raw log (of one program and/or before a sequence number), the programs and the
+        partners, on one snapshot: the reconciler's input for books as of a period close."""
 
 
 class Tx(Protocol):
@@ -92,6 +133,24 @@ class Store(Protocol):
     def flush(self) -> None:
         """Make everything committed visible to `query` (writer thread only); a no-op where
         commits go straight to the database."""
+
+    schema_version: int  # the database's schema version (ingest/migrations.py)
+    set_aside: int  # journal batches the database refused since start (0 where there is no journal)
+    ingested: dict[tuple[str, str], int]  # raw rows appended by this process, by (kind, outcome)
+
+    def reader(self) -> AbstractContextManager[Reader]:
+        """A `Reader` on a fresh snapshot, for one thread, closed when the block ends."""
+
+    def snapshot(self) -> AbstractContextManager[Any]:
+        """The reconciler's handle on the database (reconcile/job.py runs on it), closed when
+        the block ends. Opaque outside reconcile/ and ingest/: nothing in api/ looks into it."""
+
+    def resource_fault(self, exc: BaseException) -> bool:
+        """Whether `exc` (or what it wraps) is the database failing rather than its data."""
+
+    def journal_backlog(self) -> tuple[int, int, float]:
+        """Rows and batches committed but not yet visible to reads, and the oldest one's wait in
+        seconds (zeros where commits go straight to the database)."""
 
     def watermark(self) -> int:
         """The log source's promise: every raw row with `seq` at or below this number is visible

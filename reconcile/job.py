@@ -86,6 +86,18 @@ class ReconcileFailed(Exception):
     """Raised by `run` when a run could not be completed; the previous results are kept."""
 
 
+Cursor = duckdb.DuckDBPyConnection  # the engine handle `Store.snapshot()` gives the job
+
+
+def unroutable_count(con: Cursor) -> int | None:
+    """Events the last run could route to no program (None before the first run)."""
+    try:
+        row = con.execute("SELECT count(*) FROM rc_unroutable").fetchone()
+    except duckdb.CatalogException:  # no such table: nothing reconciled yet
+        return None
+    return int(row[0]) if row else None
+
+
 def read(
     con: duckdb.DuckDBPyConnection, program_id: str | None = None, before_seq: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:

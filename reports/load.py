@@ -1,4 +1,4 @@
-"""Reading the report inputs of one program from the materialised tables (a DuckDB cursor).
+"""Reading the report inputs of one program from the materialised tables (a `Reader`, ingest/store.py).
 
 Only the columns the builders use are read, straight into Arrow and Polars. Before the first
 reconcile run the tables do not exist: the inputs are empty and so is the report.
@@ -6,17 +6,14 @@ reconcile run the tables do not exist: the inputs are empty and so is the report
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import duckdb
 import polars as pl
 
 from ingest.clock import utcnow
-from reconcile import job
+from ingest.store import Reader
 from reconcile.pipeline import reconcile
 from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
 from reports.finance import (
@@ -41,51 +38,34 @@ def month_bounds(period: str) -> tuple[datetime, datetime]:
     return start, end
 
 
-def table_exists(cur: duckdb.DuckDBPyConnection, name: str) -> bool:
-    rows = cur.execute("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]).fetchall()
-    return bool(rows)
-
-
 def _frame(
-    cur: duckdb.DuckDBPyConnection,
+    db: Reader,
     table: str,
     columns: dict[str, pl.DataType],
     sql: str,
     params: list[Any],
 ) -> pl.DataFrame:
-    if not table_exists(cur, table):
+    if not db.table_exists(table):
         return pl.DataFrame(schema=columns)
-    frame: pl.DataFrame = cur.sql(sql, params=params).pl()
+    frame = db.frame(sql, params)
     return frame.select(pl.col(name).cast(dtype) for name, dtype in columns.items())
 
 
-@contextmanager
-def _one_snapshot(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Several reads that see one reconcile run, even if another run replaces the tables meanwhile."""
-    cur.execute("BEGIN TRANSACTION")
-    try:
-        yield
-    finally:
-        cur.execute("ROLLBACK")
-
-
-def finance(
-    cur: duckdb.DuckDBPyConnection, program_id: str, period: str, program_name: str | None = None
-) -> FinanceReport:
+def finance(db: Reader, program_id: str, period: str, program_name: str | None = None) -> FinanceReport:
     """The finance report of `program_id` for `period` (YYYY-MM) from the rc_* tables; for a closed
     month, the books as of its close: the log before the close, reconciled as of the close."""
     generated_at = utcnow()
-    closed = period_close(cur, program_id, period)
+    closed = period_close(db, program_id, period)
     if closed is not None:
         close_seq, closed_at = closed
-        run_id, finished_at = latest_run(cur)
-        raw, programs, partners = job.read(cur, program_id=program_id, before_seq=close_seq)
+        run_id, finished_at = latest_run(db)
+        raw, programs, partners = db.log(program_id=program_id, before_seq=close_seq)
         result = reconcile(raw, programs, partners, closed_at)
         report = from_result(result, program_id, period, program_name)
         return replace(report, provenance=Provenance(generated_at, run_id, finished_at, closed_at))
-    with _one_snapshot(cur):
-        run_id, finished_at = latest_run(cur)
-        sales, lines, refunds, doubles = _finance_inputs(cur, program_id, period)
+    with db.consistent():
+        run_id, finished_at = latest_run(db)
+        sales, lines, refunds, doubles = _finance_inputs(db, program_id, period)
     report = build_finance(
         program_id=program_id,
         period=period,
@@ -98,37 +78,32 @@ def finance(
     return replace(report, provenance=Provenance(generated_at, run_id, finished_at, None))
 
 
-def latest_run(cur: duckdb.DuckDBPyConnection) -> tuple[str | None, datetime | None]:
+def latest_run(db: Reader) -> tuple[str | None, datetime | None]:
     """(run id, finished at) of the newest reconcile run, or (None, None) before the first."""
-    if not table_exists(cur, "rc_runs"):
+    if not db.table_exists("rc_runs"):
         return None, None
-    row = cur.execute("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1").fetchone()
+    row = db.one("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1")
     return (str(row[0]), row[1]) if row else (None, None)
 
 
-def period_close(cur: duckdb.DuckDBPyConnection, program_id: str, period: str) -> tuple[int, datetime] | None:
+def period_close(db: Reader, program_id: str, period: str) -> tuple[int, datetime] | None:
     """(seq, time) of the first close of `period` for the program, or None while it is open."""
-    row = cur.execute(
-        "SELECT seq, received_at FROM raw_events WHERE kind = 'period_close' AND outcome = 'accepted'"
-        " AND program_id = ? AND json_extract_string(body, '$.period') = ? ORDER BY seq LIMIT 1",
-        [program_id, period],
-    ).fetchone()
-    return (int(row[0]), row[1]) if row else None
+    return db.period_close(program_id, period)
 
 
 def _finance_inputs(
-    cur: duckdb.DuckDBPyConnection, program_id: str, period: str
+    db: Reader, program_id: str, period: str
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     start, end = month_bounds(period)
     sales = _frame(
-        cur,
+        db,
         "rc_sales",
         SALE_INPUT,
         f"SELECT {', '.join(SALE_INPUT)} FROM rc_sales WHERE program_id = ? AND period = ?",
         [program_id, period],
     )
     lines = _frame(
-        cur,
+        db,
         "rc_commissions",
         LINE_INPUT,
         "SELECT currency, partner_code, kind, status, amount, reversed, platform_fee, platform_fee_reversed,"
@@ -137,9 +112,9 @@ def _finance_inputs(
         [program_id, period],
     )
     refunds = pl.DataFrame(schema=REFUND_INPUT)
-    if table_exists(cur, "rc_sales"):
+    if db.table_exists("rc_sales"):
         refunds = _frame(
-            cur,
+            db,
             "rc_refunds",
             REFUND_INPUT,
             "SELECT r.currency, r.amount, r.applied_amount, r.outcome, s.test_mode FROM rc_refunds r"
@@ -148,7 +123,7 @@ def _finance_inputs(
             [program_id, period],
         )
     doubles = _frame(
-        cur,
+        db,
         "rc_double_counts",
         DOUBLE_INPUT,
         "SELECT currency, kind, amount FROM rc_double_counts"
@@ -158,9 +133,7 @@ def _finance_inputs(
     return sales, lines, refunds, doubles
 
 
-def double_counting(
-    cur: duckdb.DuckDBPyConnection, program_id: str, period: str | None = None
-) -> DoubleCountingReport:
+def double_counting(db: Reader, program_id: str, period: str | None = None) -> DoubleCountingReport:
     """Every double count of `program_id` (those whose record occurred in `period`, if given)."""
     where = "program_id = ?"
     params: list[Any] = [program_id]
@@ -169,7 +142,7 @@ def double_counting(
         where += " AND occurred_at >= ? AND occurred_at < ?"
         params += [start, end]
     rows = _frame(
-        cur,
+        db,
         "rc_double_counts",
         DOUBLE_COUNT_FIELDS,
         f"SELECT {', '.join(DOUBLE_COUNT_FIELDS)} FROM rc_double_counts WHERE {where}",

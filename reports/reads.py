@@ -1,6 +1,6 @@
 """Reads of the materialised reconcile tables for one program: sales, explain, commissions.
 
-Each function takes a DuckDB cursor (a snapshot) and returns plain rows for the JSON API, the
+Each function takes a `Reader` (ingest/store.py: one snapshot) and returns plain rows for the JSON API, the
 dashboard and the CLI. Before the first reconcile run the tables do not exist: reads are empty.
 """
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import duckdb
+from ingest.store import Reader
 
 SALE_FIELDS = (
     "sale_id",
@@ -37,19 +37,6 @@ SALE_FIELDS = (
 )
 
 
-def table_exists(cur: duckdb.DuckDBPyConnection, name: str) -> bool:
-    row = cur.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _dicts(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    result = cur.execute(sql, params)
-    names = [d[0] for d in result.description or []]
-    return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-
-
 @dataclass(frozen=True)
 class SaleFilter:
     transaction_id: str | None = None
@@ -60,8 +47,8 @@ class SaleFilter:
     offset: int = 0
 
 
-def sales(cur: duckdb.DuckDBPyConnection, program_id: str, flt: SaleFilter) -> list[dict[str, Any]]:
-    if not table_exists(cur, "rc_sales"):
+def sales(db: Reader, program_id: str, flt: SaleFilter) -> list[dict[str, Any]]:
+    if not db.table_exists("rc_sales"):
         return []
     where = ["program_id = ?"]
     params: list[Any] = [program_id]
@@ -80,18 +67,17 @@ def sales(cur: duckdb.DuckDBPyConnection, program_id: str, flt: SaleFilter) -> l
         f"SELECT {', '.join(SALE_FIELDS)} FROM rc_sales WHERE {' AND '.join(where)}"
         " ORDER BY occurred_at, sale_id LIMIT ? OFFSET ?"
     )
-    return _dicts(cur, sql, [*params, flt.limit, flt.offset])
+    return db.dicts(sql, [*params, flt.limit, flt.offset])
 
 
-def explain(cur: duckdb.DuckDBPyConnection, program_id: str, transaction_id: str) -> dict[str, Any] | None:
-    found = sales(cur, program_id, SaleFilter(transaction_id=transaction_id, limit=1))
+def explain(db: Reader, program_id: str, transaction_id: str) -> dict[str, Any] | None:
+    found = sales(db, program_id, SaleFilter(transaction_id=transaction_id, limit=1))
     if not found:
         return None
     sale = found[0]
     steps = []
-    if table_exists(cur, "rc_explain"):
-        steps = _dicts(
-            cur,
+    if db.table_exists("rc_explain"):
+        steps = db.dicts(
             "SELECT step, rule, looked_up, found, result FROM rc_explain"
             " WHERE program_id = ? AND sale_id = ? ORDER BY step",
             [program_id, sale["sale_id"]],
@@ -103,16 +89,15 @@ def explain(cur: duckdb.DuckDBPyConnection, program_id: str, transaction_id: str
     return {"sale": sale, "steps": steps, "answer": answer}
 
 
-def commissions(cur: duckdb.DuckDBPyConnection, program_id: str, period: str | None) -> list[dict[str, Any]]:
-    if not table_exists(cur, "rc_commissions"):
+def commissions(db: Reader, program_id: str, period: str | None) -> list[dict[str, Any]]:
+    if not db.table_exists("rc_commissions"):
         return []
     where = ["program_id = ?"]
     params: list[Any] = [program_id]
     if period is not None:
         where.append("period = ?")
         params.append(period)
-    return _dicts(
-        cur,
+    return db.dicts(
         "SELECT transaction_id, sale_id, partner_code, amount, amount + reversed AS gross,"
         " reversed, platform_fee, currency, status, period,"
         " sale_period, kind, self_referral, available_at"

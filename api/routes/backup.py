@@ -65,9 +65,9 @@ document(
             auth=(OPERATOR_TOKEN,),
             body=BackupIn,
             data=BackupSummary,
-            example={"path": "/var/backups/tally-2026-11-23.duckdb"},
+            example={"path": "/var/backups/tally-2026-11-23.db"},
             result={
-                "path": "/var/backups/tally-2026-11-23.duckdb",
+                "path": "/var/backups/tally-2026-11-23.db",
                 "bytes": 12_845_056,
                 "tables": 14,
                 "rows": {"raw_events": 48_210, "tracking_log": 48_305},

@@ -72,6 +72,7 @@ from ingest.errors import (
 )
 from ingest.inputs import PartnerIn, SettingsPatch
 from ingest.records import Program
+from ingest.store import Reader
 from reports import load, reads
 from reports.html import REPORT_CSS, finance_body
 from reports.render import FINANCE_FORMATS
@@ -339,8 +340,8 @@ async def sales(request: Request) -> Response:
     )
 
 
-def _sales_page(cur: Any, program_id: str, flt: reads.SaleFilter) -> tuple[bool, list[dict[str, Any]]]:
-    return reads.table_exists(cur, "rc_sales"), reads.sales(cur, program_id, flt)
+def _sales_page(db: Reader, program_id: str, flt: reads.SaleFilter) -> tuple[bool, list[dict[str, Any]]]:
+    return db.table_exists("rc_sales"), reads.sales(db, program_id, flt)
 
 
 @page
@@ -358,8 +359,8 @@ async def explain(request: Request) -> Response:
 
 # -- finance report ---------------------------------------------------------------------------------
 def _report_body(st: State, program: Program, period: str) -> Markup:
-    with st.store.snapshot() as cur:
-        return finance_body(load.finance(cur, program.program_id, period, program_name=program.name))
+    with st.store.reader() as db:
+        return finance_body(load.finance(db, program.program_id, period, program_name=program.name))
 
 
 @page

@@ -116,8 +116,8 @@ def report_response(body: bytes, content_type: str, filename: str, fmt: str) -> 
 
 
 def _finance(st: State, program_id: str, name: str, period: str, fmt: str) -> tuple[bytes, str, str]:
-    with st.store.snapshot() as cur:
-        report = load.finance(cur, program_id, period, program_name=name)
+    with st.store.reader() as db:
+        report = load.finance(db, program_id, period, program_name=name)
     return render(report, fmt)
 
 
@@ -140,8 +140,8 @@ async def get_finance_report(request: Request) -> Response:
 
 
 def _double_counting(st: State, program_id: str, period: str | None, fmt: str) -> tuple[bytes, str, str]:
-    with st.store.snapshot() as cur:
-        report = load.double_counting(cur, program_id, period)
+    with st.store.reader() as db:
+        report = load.double_counting(db, program_id, period)
     return render(report, fmt)
 
 

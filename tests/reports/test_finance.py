@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from ingest import migrations
+from ingest.duckdb_store import DuckReader
 from reconcile import job
 from reports import load
 from reports.finance import FinanceReport, from_result, rechecked
@@ -245,17 +246,17 @@ def test_the_loader_reads_the_same_report_the_pipeline_built(con: duckdb.DuckDBP
     result = run(january())
     job.write(con, result, run_id="rcr_test", raw=raw, now=NOW, started=0.0)
     for period in (JANUARY, FEBRUARY, "2025-12"):
-        read = load.finance(con.cursor(), PROGRAM, period, "Brand")
+        read = load.finance(DuckReader(con.cursor()), PROGRAM, period, "Brand")
         built = from_result(result, PROGRAM, period, "Brand")
         assert finance_data(read) == finance_data(built), period
-    assert load.finance(con.cursor(), "prog_other", JANUARY).currencies == ()
+    assert load.finance(DuckReader(con.cursor()), "prog_other", JANUARY).currencies == ()
 
 
 def test_before_the_first_run_the_report_is_empty(con: duckdb.DuckDBPyConnection) -> None:
-    empty = load.finance(con.cursor(), PROGRAM, JANUARY)
+    empty = load.finance(DuckReader(con.cursor()), PROGRAM, JANUARY)
     assert empty.currencies == () and empty.reconciled and empty.checks.is_empty()
     for fmt in FINANCE_FORMATS:
         body, _, _ = render(empty, fmt)
         assert body
     assert b'id="no-activity"' in render(empty, "html")[0]
-    assert load.double_counting(con.cursor(), PROGRAM).rows.is_empty()
+    assert load.double_counting(DuckReader(con.cursor()), PROGRAM).rows.is_empty()
