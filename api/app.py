@@ -48,7 +48,9 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            store = open_store(settings.database, key_cache_mb=settings.key_cache_mb)
+            store = open_store(
+                settings.database, key_cache_mb=settings.key_cache_mb, memory_mb=settings.database_memory_mb
+            )
         except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
             app.state.startup_failure = f"cannot open the database {settings.database}: {one_line(exc)}"
             raise

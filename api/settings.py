@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     reconcile_interval_seconds: int = Field(default=60, ge=0)
     # The page cache of the key index (ingest/hotkeys.py), in MiB: what the hot path keeps in memory.
     key_cache_mb: int = Field(default=64, ge=1, le=65536)
+    # The database's own memory limit, in MiB (the embedded engine's buffer pool and operators).
+    database_memory_mb: int = Field(default=512, ge=64, le=1048576)
     public_rate_per_second: float = Field(default=20.0, ge=0)
     public_rate_burst: int = Field(default=100, ge=1)
     # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.

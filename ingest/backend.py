@@ -29,10 +29,13 @@ def _embedded(database: str | Path) -> Path | str:
     return database
 
 
-def open_store(database: str | Path, key_cache_mb: int = 64, on_progress: Progress | None = None) -> Store:
+def open_store(
+    database: str | Path, key_cache_mb: int = 64, memory_mb: int = 512, on_progress: Progress | None = None
+) -> Store:
     """The backend for `database`: a file path opens the embedded DuckDB file (created when
-    missing, migrated, its key index caught up). `DatabaseInUse` when another store holds it."""
-    return DuckStore(_embedded(database), key_cache_mb=key_cache_mb, on_progress=on_progress)
+    missing, migrated, its key index caught up), its memory bounded by `memory_mb` and the key
+    index's cache by `key_cache_mb`. `DatabaseInUse` when another store holds it."""
+    return DuckStore(_embedded(database), key_cache_mb, on_progress, memory_mb)
 
 
 def prepare(database: str | Path, on_progress: Progress | None = None) -> int:

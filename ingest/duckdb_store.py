@@ -549,16 +549,25 @@ class DuckTx:
 class DuckStore:
     """The embedded DuckDB backend of `ingest.store.Store`."""
 
-    def __init__(self, path: str | Path, key_cache_mb: int = 64, on_progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        key_cache_mb: int = 64,
+        on_progress: Progress | None = None,
+        memory_mb: int = 512,
+    ) -> None:
         """Open (and migrate) the database at `path`; `key_cache_mb` bounds the key index's page
-        cache; `on_progress(rows, total)` hears about a key-index rebuild or catch-up."""
+        cache and `memory_mb` DuckDB's memory (its buffer pool keeps the blocks ingest writes
+        until it reaches its limit: without one, the server would grow with the log; beyond it,
+        reconcile's large operators spill to disk); `on_progress(rows, total)` hears about a
+        key-index rebuild or catch-up."""
         target = Path(path)
         self._lock_fd: int | None = None
         if str(path) != ":memory:":
             target.parent.mkdir(parents=True, exist_ok=True)
             self._lock_fd = _claim(target)
         try:
-            self._con = duckdb.connect(str(path))
+            self._con = duckdb.connect(str(path), config={"memory_limit": f"{memory_mb}MB"})
         except BaseException:
             self._unclaim()
             raise
@@ -593,14 +602,16 @@ class DuckStore:
         self._keys_stale = False  # a key-index commit failed: catch up before the next write
         try:
             if str(path) != ":memory:":
+                self.keys = KeyIndex(Path(f"{path}.keys"), key_cache_mb)
                 self._journal = Journal(Path(f"{path}.journal"))
                 self._recover()
-                self.keys = KeyIndex(Path(f"{path}.keys"), key_cache_mb)
             else:
                 self.keys = KeyIndex(None, key_cache_mb)
             self._load()
             self.sync_keys(on_progress)
         except BaseException:
+            if "keys" in vars(self):
+                self.keys.close()
             self._con.close()
             self._unclaim()
             raise
@@ -713,6 +724,10 @@ class DuckStore:
                 self._fault("copy", exc)
                 raise DatabaseUnavailable(f"copying the journal into the database failed: {exc}") from exc
             self._fault("copy", None)
+            try:
+                self.keys.checkpoint()
+            except sqlite3.Error as exc:  # the WAL keeps the pages; the next flush tries again
+                log.warning("checkpointing the key index failed: %s", exc)
             if self._journal is not None:
                 self._journal.remove(closed)
 
@@ -953,7 +968,6 @@ class DuckStore:
     def begin(self) -> DuckTx:
         if self._keys_stale:
             try:
-                self.flush()
                 self.sync_keys()
             except Exception as exc:
                 self._fault("keys", exc)
@@ -1051,16 +1065,30 @@ class DuckStore:
         return anchor_of(row[0]) if row else None
 
     def _raw_after(self, seq: int, window: int = 100_000) -> Iterator[dict[str, Any]]:
-        """The raw rows after `seq`, in order, a window of sequence numbers at a time."""
-        cur = self._con.cursor()
-        try:
-            sql = f"SELECT {', '.join(OBSERVED)} FROM raw_events WHERE seq > ? AND seq <= ? ORDER BY seq"
-            while seq < self._seq:
-                for values in cur.execute(sql, [seq, seq + window]).fetchall():
-                    yield dict(zip(OBSERVED, values, strict=True))
-                seq += window
-        finally:
-            cur.close()
+        """The raw rows after `seq`, in order: those in DuckDB a window of sequence numbers at a
+        time, then those still only in the journal (the copier waits meanwhile, so no batch
+        moves from one to the other under the reader)."""
+        with self._copy_lock:
+            cur = self._con.cursor()
+            try:
+                row = cur.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchone()
+                copied = int(row[0]) if row else 0
+                sql = f"SELECT {', '.join(OBSERVED)} FROM raw_events WHERE seq > ? AND seq <= ? ORDER BY seq"
+                at = seq
+                while at < copied:
+                    for values in cur.execute(sql, [at, min(at + window, copied)]).fetchall():
+                        yield dict(zip(OBSERVED, values, strict=True))
+                    at += window
+                seq = max(seq, copied)
+            finally:
+                cur.close()
+            with self._lock:
+                pending = list(self._pending)
+            for batch in pending:
+                for values in batch.raw:
+                    full = dict(zip(RAW_EVENT_FIELDS, values, strict=True))
+                    if full["seq"] > seq:
+                        yield {name: full.get(name) for name in OBSERVED}
 
     def _commit_keys(self, keys: KeyIndex, last: tuple[int, object] | None) -> None:
         """Commit the key index's part of a batch that is already durable. Should that fail,

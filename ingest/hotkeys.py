@@ -136,10 +136,25 @@ class KeyIndex:
         self._readers_lock = threading.Lock()
         self._tx_thread: int | None = None
         self._savepoints = 0
-        self._w = self._connect()
-        self._w.execute("PRAGMA journal_mode=WAL")
+        self._w = self._open_writer()
         for ddl in _DDL:
             self._w.execute(ddl)
+        self._checkpointer: sqlite3.Connection | None = None
+
+    def _open_writer(self) -> sqlite3.Connection:
+        con = self._connect()
+        con.execute("PRAGMA journal_mode=WAL")
+        # No checkpoint inside the writer's commits (it would fsync on the hot path): the
+        # copier thread checkpoints (`checkpoint`), as it copies the journal into DuckDB.
+        con.execute("PRAGMA wal_autocheckpoint=0")
+        return con
+
+    def checkpoint(self) -> None:
+        """Move committed pages from the WAL into the index file, without blocking the writer
+        (a passive checkpoint); called from the copier thread."""
+        if self._checkpointer is None:
+            self._checkpointer = self._connect()
+        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -168,6 +183,8 @@ class KeyIndex:
             for con in self._readers:
                 con.close()
             self._readers.clear()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._w.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -221,12 +238,14 @@ class KeyIndex:
                 reader.close()
             self._readers.clear()
             self._local = threading.local()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         self._w.close()
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         os.replace(build, self.path)
-        self._w = self._connect()
-        self._w.execute("PRAGMA journal_mode=WAL")
+        self._w = self._open_writer()
         return applied
 
     def _set_position(self, seq: int, anchor: str) -> None:
