@@ -31,11 +31,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import orjson
-import polars as pl
 import pyarrow as pa
 
 from ingest import bounds, migrations
@@ -56,6 +55,9 @@ from ingest.records import (
     StoredSession,
 )
 from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
+
+if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
+    import polars as pl
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),

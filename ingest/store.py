@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import polars as pl
+if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
+    import polars as pl
 
 from ingest.records import (
     Binding,
