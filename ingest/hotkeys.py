@@ -256,6 +256,9 @@ class KeyIndex:
 
     # -- transactions (writer thread) --------------------------------------------------------
     def begin(self) -> None:
+        if self._w.in_transaction:  # a transaction left open by a failure: nothing of it counts
+            log.warning("the key index had a transaction left open; rolling it back")
+            self._w.execute("ROLLBACK")
         self._w.execute("BEGIN")
         self._tx_thread = threading.get_ident()
         self._savepoints = 0
