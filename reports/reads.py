@@ -89,6 +89,24 @@ def explain(db: Reader, program_id: str, transaction_id: str) -> dict[str, Any] 
     return {"sale": sale, "steps": steps, "answer": answer}
 
 
+COMMISSION_FIELDS = (
+    "transaction_id",
+    "sale_id",
+    "partner_code",
+    "amount",
+    "gross",
+    "reversed",
+    "platform_fee",
+    "currency",
+    "status",
+    "period",
+    "sale_period",
+    "kind",
+    "self_referral",
+    "available_at",
+)
+
+
 def commissions(db: Reader, program_id: str, period: str | None) -> list[dict[str, Any]]:
     if not db.table_exists("rc_commissions"):
         return []

@@ -18,7 +18,7 @@ from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.state import State, read_tables
 from ingest import bounds
 from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
-from reports import load, reads
+from reports import lineitems, load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
 
@@ -77,7 +77,11 @@ async def list_sales(request: Request) -> Response:
         limit=max(1, _int(request, "limit", 100, 1000)),
         offset=_int(request, "offset", 0, 10**9),
     )
+    fmt = format_param(request, LINE_FORMATS)
     rows = await read_tables(state(request).store, reads.sales, program.program_id, flt)
+    if fmt == "csv":
+        body = lineitems.to_csv(rows, reads.SALE_FIELDS, lineitems.SALE_MONEY)
+        return report_response(body, CSV, f"sales-{program.program_id}.csv", fmt)
     return ok(request, rows)
 
 
@@ -93,7 +97,12 @@ async def explain_sale(request: Request) -> Response:
 async def list_commissions(request: Request) -> Response:
     program = account_program(request, require_account(request))
     period = period_param(request)
+    fmt = format_param(request, LINE_FORMATS)
     rows = await read_tables(state(request).store, reads.commissions, program.program_id, period)
+    if fmt == "csv":
+        body = lineitems.to_csv(rows, reads.COMMISSION_FIELDS, lineitems.COMMISSION_MONEY)
+        suffix = f"-{period}" if period else ""
+        return report_response(body, CSV, f"commissions-{program.program_id}{suffix}.csv", fmt)
     return ok(request, rows)
 
 
@@ -164,6 +173,13 @@ routes = [
 ]
 
 _READ = "Any member of the program's workspace."
+LINE_FORMATS = ("json", "csv")
+CSV = "text/csv; charset=utf-8"
+_LINE_FORMAT = Param(
+    "format",
+    {"type": "string", "enum": list(LINE_FORMATS), "default": "json"},
+    "csv: the same rows, money as decimal numbers with the currency in its own column, UTF-8 with a BOM",
+)
 PERIOD = Param(
     "period", {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}, "A month, YYYY-MM", example="2026-01"
 )
@@ -214,9 +230,11 @@ document(
                 Param("attributed", {"type": "string", "enum": ["true", "false"]}),
                 Param("limit", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 100}),
                 Param("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}),
+                _LINE_FORMAT,
             ),
             data=list[schemas.SaleRow],
             result=[_SALE_EXAMPLE],
+            content={"text/csv": {"schema": {"type": "string"}}},
             errors=(ProgramNotFound, ValidationFailed),
         ),
         explain_sale: Doc(
@@ -239,8 +257,9 @@ document(
             "reads",
             description=_READ,
             auth=(ACCOUNT_TOKEN,),
-            params=(PERIOD,),
+            params=(PERIOD, _LINE_FORMAT),
             data=list[schemas.CommissionRow],
+            content={"text/csv": {"schema": {"type": "string"}}},
             result=[
                 {
                     "transaction_id": "in_1",

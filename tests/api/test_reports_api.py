@@ -433,3 +433,71 @@ def test_reads_of_the_materialised_tables_run_off_the_event_loop(
         assert c.get(f"/dashboard/programs/{pid}{page}").status_code == 200, page
     assert {name for name, _ in seen} == {"sales", "explain", "commissions", "finance", "double_counting"}
     assert not any(on_loop for _, on_loop in seen), seen
+
+
+def _csv_rows(r: httpx.Response) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "text/csv; charset=utf-8"
+    assert r.headers["content-disposition"].startswith("attachment; filename=")
+    assert r.content.startswith("\ufeff".encode())  # a BOM: spreadsheets read UTF-8 names right
+    return list(csv.DictReader(io.StringIO(r.content.decode("utf-8-sig"))))
+
+
+def test_sales_and_commissions_as_csv_line_items(shop: World, client: TestClient) -> None:
+    """The same rows as the JSON reads, one per line, money as decimal numbers in whole units
+    beside the currency (the EUR checkout sale keeps its cents)."""
+    base = f"/api/v1/programs/{shop.program_id}"
+    sales = client.get(f"{base}/sales", headers=shop.owner).json()["data"]
+    rows = _csv_rows(client.get(f"{base}/sales?format=csv", headers=shop.owner))
+    assert [r["transaction_id"] for r in rows] == [s["transaction_id"] or "" for s in sales]
+    by_txn = {r["transaction_id"]: r for r in rows}
+    assert (by_txn["in_1"]["amount"], by_txn["in_1"]["currency"]) == ("100.00", "usd")
+    assert (by_txn["in_1"]["commission"], by_txn["in_1"]["refunded"]) == ("22.50", "25.00")
+    assert (by_txn["in_1"]["partner_code"], by_txn["in_1"]["test_mode"]) == ("alice", "false")
+    assert by_txn["in_2"]["partner_code"] == ""
+    (eur,) = [r for r in rows if r["currency"] == "eur"]
+    assert (eur["gross_amount"], eur["tax"], eur["amount"]) == ("9.99", "0.65", "9.34")
+    assert (eur["commission"], eur["platform_fee"]) == ("2.80", "0.93")
+
+    lines = client.get(f"{base}/commissions?period=2026-01", headers=shop.owner).json()["data"]
+    rows = _csv_rows(client.get(f"{base}/commissions?period=2026-01&format=csv", headers=shop.owner))
+    assert len(rows) == len(lines) > 0
+    assert list(rows[0]) == [
+        "transaction_id",
+        "sale_id",
+        "partner_code",
+        "amount",
+        "gross",
+        "reversed",
+        "platform_fee",
+        "currency",
+        "status",
+        "period",
+        "sale_period",
+        "kind",
+        "self_referral",
+        "available_at",
+    ]
+    for row, line in zip(rows, lines, strict=True):
+        scale = 100  # usd and eur: two decimals
+        assert round(float(row["amount"]) * scale) == line["amount"], (row, line)
+        assert row["currency"] == line["currency"] and row["status"] == line["status"]
+
+    r = client.get(f"{base}/sales?format=xlsx", headers=shop.owner)
+    assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == "format"
+
+
+def test_line_item_money_follows_the_currency_decimals() -> None:
+    from reports.lineitems import to_csv
+
+    rows = [
+        {"amount": 1500, "currency": "jpy", "when": None},
+        {"amount": 12345, "currency": "kwd", "when": None},
+        {"amount": -250, "currency": "usd", "when": None},
+        {"amount": 7, "currency": None, "when": None},
+    ]
+    text = to_csv(rows, ("amount", "currency", "when"), ("amount",)).decode("utf-8-sig")
+    assert text.splitlines() == ["amount,currency,when", "1500,jpy,", "12.345,kwd,", "-2.50,usd,", "7,,"]
