@@ -2,7 +2,8 @@
 
 One row per line, in the JSON's order and with its columns; money as decimal numbers in whole
 currency units (`12.34`, `1500` for yen, `12.345` for dinars), never as minor units, with the
-currency in its own column; lists joined with `; `; times in RFC 3339. UTF-8 with a byte order
+currency in its own column; other cells as the finance CSV writes them (reports/render.py);
+times in RFC 3339. UTF-8 with a byte order
 mark, so spreadsheets read partners' names right.
 """
 
@@ -15,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from reports.money import NO_CURRENCY, units
+from reports.render import csv_value
 
 BOM = "\ufeff"
 SALE_MONEY = ("amount", "gross_amount", "tax", "commission", "platform_fee", "refunded")
@@ -22,15 +24,9 @@ COMMISSION_MONEY = ("amount", "gross", "reversed", "platform_fee")
 
 
 def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, list | tuple):
-        return "; ".join(_cell(v) for v in value)
-    return str(value)
+    return csv_value(value)
 
 
 def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequence[str]) -> bytes:

@@ -465,22 +465,7 @@ def test_sales_and_commissions_as_csv_line_items(shop: World, client: TestClient
     lines = client.get(f"{base}/commissions?period=2026-01", headers=shop.owner).json()["data"]
     rows = _csv_rows(client.get(f"{base}/commissions?period=2026-01&format=csv", headers=shop.owner))
     assert len(rows) == len(lines) > 0
-    assert list(rows[0]) == [
-        "transaction_id",
-        "sale_id",
-        "partner_code",
-        "amount",
-        "gross",
-        "reversed",
-        "platform_fee",
-        "currency",
-        "status",
-        "period",
-        "sale_period",
-        "kind",
-        "self_referral",
-        "available_at",
-    ]
+    assert list(rows[0]) == list(lines[0])  # the JSON row's columns, in its order
     for row, line in zip(rows, lines, strict=True):
         scale = 100  # usd and eur: two decimals
         assert round(float(row["amount"]) * scale) == line["amount"], (row, line)
