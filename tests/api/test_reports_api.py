@@ -4,12 +4,14 @@ signed connect webhook, a real reconcile run, then every format, the errors and 
 from __future__ import annotations
 
 import asyncio
+import csv
 import io
 import json
 import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ from starlette.testclient import TestClient
 from ingest.stripe import sign
 from reports import load, reads
 from reports.html import DOCUMENT_CSP
+from reports.money import minor
 from tests.conftest import OP, WEBHOOK_SECRET, World, bearer, make_world
 from tests.helpers import as_cell, parse_finance_csv, report_run_id, without_provenance
 from tests.stripe_fixtures import load_event, serialise, with_metadata
@@ -436,9 +439,7 @@ def test_reads_of_the_materialised_tables_run_off_the_event_loop(
 
 
 def _csv_rows(r: httpx.Response) -> list[dict[str, str]]:
-    import csv
-    import io
-
+    """A CSV download's rows, after checking it is one (content type, attachment, BOM)."""
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "text/csv; charset=utf-8"
     assert r.headers["content-disposition"].startswith("attachment; filename=")
@@ -467,8 +468,7 @@ def test_sales_and_commissions_as_csv_line_items(shop: World, client: TestClient
     assert len(rows) == len(lines) > 0
     assert list(rows[0]) == list(lines[0])  # the JSON row's columns, in its order
     for row, line in zip(rows, lines, strict=True):
-        scale = 100  # usd and eur: two decimals
-        assert round(float(row["amount"]) * scale) == line["amount"], (row, line)
+        assert minor(Decimal(row["amount"]), row["currency"]) == line["amount"], (row, line)
         assert row["currency"] == line["currency"] and row["status"] == line["status"]
 
     r = client.get(f"{base}/sales?format=xlsx", headers=shop.owner)
