@@ -178,11 +178,15 @@ class KeyIndex:
                 self._readers.append(con)
         return con
 
-    def close(self) -> None:
+    def _close_readers(self) -> None:
         with self._readers_lock:
             for con in self._readers:
                 con.close()
             self._readers.clear()
+            self._local = threading.local()
+
+    def close(self) -> None:
+        self._close_readers()
         if self._checkpointer is not None:
             self._checkpointer.close()
         self._w.close()
@@ -233,11 +237,7 @@ class KeyIndex:
             os.fsync(fd)
         finally:
             os.close(fd)
-        with self._readers_lock:
-            for reader in self._readers:
-                reader.close()
-            self._readers.clear()
-            self._local = threading.local()
+        self._close_readers()
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
