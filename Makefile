@@ -11,7 +11,7 @@ PORT ?= 8000
 
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test lint typecheck pytest bench browser-deps bench-deps clean
+.PHONY: setup run test lint typecheck pytest bench browser-deps postgres-deps bench-deps clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -26,6 +26,12 @@ setup: $(VENV)/.synced
 # Debian's headless Chromium for the browser tests (skipped when already installed).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Debian's PostgreSQL server binaries (initdb, pg_ctl) for the tests on the PostgreSQL backend: the
+# tests start clusters of their own in temporary directories (tests/pg.py), so no system service
+# needs to be up (skipped when already installed).
+postgres-deps:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 bench-deps:
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
@@ -54,12 +60,12 @@ typecheck: setup
 # Two workers on the two-core machine (pytest-xdist); work stealing evens out the long property tests.
 PYTEST_WORKERS ?= 2
 
-pytest: setup browser-deps
+pytest: setup browser-deps postgres-deps
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 test: lint typecheck pytest
 
-bench: setup bench-deps
+bench: setup bench-deps postgres-deps
 	$(BIN)/python -m bench
 
 clean:

@@ -49,10 +49,13 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             store = open_store(
-                settings.database, key_cache_mb=settings.key_cache_mb, memory_mb=settings.database_memory_mb
+                settings.database,
+                key_cache_mb=settings.key_cache_mb,
+                memory_mb=settings.database_memory_mb,
+                engine_dir=settings.engine_dir or None,
             )
         except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
-            app.state.startup_failure = f"cannot open the database {settings.database}: {one_line(exc)}"
+            app.state.startup_failure = f"cannot open the database {settings.database_name}: {one_line(exc)}"
             raise
         writer = Writer(store)
         if observer is not None:
@@ -62,7 +65,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
         app.state.tally = State(settings, store, writer, limiter, reconciler)
         reconciler.start()
-        log.info("tally: database %s open, accepting writes", settings.database)
+        log.info("tally: database %s open, accepting writes", settings.database_name)
         try:
             yield
         finally:

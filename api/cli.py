@@ -32,17 +32,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings = load_settings(**overrides)
     except SettingsError as exc:
         raise CliError(f"refusing to start: {exc}") from None
-    if settings.database.startswith(("postgresql://", "postgres://")):
-        raise CliError(
-            "refusing to start: the PostgreSQL backend is not available yet; use a DuckDB file path"
-        )
     # The writer thread wakes from fsync many times a second; with the default 5 ms GIL switch
     # interval every wake-up would wait behind the event loop. 0.5 ms keeps commits prompt.
     sys.setswitchinterval(float(os.environ.get("TALLY_SWITCH", "0.0005")))
     # Requests allocate many short-lived objects; collecting the young generation every 700
     # allocations (the default) and the old one often costs more than the requests themselves.
     gc.set_threshold(50_000, 50, 1_000)
-    listening = f"tally: listening on http://{args.host}:{args.port} (database {settings.database})"
+    listening = f"tally: listening on http://{args.host}:{args.port} (database {settings.database_name})"
     # TALLY_LOG_FORMAT, TALLY_LOG_LEVEL (stderr); held back until started: a failed start is one line
     observability.configure_logging(settings, hold=True)
     try:
@@ -151,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    serve.add_argument("--database", help="DuckDB file (default: TALLY_DATABASE)")
+    serve.add_argument("--database", help="DuckDB file or postgresql:// URL (default: TALLY_DATABASE)")
     serve.set_defaults(func=cmd_serve)
 
     login = sub.add_parser(

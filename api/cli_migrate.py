@@ -13,27 +13,31 @@ from typing import Any
 from api.cli_http import CliError
 from api.cli_ops import progress_bar
 from ingest import migrations
-from ingest.backend import DEFAULT_DATABASE, POSTGRES_SCHEMES, DatabaseInUse, prepare
+from ingest.backend import DEFAULT_DATABASE, DatabaseInUse, describe, is_shared, prepare
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
     path = args.database or os.environ.get("TALLY_DATABASE") or DEFAULT_DATABASE
-    if path.startswith(POSTGRES_SCHEMES):
-        raise CliError("the PostgreSQL backend is not available yet; use a DuckDB file path")
     if args.status:
         _status(path)
         return
+    step = lambda m: print(f"applying {m.version}: {m.description}", flush=True)  # noqa: E731
     try:
-        before, applied = migrations.migrate_file(
-            path, on_step=lambda m: print(f"applying {m.version}: {m.description}", flush=True)
-        )
+        if is_shared(path):
+            from ingest.postgres_store import migrate
+
+            before, applied = migrate(path, on_step=step)
+        else:
+            before, applied = migrations.migrate_file(path, on_step=step)
     except (migrations.DatabaseTooNew, migrations.MigrationFailed) as exc:
         raise CliError(str(exc)) from None
+    name = describe(path)
     if applied:
-        print(f"{path}: schema version {before} -> {applied[-1].version}")
+        print(f"{name}: schema version {before} -> {applied[-1].version}")
     else:
-        print(f"{path}: schema version {before}, up to date")
-    _index_keys(path)
+        print(f"{name}: schema version {before}, up to date")
+    if not is_shared(path):  # a shared database keeps its keyed tables as it goes
+        _index_keys(path)
 
 
 def _index_keys(path: str) -> None:
@@ -56,10 +60,15 @@ def _index_keys(path: str) -> None:
 
 def _status(path: str) -> None:
     try:
-        version, todo = migrations.status_of_file(path)
+        if is_shared(path):
+            from ingest.postgres_store import migration_status
+
+            version, todo = migration_status(path)
+        else:
+            version, todo = migrations.status_of_file(path)
     except (migrations.DatabaseTooNew, migrations.MigrationFailed) as exc:
         raise CliError(str(exc)) from None
-    print(f"{path}: schema version {version} (this tally knows up to {migrations.LATEST})")
+    print(f"{describe(path)}: schema version {version} (this tally knows up to {migrations.LATEST})")
     for m in todo:
         print(f"pending {m.version}: {m.description}")
 
@@ -67,12 +76,15 @@ def _status(path: str) -> None:
 def add_migrate(sub: Any) -> None:
     migrate = sub.add_parser(
         "migrate",
-        help="apply pending schema migrations to the database file (no server may be running on it)",
+        help="apply pending schema migrations (a DuckDB file no server holds, or a PostgreSQL database)",
         description=__doc__.splitlines()[0] if __doc__ else None,
         epilog="example: tally migrate --database /srv/tally/tally.db",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    migrate.add_argument("--database", help=f"DuckDB file (default: TALLY_DATABASE, else {DEFAULT_DATABASE})")
+    migrate.add_argument(
+        "--database",
+        help=f"DuckDB file or postgresql:// URL (default: TALLY_DATABASE, else {DEFAULT_DATABASE})",
+    )
     migrate.add_argument(
         "--status", action="store_true", help="only show the version and what is pending; change nothing"
     )

@@ -118,10 +118,12 @@ class Reconciler:
             report = self._renewing(on_progress)
             report("flushing the journal", 0, 1)
             self._writer.sync_blocking()
-            with self._store.snapshot() as cur:
+            report("catching up with the log", 0, 1)
+            with self._store.engine() as engine:
+                cur = engine.cursor
                 started = time.perf_counter()
                 try:
-                    summary = job.run(cur, utcnow(), report)
+                    summary = job.run(cur, utcnow(), report, publish=engine.publish)
                 except job.ReconcileFailed as exc:
                     self._failed(exc)
                     if self._store.resource_fault(exc):
@@ -165,12 +167,13 @@ class Reconciler:
         the same snapshot the row is appended after, so the dry run is a true preview."""
         with self._run_lock():
             self._writer.sync_blocking()
-            with self._store.snapshot() as cur:
-                raw, programs, partners = job.read(cur, program_id=str(backfill_row["program_id"]))
+            with self._store.engine() as engine:
+                raw, programs, partners = job.read(engine.cursor, program_id=str(backfill_row["program_id"]))
             result = backfill.preview(raw, programs, partners, backfill_row, utcnow())
             if apply:
                 self._writer.run_sync(lambda tx: tx.append(backfill_row), flush=True)
-                with self._store.snapshot() as cur:
+                with self._store.engine() as engine:
                     started = time.perf_counter()
-                    self._ran(cur, job.run(cur, utcnow()), time.perf_counter() - started)
+                    summary = job.run(engine.cursor, utcnow(), publish=engine.publish)
+                    self._ran(engine.cursor, summary, time.perf_counter() - started)
             return result

@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.proxies import parse_networks
-from ingest.backend import DEFAULT_DATABASE
+from ingest.backend import DEFAULT_DATABASE, describe
 
 
 class SettingsError(Exception):
@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     key_cache_mb: int = Field(default=64, ge=1, le=65536)
     # The database's own memory limit, in MiB (the embedded engine's buffer pool and operators).
     database_memory_mb: int = Field(default=512, ge=64, le=1048576)
+    # PostgreSQL only: where this replica keeps the reconciler's working copy of the log (a
+    # DuckDB file, derived and disposable); empty: a temporary directory of the process.
+    engine_dir: str = ""
     public_rate_per_second: float = Field(default=20.0, ge=0)
     public_rate_burst: int = Field(default=100, ge=1)
     # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.
@@ -69,6 +72,11 @@ class Settings(BaseSettings):
     @classmethod
     def _trusted_proxies(cls, value: str) -> str:
         return ",".join(str(network) for network in parse_networks(value))
+
+    @property
+    def database_name(self) -> str:
+        """The database as messages show it (a URL without its password)."""
+        return describe(self.database)
 
     def webhook_secrets(self) -> list[str]:
         raw = self.stripe_webhook_secrets.get_secret_value()

@@ -1,6 +1,8 @@
 """The one factory that turns `TALLY_DATABASE` into a storage backend.
 
 Nothing else names a backend class: `api/` and `reports/` see the protocols of ingest/store.py.
+A file path is the embedded DuckDB database (one `tally serve`); a `postgresql://` URL (with
+libpq's environment for what it leaves out) is the shared PostgreSQL database (several replicas).
 """
 
 from __future__ import annotations
@@ -14,32 +16,46 @@ from ingest.store import Store
 DEFAULT_DATABASE = "./tally.duckdb"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
-__all__ = ["DEFAULT_DATABASE", "BackendUnavailable", "DatabaseInUse", "open_store", "prepare"]
+__all__ = ["DEFAULT_DATABASE", "DatabaseInUse", "describe", "is_shared", "open_store", "prepare"]
 
 
-class BackendUnavailable(Exception):
-    """`TALLY_DATABASE` names a backend this build does not have."""
+def is_shared(database: str | Path) -> bool:
+    """Whether `database` names a PostgreSQL database (rather than an embedded file)."""
+    return str(database).startswith(POSTGRES_SCHEMES)
 
 
-def _embedded(database: str | Path) -> Path | str:
-    if str(database).startswith(POSTGRES_SCHEMES):
-        raise BackendUnavailable(
-            "the PostgreSQL backend is not available yet; TALLY_DATABASE must be a file path"
-        )
-    return database
+def describe(database: str | Path) -> str:
+    """`database` as messages and logs may show it: a URL without its password."""
+    if is_shared(database):
+        from ingest.postgres_store import describe as describe_url
+
+        return describe_url(str(database))
+    return str(database)
 
 
 def open_store(
-    database: str | Path, key_cache_mb: int = 64, memory_mb: int = 512, on_progress: Progress | None = None
+    database: str | Path,
+    key_cache_mb: int = 64,
+    memory_mb: int = 512,
+    on_progress: Progress | None = None,
+    engine_dir: str | None = None,
 ) -> Store:
     """The backend for `database`: a file path opens the embedded DuckDB file (created when
     missing, migrated, its key index caught up), its memory bounded by `memory_mb` and the key
-    index's cache by `key_cache_mb`. `DatabaseInUse` when another store holds it."""
-    return DuckStore(_embedded(database), key_cache_mb, on_progress, memory_mb)
+    index's cache by `key_cache_mb`. `DatabaseInUse` when another store holds it. A
+    `postgresql://` URL connects to that database and migrates it; the reconciler's working copy
+    lives in `engine_dir` (a temporary directory when None), bounded by `memory_mb`."""
+    if is_shared(database):
+        from ingest.postgres_store import PgStore
+
+        return PgStore(str(database), memory_mb=memory_mb, engine_dir=engine_dir)
+    return DuckStore(database, key_cache_mb, on_progress, memory_mb)
 
 
 def prepare(database: str | Path, on_progress: Progress | None = None) -> int:
     """`tally migrate`'s second half: bring what the backend derives from the log up to date
-    offline (the embedded key index), so that `tally serve` starts at once. Returns the raw
-    rows applied."""
-    return index_keys(_embedded(database), on_progress)
+    offline (the embedded key index; a shared database keeps its keyed tables as it goes),
+    so that `tally serve` starts at once. Returns the raw rows applied."""
+    if is_shared(database):
+        return 0
+    return index_keys(database, on_progress)

@@ -223,7 +223,6 @@ def backup_offline(database: str, output: str, progress: Progress) -> BackupSumm
     except (duckdb.Error, DatabaseInUse) as exc:
         raise SourceUnavailable(f"cannot open {database} ({str(exc).splitlines()[0]})") from exc
     try:
-        with store.snapshot() as cur:
-            return copy_database(cur, target, lambda: None, progress, set_aside_count(database))
+        return store.backup(str(target), lambda: None, progress)
     finally:
         store.close()

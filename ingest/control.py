@@ -137,14 +137,15 @@ def _settings(inp: SettingsPatch, base: ProgramSettings) -> ProgramSettings:
         raise ValidationFailed("program settings are not valid", fields=fields) from exc
 
 
-def _claim_stripe_account(store: Store, program: Program) -> None:
+def _claim_stripe_account(tx: Tx, program: Program) -> None:
     """Refuse a processor account already used by a program of another workspace (programs of
-    one workspace may share one). Called inside the writer operation that saves `program`, so of
+    one workspace may share one). Called inside the writer operation that saves `program`, on
+    the transaction (which, on a shared database, holds the account until it commits), so of
     two concurrent claims from different workspaces only the first can win."""
     account = program.settings.stripe_account_id
     if account is None:
         return
-    for other in store.programs_for_stripe_account(account):
+    for other in tx.programs_for_stripe_account(account):
         if other.workspace_id != program.workspace_id:
             raise StripeAccountInUse(
                 f"processor account {account} is connected to a program of another workspace; "
@@ -161,7 +162,7 @@ async def create_program(store: Store, writer: Writer, actor: str, inp: ProgramC
     unseen = new_token(PROGRAM_KEY_PREFIX)
 
     def op(tx: Tx) -> None:
-        _claim_stripe_account(store, program)
+        _claim_stripe_account(tx, program)
         tx.put_program(program)
         tx.add_credential(_credential(unseen, "program", program.program_id, now))
 
@@ -177,7 +178,7 @@ async def update_program(store: Store, writer: Writer, program: Program, inp: Se
 
     def op(tx: Tx) -> None:
         if claims:
-            _claim_stripe_account(store, updated)
+            _claim_stripe_account(tx, updated)
         tx.put_program(updated)
 
     await writer.run(op)
@@ -193,7 +194,7 @@ async def regenerate_key(
     cred = _credential(key, "program", program.program_id, now)
 
     def op(tx: Tx) -> None:
-        if store.query("SELECT 1 FROM credentials WHERE token_hash = ?", [cred.token_hash]):
+        if tx.credential_used(cred.token_hash):
             raise Conflict("that key value has already been used; choose another")
         tx.revoke_credentials("program", program.program_id, now)
         tx.add_credential(cred)

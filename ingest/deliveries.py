@@ -113,21 +113,27 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
 
     def op(tx: Tx) -> bool:
         program_id = program.program_id if program else None
-        duplicate = isinstance(event_id, str) and store.event_seen(event_id)
-        outcome = "duplicate" if duplicate else "accepted" if program else "unroutable"
         row = {
             **fields,
             "received_at": delivery.received_at,
             "source": "stripe",
             "kind": "stripe",
             "program_id": program_id,
-            "outcome": outcome,
+            "outcome": "accepted" if program else "unroutable",
             "body": text,
             "headers": delivery.headers,
         }
-        seq = tx.append(row)
-        if not duplicate and isinstance(event_id, str):
-            tx.claim_keys(EVENT_KEY_SPACE, [event_id], seq)
+        duplicate = isinstance(event_id, str) and tx.event_seen(event_id)
+        if not duplicate:
+            mark = tx.mark()
+            seq = tx.append(row)
+            if isinstance(event_id, str) and not tx.claim_keys(EVENT_KEY_SPACE, [event_id], seq):
+                # Another process took this event id first: it is a retry.
+                if not tx.release(mark):
+                    raise RuntimeError("a refused claim's writes could not be dropped")
+                duplicate = True
+        if duplicate:
+            seq = tx.append({**row, "outcome": "duplicate"})
         if program_id is None:
             return duplicate
         if not duplicate:

@@ -26,7 +26,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -54,10 +54,13 @@ from ingest.records import (
     SaleLedger,
     StoredSession,
 )
-from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
+from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
     import polars as pl
+
+    from ingest.backup import BackupSummary
+    from ingest.backup import Progress as BackupProgress
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),
@@ -107,43 +110,6 @@ CHECK_SCHEMA = _schema(
 )
 
 EVENT_KEY_SPACE = "*"  # program id under which processor event ids are kept
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-# (field, storage kind, nullable) of every raw-log column, checked before a row is buffered.
-_RAW_CHECKS: tuple[tuple[str, str, bool], ...] = tuple(
-    (name, typ.split()[0], "NOT NULL" not in typ) for name, typ in RAW_EVENT_COLUMNS
-)
-
-
-def _utf8(value: str) -> bool:
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates, from a JSON `\ud800` escape
-        return False
-    return True
-
-
-def _storable(row: Mapping[str, Any]) -> list[dict[str, str]]:
-    """What in a raw-log row its column types cannot hold (empty when all of it fits)."""
-    problems = []
-    for name, kind, nullable in _RAW_CHECKS:
-        value = row.get(name)
-        if value is None:
-            fits = nullable
-        elif kind == "BIGINT":
-            fits = type(value) is int and _INT64_MIN <= value <= _INT64_MAX
-        elif kind == "VARCHAR":
-            fits = type(value) is str and _utf8(value)
-        elif kind == "BOOLEAN":
-            fits = type(value) is bool
-        else:  # TIMESTAMPTZ
-            fits = isinstance(value, datetime) and value.tzinfo is not None
-        if not fits:
-            problems.append({"field": name, "message": f"cannot be stored as {kind}"})
-    return problems
-
 
 # The database's refusals of the data itself; anything else while copying (I/O, a full disk,
 # memory) is a resource fault and the batch is kept for the next attempt.
@@ -269,6 +235,8 @@ class _Batch:
 class DuckReader:
     """`ingest.store.Reader` on a DuckDB cursor."""
 
+    dialect = "duckdb"
+
     def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
         self._cur = cur
 
@@ -310,12 +278,26 @@ class DuckReader:
         )
         return (int(row[0]), row[1]) if row else None
 
+    def latest_run(self) -> tuple[str, datetime] | None:
+        if not self.table_exists("rc_runs"):
+            return None
+        row = self.one("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1")
+        return (str(row[0]), row[1]) if row else None
+
     def log(
         self, program_id: str | None = None, before_seq: int | None = None
     ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         from reconcile import job  # reconcile reads through ingest; not the other way at import
 
         return job.read(self._cur, program_id=program_id, before_seq=before_seq)
+
+
+@dataclass
+class DuckEngine:
+    """`ingest.store.Engine` of the embedded database: the job runs on the database itself."""
+
+    cursor: duckdb.DuckDBPyConnection
+    publish: None = None
 
 
 class DuckTx:
@@ -382,7 +364,7 @@ class DuckTx:
         full = dict(row)
         full["seq"] = seq
         full.setdefault("test_mode", False)
-        problems = _storable(full)
+        problems = storable(full)
         if problems:
             raise ValidationFailed("the event holds values tally cannot store", fields=problems)
         self._next_seq += 1
@@ -497,13 +479,31 @@ class DuckTx:
         cred = self.index.credentials[token_hash]
         self.index.put_credential(replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo)
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._sql().execute(sql, list(params))
+    # -- lookups inside the transaction (the key index's writer sees this batch's rows) ------
+    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
+        return self._kx.sale(program_id, keys)
 
-    @property
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """The writer's cursor in this transaction (for bulk writes such as materialised tables)."""
-        return self._sql()
+    def refund_seen(self, program_id: str, refund_id: str) -> bool:
+        return self._kx.refund_seen(program_id, refund_id)
+
+    def event_seen(self, event_id: str) -> bool:
+        return self._kx.event_seen(event_id)
+
+    def click_partner(self, program_id: str, click_id: str) -> str | None:
+        return self._kx.click_partner(program_id, click_id)
+
+    def binding(self, program_id: str, customer_key: str) -> Binding | None:
+        return self._kx.binding(program_id, customer_key)
+
+    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
+        return self._kx.provisional_click(program_id, customer_key)
+
+    def programs_for_stripe_account(self, account: str) -> list[Program]:
+        return self._store.programs_for_stripe_account(account)  # the index holds this batch's changes
+
+    def credential_used(self, token_hash: str) -> bool:
+        row = self._cur.execute("SELECT 1 FROM credentials WHERE token_hash = ?", [token_hash]).fetchone()
+        return row is not None
 
     def commit(self) -> None:
         """Make the batch durable: its rows in the journal, or, when control-plane changes are
@@ -564,6 +564,7 @@ class DuckStore:
         reconcile's large operators spill to disk); `on_progress(rows, total)` hears about a
         key-index rebuild or catch-up."""
         target = Path(path)
+        self.path = str(path)
         self._lock_fd: int | None = None
         if str(path) != ":memory:":
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -955,17 +956,37 @@ class DuckStore:
     @contextmanager
     def reader(self) -> Iterator[DuckReader]:
         """A `Reader` on a fresh cursor; closed afterwards."""
-        with self.snapshot() as cur:
+        with self._cursor() as cur:
             yield DuckReader(cur)
 
     @contextmanager
-    def snapshot(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A fresh cursor for a long read (reconcile, reports); closed afterwards."""
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A fresh cursor for a long read (reconcile, reports, backups); closed afterwards."""
         cur = self._con.cursor()
         try:
             yield cur
         finally:
             cur.close()
+
+    @contextmanager
+    def engine(self) -> Iterator[DuckEngine]:
+        """The embedded database is the reconciler's engine itself: the job reads the log and
+        writes its tables on a fresh cursor, and publishes nothing elsewhere."""
+        with self._cursor() as cur:
+            yield DuckEngine(cur)
+
+    def check_backup(self, path: str) -> None:
+        from ingest.backup import check_target
+
+        check_target(path, self.path)
+
+    def backup(self, path: str, sync: Callable[[], None], progress: BackupProgress) -> BackupSummary:
+        """A consistent copy at `path` (ingest/backup.py), made while the server runs."""
+        from ingest.backup import check_target, copy_database, set_aside_count
+
+        target = check_target(path, self.path)
+        with self._cursor() as cur:
+            return copy_database(cur, target, sync, progress, set_aside_count(self.path))
 
     def begin(self) -> DuckTx:
         if self._keys_stale:
@@ -1176,9 +1197,6 @@ class DuckStore:
         sql += " ORDER BY log_id DESC LIMIT ?"
         params.append(limit)
         return [LogLine(*r) for r in self._reader().execute(sql, params).fetchall()]
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._reader().execute(sql, list(params)).fetchall()
 
 
 def index_keys(path: str | Path, on_progress: Progress | None = None) -> int:

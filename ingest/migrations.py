@@ -1,4 +1,4 @@
-"""Versioned schema migrations of the embedded database: one ordered list, applied in order.
+"""Versioned schema migrations of both backends: one ordered list, applied in order.
 
 The database records every migration it has taken in `schema_version` (one row each: version,
 when, what). `apply` brings a database up to `LATEST` inside one transaction per migration, so a
@@ -10,6 +10,11 @@ A database made before migrations were versioned (no `schema_version` table, but
 present) is taken as version 0: migration 1 creates the baseline with `CREATE ... IF NOT EXISTS`,
 so it adopts those tables as they are, every row kept, and records version 1.
 
+Both backends take the same list (each step runs on an `ingest.sql.Executor` and asks its
+`dialect` where the two differ): a DuckDB file and a PostgreSQL database at the same version hold
+the same tables. On PostgreSQL, where several replicas may start at once, `apply` holds an
+advisory lock while it migrates, so one of them migrates and the others find it done.
+
 Add a migration by appending to `MIGRATIONS` with the next version number; never edit or reorder
 one that has shipped.
 """
@@ -17,7 +22,8 @@ one that has shipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +31,8 @@ from pathlib import Path
 import duckdb
 
 from ingest.clock import utcnow
-from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from ingest.schema import CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
+from ingest.sql import DuckExecutor, Executor
 
 log = logging.getLogger("tally")
 
@@ -41,15 +48,22 @@ JOURNAL_STATE_DDL = "CREATE TABLE IF NOT EXISTS journal_state (last_batch BIGINT
 class Migration:
     version: int
     description: str
-    steps: Callable[[duckdb.DuckDBPyConnection], None]
+    steps: Callable[[Executor], None]
 
 
-def _baseline(con: duckdb.DuckDBPyConnection) -> None:
+Target = Executor | duckdb.DuckDBPyConnection
+
+
+def _executor(con: Target) -> Executor:
+    return DuckExecutor(con) if isinstance(con, duckdb.DuckDBPyConnection) else con
+
+
+def _baseline(con: Executor) -> None:
     con.execute(raw_events_ddl())
     for ddl in CONTROL_PLANE_DDL:
         con.execute(ddl)
     con.execute(JOURNAL_STATE_DDL)
-    if con.execute("SELECT count(*) FROM journal_state").fetchone() == (0,):
+    if con.rows("SELECT count(*) FROM journal_state") == [(0,)]:
         con.execute("INSERT INTO journal_state VALUES (0)")
 
 
@@ -66,7 +80,7 @@ RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
     fingerprint VARCHAR)"""
 
 
-def _runs(con: duckdb.DuckDBPyConnection) -> None:
+def _runs(con: Executor) -> None:
     """The reconciler's record of its runs (reconcile/job.py), which it used to create and widen
     on every run: `mode` full | incremental; `fingerprint` of the engine and control plane a run
     used (NULL for results no incremental run may build on). Databases older than 0.1 lack the
@@ -76,7 +90,7 @@ def _runs(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
 
 
-def _sessions(con: duckdb.DuckDBPyConnection) -> None:
+def _sessions(con: Executor) -> None:
     """Dashboard sessions (api/session.py), kept in the database so a restart keeps people
     logged in: keyed by the hash of the session id (the cookie's value is never stored)."""
     con.execute(
@@ -89,7 +103,7 @@ def _sessions(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _leases(con: duckdb.DuckDBPyConnection) -> None:
+def _leases(con: Executor) -> None:
     """Leases (the reconcile run's lock): who holds a named lock and until when, in the database
     so that it outlives the process that took it only until it expires, and binds every process
     that shares the database."""
@@ -102,11 +116,25 @@ def _leases(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _shared_log(con: Executor) -> None:
+    """PostgreSQL, where several replicas share the log: the log head (sequence numbers handed
+    out in commit order, ingest/postgres_store.py), the keyed tables ingest decides from
+    (duplicates, refund ceilings, claims, clicks, bindings: the embedded backend keeps them in
+    its key index file beside the database, ingest/hotkeys.py), the indexes the hot path looks
+    up by, the database's identity (for the reconciler's working copy), and the raw log made
+    append-only by the database itself. Nothing changes in an embedded database."""
+    if con.dialect != "postgresql":
+        return
+    for ddl in POSTGRES_LOG_DDL:
+        con.execute(ddl)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
     Migration(3, "dashboard sessions in the database", _sessions),
     Migration(4, "leases: the reconcile run lock in the database", _leases),
+    Migration(5, "PostgreSQL: log head, ingest's keyed tables, append-only raw log", _shared_log),
 )
 LATEST = MIGRATIONS[-1].version
 
@@ -126,27 +154,27 @@ class Applied:
     applied_at: datetime
 
 
-def current_version(con: duckdb.DuckDBPyConnection) -> int:
+def current_version(con: Target) -> int:
     """The database's schema version: 0 for a new database or one older than versioning."""
-    known = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-    ).fetchone()
-    if known == (0,):
+    db = _executor(con)
+    known = db.rows(
+        "SELECT count(*) FROM information_schema.tables"
+        " WHERE table_name = 'schema_version' AND table_schema = current_schema()"
+    )
+    if known == [(0,)]:
         return 0
-    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    rows = db.rows("SELECT max(version) FROM schema_version")
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
 
-def history(con: duckdb.DuckDBPyConnection) -> list[Applied]:
+def history(con: Target) -> list[Applied]:
     if current_version(con) == 0:
         return []
-    rows = con.execute(
-        "SELECT version, description, applied_at FROM schema_version ORDER BY version"
-    ).fetchall()
+    rows = _executor(con).rows("SELECT version, description, applied_at FROM schema_version ORDER BY version")
     return [Applied(int(v), str(d), at) for v, d, at in rows]
 
 
-def check(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+def check(con: Target, migrations: Sequence[Migration] = MIGRATIONS) -> int:
     """The database's version; raises `DatabaseTooNew` when this release cannot serve it."""
     version = current_version(con)
     latest = migrations[-1].version
@@ -158,34 +186,59 @@ def check(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration] = MIGR
     return version
 
 
-def pending(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:
+def pending(con: Target, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:
     version = check(con, migrations)
     return [m for m in migrations if m.version > version]
 
 
+# The advisory lock PostgreSQL replicas migrate under (any constant of our own).
+_MIGRATION_LOCK = 0x7A11_0001
+
+
+@contextmanager
+def _exclusive(db: Executor) -> Iterator[None]:
+    """On PostgreSQL, one migrating process at a time (the others wait, then find it done)."""
+    if db.dialect != "postgresql":
+        yield
+        return
+    db.execute("SELECT pg_advisory_lock(?)", [_MIGRATION_LOCK])
+    try:
+        yield
+    finally:
+        db.execute("SELECT pg_advisory_unlock(?)", [_MIGRATION_LOCK])
+
+
 def apply(
-    con: duckdb.DuckDBPyConnection,
+    con: Target,
     migrations: Sequence[Migration] = MIGRATIONS,
     on_step: Callable[[Migration], None] | None = None,
 ) -> list[Migration]:
     """Apply every pending migration in order, one transaction each; return those applied."""
     _ordered(migrations)
-    todo = pending(con, migrations)
+    db = _executor(con)
+    with _exclusive(db):
+        return _apply(db, migrations, on_step)
+
+
+def _apply(
+    db: Executor, migrations: Sequence[Migration], on_step: Callable[[Migration], None] | None
+) -> list[Migration]:
+    todo = pending(db, migrations)
     done: list[Migration] = []
     for migration in todo:
         if on_step is not None:
             on_step(migration)
-        con.execute("BEGIN TRANSACTION")
+        db.execute("BEGIN TRANSACTION")
         try:
-            con.execute(VERSION_DDL)
-            migration.steps(con)
-            con.execute(
+            db.execute(VERSION_DDL)
+            migration.steps(db)
+            db.execute(
                 "INSERT INTO schema_version VALUES (?, ?, ?)",
                 [migration.version, utcnow(), migration.description],
             )
-            con.execute("COMMIT")
+            db.execute("COMMIT")
         except Exception as exc:
-            con.execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise MigrationFailed(
                 f"migration {migration.version} ({migration.description}) failed, "
                 f"the database stays at version {migration.version - 1}: {exc}"

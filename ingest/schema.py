@@ -66,6 +66,10 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
 RAW_EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("seq", "BIGINT NOT NULL"),
     ("received_at", "TIMESTAMPTZ NOT NULL"),
@@ -177,6 +181,101 @@ CONTROL_PLANE_DDL: tuple[str, ...] = (
 )
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# (field, storage kind, nullable) of every raw-log column, checked before a row is buffered.
+_RAW_CHECKS: tuple[tuple[str, str, bool], ...] = tuple(
+    (name, typ.split()[0], "NOT NULL" not in typ) for name, typ in RAW_EVENT_COLUMNS
+)
+
+
+def _text(value: str) -> bool:
+    """Text both backends store: UTF-8 without NUL (PostgreSQL's text cannot hold U+0000)."""
+    if value.isascii():
+        return "\x00" not in value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, from a JSON `\ud800` escape
+        return False
+    return "\x00" not in value
+
+
+def storable(row: Mapping[str, Any]) -> list[dict[str, str]]:
+    """What in a raw-log row its column types cannot hold, on either backend (empty when all of
+    it fits): checked before a row is accepted, so nothing acknowledged is refused later."""
+    problems = []
+    for name, kind, nullable in _RAW_CHECKS:
+        value = row.get(name)
+        if value is None:
+            fits = nullable
+        elif kind == "BIGINT":
+            fits = type(value) is int and _INT64_MIN <= value <= _INT64_MAX
+        elif kind == "VARCHAR":
+            fits = type(value) is str and _text(value)
+        elif kind == "BOOLEAN":
+            fits = type(value) is bool
+        else:  # TIMESTAMPTZ
+            fits = isinstance(value, datetime) and value.tzinfo is not None
+        if not fits:
+            problems.append({"field": name, "message": f"cannot be stored as {kind}"})
+    return problems
+
+
 def raw_events_ddl() -> str:
     cols = ",\n    ".join(f"{name} {typ}" for name, typ in RAW_EVENT_COLUMNS)
     return f"CREATE TABLE IF NOT EXISTS raw_events (\n    {cols})"
+
+
+# PostgreSQL only (migration 5): what several replicas sharing one log need from the database.
+# - `log_head`: the last raw `seq` and tracking-log id handed out. A group commit takes its
+#   numbers by updating this one row as its last step, so the row's lock orders commits: seqs
+#   become visible in order, and no lower seq can appear after a higher one was read (the
+#   reconciler's watermark, ingest/postgres_store.py).
+# - `key_*`: what ingest decides from, kept by the database's own unique keys (the embedded
+#   backend keeps the same tables in its key index file, ingest/hotkeys.py).
+# - `tally_meta`: the database's identity, which the reconciler's working copy is tied to;
+#   `rc_runs.run_no`: the order runs were published in.
+# - triggers that refuse UPDATE, DELETE and TRUNCATE on `raw_events`: the log is append-only in
+#   the database itself, whatever a client tries.
+POSTGRES_LOG_DDL: tuple[str, ...] = (
+    "CREATE UNIQUE INDEX raw_events_seq ON raw_events (seq)",
+    "CREATE INDEX raw_events_program_seq ON raw_events (program_id, seq)",
+    "CREATE UNIQUE INDEX tracking_log_id ON tracking_log (log_id)",
+    "CREATE INDEX tracking_log_program ON tracking_log (program_id, log_id)",
+    "CREATE INDEX credentials_subject ON credentials (kind, subject_id) WHERE revoked_at IS NULL",
+    "CREATE INDEX memberships_account ON memberships (account_id)",
+    """CREATE TABLE log_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq BIGINT NOT NULL,
+        log_id BIGINT NOT NULL)""",
+    """INSERT INTO log_head SELECT 1, coalesce((SELECT max(seq) FROM raw_events), 0),
+        coalesce((SELECT max(log_id) FROM tracking_log), 0)""",
+    """CREATE TABLE tally_meta (name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)""",
+    # The order runs were published in (the embedded database has its rowid).
+    "ALTER TABLE rc_runs ADD COLUMN run_no BIGSERIAL",
+    "INSERT INTO tally_meta VALUES ('identity', md5(random()::text || clock_timestamp()::text))",
+    """CREATE TABLE key_clicks (program_id VARCHAR NOT NULL, click_id VARCHAR NOT NULL,
+        partner_code VARCHAR NOT NULL, PRIMARY KEY (program_id, click_id))""",
+    """CREATE TABLE key_bindings (program_id VARCHAR NOT NULL, customer VARCHAR NOT NULL,
+        lead_event_id VARCHAR NOT NULL, click_id VARCHAR, partner_code VARCHAR,
+        PRIMARY KEY (program_id, customer))""",
+    """CREATE TABLE key_provisional (program_id VARCHAR NOT NULL, customer VARCHAR NOT NULL,
+        click_id VARCHAR, PRIMARY KEY (program_id, customer))""",
+    """CREATE TABLE key_ledgers (id BIGSERIAL PRIMARY KEY, amount BIGINT, currency VARCHAR,
+        refunded BIGINT NOT NULL DEFAULT 0)""",
+    """CREATE TABLE key_sales (program_id VARCHAR NOT NULL, key VARCHAR NOT NULL,
+        ledger BIGINT NOT NULL REFERENCES key_ledgers (id), PRIMARY KEY (program_id, key))""",
+    """CREATE TABLE key_refunds (program_id VARCHAR NOT NULL, refund_id VARCHAR NOT NULL,
+        PRIMARY KEY (program_id, refund_id))""",
+    "CREATE TABLE key_events (event_id VARCHAR PRIMARY KEY)",
+    """CREATE TABLE key_claims (program_id VARCHAR NOT NULL, key VARCHAR NOT NULL,
+        PRIMARY KEY (program_id, key))""",
+    """CREATE FUNCTION tally_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'raw_events is append-only: % refused', TG_OP
+            USING ERRCODE = 'insufficient_privilege';
+    END $$""",
+    """CREATE TRIGGER raw_events_append_only BEFORE UPDATE OR DELETE ON raw_events
+        FOR EACH ROW EXECUTE FUNCTION tally_append_only()""",
+    """CREATE TRIGGER raw_events_no_truncate BEFORE TRUNCATE ON raw_events
+        FOR EACH STATEMENT EXECUTE FUNCTION tally_append_only()""",
+)

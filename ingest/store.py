@@ -1,25 +1,40 @@
-"""The storage contract: what the services and the API need from a backend.
+"""The storage contract: what the services, the API and the reconciler need from a backend.
 
-One backend exists today (`ingest/duckdb_store.py`, the embedded default), picked from
-`TALLY_DATABASE` by `ingest.backend.open_store`, the only place that names a backend. A
-PostgreSQL backend for several API replicas must satisfy the same protocols and pass
-`tests/ingest/test_store_contract.py`.
+Two backends satisfy it, picked from `TALLY_DATABASE` by `ingest.backend.open_store`, the only
+place that names one: the embedded DuckDB file (`ingest/duckdb_store.py`, one process) and
+PostgreSQL (`ingest/postgres_store.py`, several replicas). `tests/ingest/test_store_contract.py`
+is the specification both pass.
 
-The seams: `Store` (hot-path lookups, the control plane, sessions, leases, `begin()` for the
-writer), `Tx` (the write side: appends, claims, control-plane writes), `Reader` (reports and
-reads), and `snapshot()`, the reconciler's handle (reconcile/ keeps DuckDB as its engine).
+The seams:
+
+- `Store`: hot-path lookups, the control plane, dashboard sessions, leases (the reconcile run
+  lock), the watermark, readiness, `begin()` for the writer.
+- `Tx`: the write side, one group commit: appends, claims that report what they claimed,
+  lookups that see the transaction's own writes, control-plane writes.
+- `Reader`: reports, reads and the dashboard: the materialised tables, the latest run, period
+  closes, and the raw log for books as of a close.
+- `Engine` (`Store.engine()`): the reconciler's DuckDB connection over the log for one run, and
+  where its results are published besides. The embedded database is its own engine; a shared
+  database feeds a working copy through a `LogSource` (chunks of the log by sequence range
+  below a watermark, the control plane) and receives the results through a `ResultSink`
+  (tables replaced or patched, and the run recorded, in one transaction).
+
 Reads may be called from any thread; `begin()` and everything on `Tx` only from the writer thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
     import polars as pl
+    import pyarrow as pa
+
+    from ingest.backup import BackupSummary
 
 from ingest.records import (
     Binding,
@@ -55,6 +70,9 @@ class Reader(Protocol):
         """Several reads inside this block see one state of the tables, whatever a reconcile
         run replaces meanwhile."""
 
+    def latest_run(self) -> tuple[str, datetime] | None:
+        """(run id, finished at) of the newest reconcile run, or None before the first."""
+
     def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:
         """(seq, time) of the first accepted close of `period` (YYYY-MM) in the program's raw
         log, or None while the month is open."""
@@ -77,13 +95,37 @@ class Tx(Protocol):
         that cannot be done short of rolling back the whole transaction."""
 
     def append(self, row: Mapping[str, Any]) -> int:
-        """Append one raw-log row (missing typed fields are NULL); returns its sequence number.
-        Raises `ValidationFailed` when a value does not fit its column's type."""
+        """Append one raw-log row (missing typed fields are NULL); returns its sequence number,
+        or a stand-in for it that `log` and `claim_keys` take (where numbers are handed out at
+        commit). Raises `ValidationFailed` when a value does not fit its column's type."""
 
     def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> list[str]:
         """Claim idempotency keys (sale ids, processor event ids); returns those this write
         claimed. A key already taken is left out: the conflict is the write's result, decided
-        by the backend's unique key, not by a read before it."""
+        by the backend's unique key, not by a read before it (another process's claim of the
+        same key, still in flight, is waited for)."""
+
+    # Lookups inside the transaction: they see its own appends (and, on a shared database,
+    # lock what a decision depends on: a sale's ledger until the transaction ends).
+    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None: ...
+
+    def refund_seen(self, program_id: str, refund_id: str) -> bool: ...
+
+    def event_seen(self, event_id: str) -> bool: ...
+
+    def click_partner(self, program_id: str, click_id: str) -> str | None: ...
+
+    def binding(self, program_id: str, customer_key: str) -> Binding | None: ...
+
+    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]: ...
+
+    def credential_used(self, token_hash: str) -> bool:
+        """Whether a credential with this hash was ever issued (revoked ones included)."""
+
+    def programs_for_stripe_account(self, account: str) -> list[Program]:
+        """The programs connected to processor account `account`, this transaction's changes
+        included (on a shared database the account is held until the transaction ends, so two
+        workspaces claiming it at once are decided one after the other)."""
 
     def log(
         self,
@@ -116,14 +158,75 @@ class Tx(Protocol):
 
     def flag_credential(self, token_hash: str, flagged_at: datetime, deadline: datetime) -> None: ...
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Run a statement inside the transaction (materialised tables, reconcile runs)."""
-
     def commit(self) -> None:
         """Make the transaction durable; raises `DatabaseUnavailable` on a resource fault
         (disk full, database unreachable), having stored nothing of it."""
 
     def rollback(self) -> None: ...
+
+
+RunRecord = Mapping[str, Any]  # one `rc_runs` row: {column: value}
+
+
+@dataclass
+class Changes:
+    """What an incremental reconcile run changes in the published tables: rows deleted by key
+    (`deletes`: table -> (key column, keys)), tables replaced whole, rows inserted, scratch
+    tables for the statements (temporary, by name), then `statements` run in order (in the
+    sink's dialect, `$1`-style parameters)."""
+
+    deletes: dict[str, tuple[str, pa.Array]] = field(default_factory=dict)
+    replaces: dict[str, pa.Table] = field(default_factory=dict)
+    inserts: dict[str, pa.Table] = field(default_factory=dict)
+    scratch: dict[str, pa.Table] = field(default_factory=dict)
+    statements: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+
+
+class LogSource(Protocol):
+    """The shared log, as the reconciler's working copy reads it."""
+
+    def identity(self) -> str:
+        """Which database this is (a working copy of another one is thrown away)."""
+
+    def watermark(self) -> int:
+        """Every raw row with `seq` at or below this number is readable now, and no row with a
+        lower `seq` can appear later."""
+
+    def control(self) -> tuple[pa.Table, pa.Table]:
+        """The `programs` and `partners` tables, whole."""
+
+    def raw(self, after_seq: int, upto_seq: int, program_id: str | None = None) -> Iterator[pa.RecordBatch]:
+        """Raw rows with `after_seq < seq <= upto_seq` (of one program, if given), in seq order."""
+
+
+class ResultSink(Protocol):
+    """Where the reconciler publishes its tables for every process to read."""
+
+    dialect: str
+
+    def latest_run(self) -> str | None:
+        """The id of the run the published tables are of (None before the first)."""
+
+    def replace(
+        self, tables: Iterable[tuple[str, pa.RecordBatchReader]], views: Mapping[str, str], run: RunRecord
+    ) -> None:
+        """Replace every table (name, rows: each read whole before the next is asked for) and
+        view (name, SELECT) and record the run, in one transaction."""
+
+    def patch(self, changes: Changes, run: RunRecord) -> None:
+        """Apply an incremental run's changes and record the run, in one transaction."""
+
+
+class Engine(Protocol):
+    """The reconciler's engine for one run: `cursor`, a DuckDB connection over the log
+    (`reconcile/job.py` runs on it), and `publish`, what to do with a run's results besides
+    (None where the engine's database is the store's own; reconcile.engine.Publisher)."""
+
+    cursor: Any
+    publish: Any
+
+
+Progress = Callable[[str, int, int], None]
 
 
 class Store(Protocol):
@@ -132,7 +235,7 @@ class Store(Protocol):
     def begin(self) -> Tx: ...
 
     def flush(self) -> None:
-        """Make everything committed visible to `query` (writer thread only); a no-op where
+        """Make everything committed visible to reads (writer thread only); a no-op where
         commits go straight to the database."""
 
     schema_version: int  # the database's schema version (ingest/migrations.py)
@@ -142,9 +245,17 @@ class Store(Protocol):
     def reader(self) -> AbstractContextManager[Reader]:
         """A `Reader` on a fresh snapshot, for one thread, closed when the block ends."""
 
-    def snapshot(self) -> AbstractContextManager[Any]:
-        """The reconciler's handle on the database (reconcile/job.py runs on it), closed when
-        the block ends. Opaque outside reconcile/ and ingest/: nothing in api/ looks into it."""
+    def engine(self) -> AbstractContextManager[Engine]:
+        """The reconciler's engine, brought up to the watermark, for the block (one at a time:
+        callers hold the reconcile lease)."""
+
+    def check_backup(self, path: str) -> None:
+        """Raises `ValidationFailed` when a backup cannot be written to `path` (before any work)."""
+
+    def backup(self, path: str, sync: Callable[[], None], progress: Progress) -> BackupSummary:
+        """A consistent copy of the database at `path` on this machine, while it serves
+        (`sync` makes every acknowledged write visible first). Raises `ValidationFailed` when
+        the path cannot take it, or when the backend is backed up by its own tools."""
 
     def resource_fault(self, exc: BaseException) -> bool:
         """Whether `exc` (or what it wraps) is the database failing rather than its data."""
@@ -159,7 +270,7 @@ class Store(Protocol):
         above it may still be on their way (committed, not yet visible)."""
 
     def backlog(self) -> tuple[int, float]:
-        """Committed rows not yet visible to `query`, and the age in seconds of the oldest."""
+        """Committed rows not yet visible to reads, and the age in seconds of the oldest."""
 
     def readiness(self) -> str | None:
         """Why writes cannot be taken right now (a resource fault), or None when they can."""
@@ -218,6 +329,3 @@ class Store(Protocol):
     def checklist(self, program_id: str) -> dict[str, datetime]: ...
 
     def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]: ...
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """A read-only query on a snapshot (reports and reads of materialised tables)."""

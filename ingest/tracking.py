@@ -69,6 +69,13 @@ async def log_refusal(writer: Writer, call: Call, program_id: str, error: TallyE
     await writer.run(op)
 
 
+def _lost(tx: Tx, mark: object) -> None:
+    """Drop what an operation wrote since `mark` because its claim was refused: the key is
+    another write's (the operation then records the attempt as a duplicate)."""
+    if not tx.release(mark):
+        raise RuntimeError("a refused claim's writes could not be dropped")
+
+
 def _warning(code: str, message: str) -> dict[str, Any]:
     return {"code": code, "message": message}
 
@@ -140,7 +147,7 @@ async def record_lead(
         click_id = inp.click_id
         if click_id is None and not provisional:
             # Settling a provisional browser lead keeps the click it carried.
-            _, click_id = store.provisional_click(pid, customer)
+            _, click_id = tx.provisional_click(pid, customer)
         seq = tx.append(
             _row(
                 call,
@@ -206,29 +213,23 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
     }
 
     def op(tx: Tx) -> str | None:
-        if store.sale(pid, [txn]) is not None:
-            seq = tx.append(_row(call, pid, "sale", outcome="duplicate", **typed))
-            _log(
-                tx,
-                call,
-                pid,
-                409,
-                "duplicate_transaction",
-                f"transaction {txn} already recorded",
-                seq,
-            )
-            return None
-        partner: str | None = None
-        if inp.click_id is not None:
-            partner = store.click_partner(pid, inp.click_id)
-        if partner is None:
-            binding = store.binding(pid, customer)
-            partner = binding.partner_code if binding else None
-        seq = tx.append(_row(call, pid, "sale", **typed))
-        tx.claim_keys(pid, [txn], seq)
-        _log(tx, call, pid, 200, "accepted", f"sale {txn} {amount} {inp.currency}", seq)
-        tx.check(pid, "sale_received", call.received_at)
-        return partner or ""
+        if tx.sale(pid, [txn]) is None:
+            mark = tx.mark()
+            seq = tx.append(_row(call, pid, "sale", **typed))
+            if tx.claim_keys(pid, [txn], seq):
+                partner: str | None = None
+                if inp.click_id is not None:
+                    partner = tx.click_partner(pid, inp.click_id)
+                if partner is None:
+                    binding = tx.binding(pid, customer)
+                    partner = binding.partner_code if binding else None
+                _log(tx, call, pid, 200, "accepted", f"sale {txn} {amount} {inp.currency}", seq)
+                tx.check(pid, "sale_received", call.received_at)
+                return partner or ""
+            _lost(tx, mark)  # another process recorded this transaction first
+        seq = tx.append(_row(call, pid, "sale", outcome="duplicate", **typed))
+        _log(tx, call, pid, 409, "duplicate_transaction", f"transaction {txn} already recorded", seq)
+        return None
 
     partner = await writer.run(op)
     if partner is None:
@@ -292,31 +293,28 @@ async def record_refund(store: Store, writer: Writer, call: Call, inp: RefundIn,
     }
 
     def op(tx: Tx) -> tuple[str, bool]:
-        if store.refund_seen(pid, inp.refund_id):
-            seq = tx.append(_row(call, pid, "refund", outcome="duplicate", **typed))
-            _log(
-                tx,
-                call,
-                pid,
-                409,
-                "duplicate_refund",
-                f"refund {inp.refund_id} already recorded",
-                seq,
-            )
-            return "duplicate", False
-        ledger = store.sale(pid, [inp.transaction_id])
-        if ledger is not None and ledger.amount is not None:
-            left = ledger.amount - ledger.refunded
-            if inp.amount > left:
-                raise RefundExceedsSale(
-                    f"refund {inp.refund_id} of {inp.amount} exceeds the {left} left to refund "
-                    f"on sale {inp.transaction_id}",
-                    remaining=left,
-                )
-        seq = tx.append(_row(call, pid, "refund", currency=ledger.currency if ledger else None, **typed))
-        tx.claim_keys(pid, [f"refund:{inp.refund_id}"], seq)
-        _log(tx, call, pid, 200, "accepted", f"refund {inp.refund_id} of {inp.transaction_id}", seq)
-        return "accepted", ledger is not None
+        # The sale's ledger first: on a shared database that read holds it until the commit, so
+        # the checks below see every refund of it that committed before.
+        ledger = tx.sale(pid, [inp.transaction_id])
+        if not tx.refund_seen(pid, inp.refund_id):
+            if ledger is not None and ledger.amount is not None:
+                left = ledger.amount - ledger.refunded
+                if inp.amount > left:
+                    raise RefundExceedsSale(
+                        f"refund {inp.refund_id} of {inp.amount} exceeds the {left} left to refund "
+                        f"on sale {inp.transaction_id}",
+                        remaining=left,
+                    )
+            mark = tx.mark()
+            currency = ledger.currency if ledger else None
+            seq = tx.append(_row(call, pid, "refund", currency=currency, **typed))
+            if tx.claim_keys(pid, [f"refund:{inp.refund_id}"], seq):
+                _log(tx, call, pid, 200, "accepted", f"refund {inp.refund_id} of {inp.transaction_id}", seq)
+                return "accepted", ledger is not None
+            _lost(tx, mark)  # another process recorded this refund first
+        seq = tx.append(_row(call, pid, "refund", outcome="duplicate", **typed))
+        _log(tx, call, pid, 409, "duplicate_refund", f"refund {inp.refund_id} already recorded", seq)
+        return "duplicate", False
 
     outcome, known = await writer.run(op)
     if outcome == "duplicate":

@@ -82,13 +82,21 @@ def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def refresh_sql(now_param: str = "?") -> tuple[str, str]:
+def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str]:
     """Two UPDATE statements (each taking `now` twice) that set `pending` / `approved` as of
     `now` on every commission line and sale whose status is one of those two. A line's
     `available_at` is stored; a sale's is occurred_at + its program's holding days (table
     `_rc_holding(program_id, holding_days)`, else schema.PROGRAM_DEFAULTS), in
-    microseconds so that no session time zone takes part."""
-    line = f"CASE WHEN {now_param} >= available_at THEN 'approved' ELSE 'pending' END"
+    microseconds so that no session time zone takes part. `dialect` duckdb or postgresql (the
+    published tables of a shared database, ingest/postgres_log.py)."""
+
+    def epoch_us(value: str) -> str:
+        if dialect == "postgresql":
+            return f"CAST(extract(epoch FROM CAST({value} AS TIMESTAMPTZ)) * 1000000 AS BIGINT)"
+        return f"epoch_us({value})"
+
+    now = f"CAST({now_param} AS TIMESTAMPTZ)" if dialect == "postgresql" else now_param
+    line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
     lines = (
         f"UPDATE rc_commissions SET status = {line}"
         f" WHERE status IN ('pending', 'approved') AND status <> {line}"
@@ -99,7 +107,7 @@ def refresh_sql(now_param: str = "?") -> tuple[str, str]:
         f" WHERE h.program_id = rc_sales.program_id), {default})"
     )
     sale = (
-        f"CASE WHEN epoch_us({now_param}) >= epoch_us(occurred_at) + {days} * CAST(86400000000 AS BIGINT)"
+        f"CASE WHEN {epoch_us(now_param)} >= {epoch_us('occurred_at')} + {days} * CAST(86400000000 AS BIGINT)"
         " THEN 'approved' ELSE 'pending' END"
     )
     sales = (

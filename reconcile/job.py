@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import duckdb
 import polars as pl
@@ -86,7 +87,7 @@ class ReconcileFailed(Exception):
     """Raised by `run` when a run could not be completed; the previous results are kept."""
 
 
-Cursor = duckdb.DuckDBPyConnection  # the engine handle `Store.snapshot()` gives the job
+Cursor = duckdb.DuckDBPyConnection  # the engine's connection (`Store.engine()`) the job runs on
 
 
 def unroutable_count(con: Cursor) -> int | None:
@@ -350,8 +351,23 @@ def write(
     return _transaction(con, run_id, work)
 
 
+class Publish(Protocol):
+    """Where a run's results go besides the engine's own tables (reconcile/engine.py): called
+    inside the run's final transaction, after its tables and record are in place, so that a
+    failure to publish rolls the run back."""
+
+    def full(self, con: duckdb.DuckDBPyConnection) -> None: ...
+
+    def patch(self, con: duckdb.DuckDBPyConnection, patch: incremental.Patch) -> None: ...
+
+
 def run(
-    con: duckdb.DuckDBPyConnection, now: datetime, on_progress: Progress | None = None, *, full: bool = False
+    con: duckdb.DuckDBPyConnection,
+    now: datetime,
+    on_progress: Progress | None = None,
+    *,
+    full: bool = False,
+    publish: Publish | None = None,
 ) -> RunSummary:
     """Reconcile everything in `raw_events` as of `now` and materialise the results.
 
@@ -394,12 +410,20 @@ def run(
         def swap() -> RunSummary:
             _swap_in(con, run_id)
             mirror.register(con)
-            return _record(con, run_id, now, started, counts, "full", fingerprint)
+            summary = _record(con, run_id, now, started, counts, "full", fingerprint)
+            if publish is not None:
+                report("publish", 0, 1)
+                publish.full(con)
+            return summary
 
         def apply() -> RunSummary:
             assert patch is not None
             mirror.register(con)
-            return _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
+            summary = _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
+            if publish is not None:
+                report("publish", 0, 1)
+                publish.patch(con, patch)
+            return summary
 
         summary = _transaction(con, run_id, swap if patch is None else apply)
     except BaseException as exc:

@@ -80,10 +80,8 @@ def finance(db: Reader, program_id: str, period: str, program_name: str | None =
 
 def latest_run(db: Reader) -> tuple[str | None, datetime | None]:
     """(run id, finished at) of the newest reconcile run, or (None, None) before the first."""
-    if not db.table_exists("rc_runs"):
-        return None, None
-    row = db.one("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1")
-    return (str(row[0]), row[1]) if row else (None, None)
+    found = db.latest_run()
+    return found if found is not None else (None, None)
 
 
 def period_close(db: Reader, program_id: str, period: str) -> tuple[int, datetime] | None:

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings, load_settings
 from tests import hypothesis_profiles
+from tests.pg import Server
 
 # -- hypothesis profiles: registered in tests/hypothesis_profiles.py, chosen by TALLY_HYPOTHESIS --
 hypothesis_profiles.load()
@@ -29,10 +30,47 @@ WEBHOOK_SECRET = "whsec_test_primary"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# -- the backends: every test that takes `backend` (through `database`, `settings`, `client`,
+# `world`...) runs on the embedded DuckDB file and on PostgreSQL, unless it is marked `embedded`
+# (it looks into the embedded backend's own files: journal, key index, DuckDB file, tmpfs faults).
+BACKENDS = ("duckdb", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        embedded = metafunc.definition.get_closest_marker("embedded") is not None
+        metafunc.parametrize("backend", BACKENDS[:1] if embedded else BACKENDS, indirect=True)
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    """This worker's PostgreSQL cluster (tests/pg.py), started once."""
+    server = Server()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh database of the test's backend: a DuckDB file, or a PostgreSQL database URL."""
+    if backend == "postgresql":
+        server: Server = request.getfixturevalue("pg_server")
+        return server.fresh_database()
+    return str(tmp_path / "tally.duckdb")
+
+
+@pytest.fixture
+def settings(database: str, tmp_path: Path) -> Settings:
     return load_settings(
-        database=str(tmp_path / "tally.duckdb"),
+        database=database,
+        engine_dir=str(tmp_path / "engine"),
         operator_token=OPERATOR_TOKEN,
         base_url="http://testserver",
         stripe_webhook_secrets=f"{WEBHOOK_SECRET},whsec_test_rolled",
@@ -157,7 +195,7 @@ def free_port() -> int:
 @dataclass
 class LiveServer:
     url: str
-    database: Path
+    database: Path  # or a postgresql:// URL
     process: subprocess.Popen[bytes]
     env: dict[str, str]
 
@@ -169,7 +207,7 @@ class LiveServer:
             self.process.stderr.close()
 
 
-def start_server(database: Path, port: int | None = None, **env: str) -> LiveServer:
+def start_server(database: Path | str, port: int | None = None, **env: str) -> LiveServer:
     port = port or free_port()
     full_env = {
         **os.environ,
@@ -195,7 +233,8 @@ def start_server(database: Path, port: int | None = None, **env: str) -> LiveSer
             raise RuntimeError(f"tally serve exited early: {err}")
         try:
             if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return LiveServer(url, database, proc, full_env)
+                kept = database if str(database).startswith("postgresql://") else Path(database)
+                return LiveServer(url, kept, proc, full_env)  # type: ignore[arg-type]
         except httpx.HTTPError:
             pass
         time.sleep(0.1)

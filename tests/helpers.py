@@ -11,6 +11,7 @@ import csv
 import io
 import re
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,13 +66,20 @@ def deliver(
     return client.post("/webhooks/stripe", content=body, headers=headers)
 
 
+def sql_rows(store: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Rows of `sql` (`?` parameters) on a store, through its `Reader` (either backend)."""
+    with store.reader() as db:
+        rows: list[tuple[Any, ...]] = db.rows(sql, params)
+    return rows
+
+
 def query(client: TestClient, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """Rows of `sql` on the app's database, once the writer has flushed everything acknowledged."""
     state = client.app.state.tally  # type: ignore[attr-defined]
     sync = getattr(state.writer, "sync_blocking", None)
     if sync is not None:
         sync()
-    rows: list[tuple[Any, ...]] = state.store.query(sql, params)
+    rows: list[tuple[Any, ...]] = sql_rows(state.store, sql, params)
     return rows
 
 

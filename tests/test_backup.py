@@ -181,6 +181,7 @@ def test_offline_backup_refuses_a_database_a_server_holds(live_server: LiveServe
     assert not (tmp_path / "copy.duckdb").exists()
 
 
+@pytest.mark.embedded
 def test_the_endpoint_answers_with_the_summary_and_the_copy_opens(
     client: TestClient, world: World, tmp_path: Path
 ) -> None:
@@ -197,6 +198,7 @@ def test_the_endpoint_answers_with_the_summary_and_the_copy_opens(
     assert accepted_sales(target) == {"t1": 1}
 
 
+@pytest.mark.embedded
 def test_the_endpoint_streams_progress_lines(client: TestClient, world: World, tmp_path: Path) -> None:
     target = tmp_path / "copy.duckdb"
     headers = {**OP, "Accept": "application/x-ndjson"}
@@ -250,6 +252,7 @@ def _bad_paths(tmp_path: Path, database: Path) -> list[str]:
     ]
 
 
+@pytest.mark.embedded
 def test_a_path_that_cannot_take_the_copy_is_a_422_envelope(client: TestClient, tmp_path: Path) -> None:
     database = tmp_path / "tally.duckdb"  # the `settings` fixture's database
     for path in _bad_paths(tmp_path, database):
@@ -269,6 +272,7 @@ def test_a_path_that_cannot_take_the_copy_is_a_422_envelope(client: TestClient, 
 
 
 @pytest.mark.parametrize("room", [0, 64 * 1024, 1024 * 1024])
+@pytest.mark.embedded
 def test_a_full_disk_at_the_target_is_a_422_and_leaves_nothing(
     client: TestClient, world: World, small_disk: Path, room: int
 ) -> None:
@@ -320,6 +324,7 @@ def test_the_cli_reports_a_refusal_in_one_line(live_server: LiveServer, tmp_path
     assert not (tmp_path / "c.duckdb").exists()
 
 
+@pytest.mark.embedded
 def test_writes_committed_during_the_copy_stay_out_of_it(
     client: TestClient, world: World, tmp_path: Path
 ) -> None:
@@ -337,8 +342,20 @@ def test_writes_committed_during_the_copy_stay_out_of_it(
                 assert world.sale(transaction_id=injected[-1]).status_code == 200
             st.writer.sync_blocking()  # in DuckDB now, not only in the journal
 
-    with st.store.snapshot() as cur:
+    with st.store._cursor() as cur:
         copy_database(cur, check_target(str(target), st.settings.database), st.writer.sync_blocking, progress)
     assert injected
     assert accepted_sales(target) == {"before": 1}
     _assert_whole_groups(target, None)
+
+
+def test_a_shared_database_is_not_copied_by_tally(client: TestClient, backend: str, tmp_path: Path) -> None:
+    """On PostgreSQL the endpoint refuses before any work and says what backs it up instead."""
+    if backend != "postgresql":
+        return  # the embedded backend's copies are the tests above
+    target = tmp_path / "copy.duckdb"
+    r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "validation_error"
+    assert "pg_dump" in r.json()["error"]["message"]
+    assert not target.exists()

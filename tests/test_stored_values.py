@@ -4,6 +4,7 @@ start-up, a reconcile, or a later sale: a database poisoned by an older release 
 from __future__ import annotations
 
 import duckdb
+import pytest
 from starlette.testclient import TestClient
 
 from api.app import create_app
@@ -15,6 +16,7 @@ from tests.helpers import deliver, renewal_event
 ACCOUNT = "acct_stored_values"
 
 
+@pytest.mark.embedded
 def test_settings_and_deadlines_poisoned_by_an_older_release_are_read_within_bounds(
     settings: Settings,
 ) -> None:

@@ -19,7 +19,7 @@ from api.http import body_model, ok
 from api.openapi import OPERATOR_TOKEN, Doc, document
 from api.state import State
 from api.streaming import Progress, progress_stream, summary_view
-from ingest.backup import BackupSummary, check_target, copy_database, set_aside_count
+from ingest.backup import BackupSummary
 from ingest.errors import ValidationFailed
 from ingest.inputs import Strict
 
@@ -29,11 +29,8 @@ class BackupIn(Strict):
 
 
 def _backup(st: State, path: str, progress: Progress) -> BackupSummary:
-    target = check_target(path, st.settings.database)  # again: the directory may have changed
-    with st.store.snapshot() as cur:
-        return copy_database(
-            cur, target, st.writer.sync_blocking, progress, set_aside_count(st.settings.database)
-        )
+    # The target is checked again inside: its directory may have changed meanwhile.
+    return st.store.backup(path, st.writer.sync_blocking, progress)
 
 
 def _quiet(stage: str, done: int, total: int) -> None:
@@ -44,7 +41,7 @@ async def backup(request: Request) -> Response:
     require_operator(request)
     _, inp = await body_model(request, BackupIn)
     st = state(request)
-    check_target(inp.path, st.settings.database)
+    st.store.check_backup(inp.path)
     if "application/x-ndjson" in request.headers.get("accept", ""):
         return progress_stream(lambda progress: _backup(st, inp.path, progress))
     summary = await asyncio.to_thread(_backup, st, inp.path, _quiet)

@@ -5,6 +5,7 @@ period is held to `ingest/bounds.py` when it arrives; at the bound it is taken, 
 from __future__ import annotations
 
 import logging
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.testclient import TestClient
 from ingest.bounds import MAX_AMOUNT
 from ingest.records import ProgramSettings
 from tests.conftest import OP, World, bearer, start_server
-from tests.helpers import logged_in, program_path, settings_form
+from tests.helpers import logged_in, program_path, settings_form, sql_rows
 
 BIG = 2**63  # one past BIGINT: the value that wedged the journal copier
 
@@ -24,7 +25,7 @@ BIG = 2**63  # one past BIGINT: the value that wedged the journal copier
 def rows(client: TestClient, sql: str) -> list[tuple[Any, ...]]:
     state = client.app.state.tally  # type: ignore[attr-defined]
     state.writer.sync_blocking()
-    found: list[tuple[Any, ...]] = state.store.query(sql)
+    found: list[tuple[Any, ...]] = sql_rows(state.store, sql)
     return found
 
 
@@ -89,12 +90,8 @@ def test_refund_amount_bounds(world: World) -> None:
 )
 def test_times_within_the_bounds_are_stored_in_utc(world: World, occurred_at: str, stored: str) -> None:
     assert world.sale(occurred_at=occurred_at).status_code == 200
-    found = rows(
-        world.client,
-        "SELECT strftime(timezone('UTC', occurred_at), '%Y-%m-%d %H:%M:%S') FROM raw_events"
-        " WHERE kind = 'sale'",
-    )
-    assert found == [(stored,)]
+    found = rows(world.client, "SELECT occurred_at FROM raw_events WHERE kind = 'sale'")
+    assert [(at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),) for (at,) in found] == [(stored,)]
 
 
 @pytest.mark.parametrize(

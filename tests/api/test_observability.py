@@ -158,7 +158,7 @@ def test_a_reconcile_run_is_logged_with_its_id_mode_and_rows(world: World, json_
 
 
 # -- metrics ---------------------------------------------------------------------------------------
-def test_metrics_move_with_real_traffic(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_move_with_real_traffic(world: World, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(writer_module, "COPY_EVERY_SECONDS", 3600.0)  # journaled rows wait for a flush
     client = world.client
     before = scrape(client)
@@ -191,8 +191,11 @@ def test_metrics_move_with_real_traffic(world: World, monkeypatch: pytest.Monkey
     assert value(mid, "tally_group_commit_wait_seconds_count") == value(
         mid, "tally_group_commit_operations_count"
     )
-    assert value(mid, "tally_journal_backlog_rows") > 0 and value(mid, "tally_journal_backlog_batches") >= 5
-    assert value(mid, "tally_journal_backlog_age_seconds") > 0
+    if backend == "duckdb":  # journaled, not yet copied into the database (PostgreSQL has no journal)
+        assert (
+            value(mid, "tally_journal_backlog_rows") > 0 and value(mid, "tally_journal_backlog_batches") >= 5
+        )
+        assert value(mid, "tally_journal_backlog_age_seconds") > 0
 
     r = client.post("/api/v1/operator/reconcile", headers=OP)
     assert r.status_code == 200, r.text
@@ -211,6 +214,7 @@ def test_metrics_move_with_real_traffic(world: World, monkeypatch: pytest.Monkey
     assert value(after, "tally_reconcile_failures_total") == 0
 
 
+@pytest.mark.embedded
 def test_set_aside_batches_are_counted(settings: Settings) -> None:
     DuckStore(settings.database).close()
     journal = Journal(Path(f"{settings.database}.journal"))

@@ -10,12 +10,13 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings
 from tests.conftest import World, bearer, make_world
+from tests.helpers import sql_rows
 
 
 def _raw(client: TestClient, sql: str) -> list[tuple[Any, ...]]:
     state = client.app.state.tally  # type: ignore[attr-defined]
     state.writer.sync_blocking()
-    rows: list[tuple[Any, ...]] = state.store.query(sql)
+    rows: list[tuple[Any, ...]] = sql_rows(state.store, sql)
     return rows
 
 

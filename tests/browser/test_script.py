@@ -23,6 +23,7 @@ from ingest.duckdb_store import DuckStore
 from tests.browser.cdp import Chromium, Page
 from tests.browser.conftest import launch
 from tests.conftest import LiveServer, bearer, free_port, make_world
+from tests.helpers import sql_rows
 
 BRAND_HOST = "brand.test"
 NINETY_DAYS = 90 * 24 * 3600
@@ -197,9 +198,10 @@ def test_aff_visit_sets_click_cookie_and_signup_reports_browser_lead(
     tally.server.stop()
     store = DuckStore(tally.server.database)
     try:
-        rows = store.query(
+        rows = sql_rows(
+            store,
             "SELECT kind, click_id, partner_code, customer_key, lead_status, headers FROM raw_events"
-            " WHERE kind IN ('click', 'lead') ORDER BY seq"
+            " WHERE kind IN ('click', 'lead') ORDER BY seq",
         )
     finally:
         store.close()

@@ -7,11 +7,11 @@ import re
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import httpx
+import psycopg
 import pytest
 from starlette.testclient import TestClient
 
@@ -19,7 +19,7 @@ from api.app import create_app
 from api.settings import Settings
 from ingest.clock import utcnow
 from tests.conftest import OP, ROOT, make_world, start_server
-from tests.helpers import deliver, renewal_event
+from tests.helpers import deliver, renewal_event, sql_rows
 
 ACCOUNT = "acct_append_only"
 
@@ -39,15 +39,17 @@ def test_no_code_path_updates_or_deletes_raw_rows() -> None:
             text = path.read_text()
             offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in FORBIDDEN.finditer(text)]
     assert offenders == []
-    # and the only code naming raw_events in an INSERT is the store's bulk append (dynamic
-    # table names elsewhere, e.g. the reconciler's rc_* tables, are covered by the next test)
-    inserts = [
+    # and the only code naming raw_events in an INSERT or a COPY is the stores' bulk append
+    # (embedded, PostgreSQL) and the reconciler's working copy of a shared log, which is a
+    # derived copy, not the log (dynamic table names elsewhere, e.g. the reconciler's rc_*
+    # tables, are covered by the next test)
+    inserts = sorted(
         str(p.relative_to(ROOT))
         for package in PACKAGES
         for p in (ROOT / package).rglob("*.py")
-        if re.search(r"INSERT\s+INTO\s+raw_events|\"raw_events\",\s*\"raw\"", p.read_text())
-    ]
-    assert inserts == ["ingest/duckdb_store.py"]
+        if re.search(r"(INSERT\s+INTO|COPY)\s+raw_events|\"raw_events\",\s*\"raw\"", p.read_text())
+    )
+    assert inserts == ["ingest/duckdb_store.py", "ingest/postgres_store.py", "reconcile/engine.py"]
 
 
 def test_the_pattern_catches_what_it_must() -> None:
@@ -86,9 +88,14 @@ class Watch:
     def of_app(self, step: str, client: TestClient) -> None:
         state = client.app.state.tally  # type: ignore[attr-defined]
         state.writer.sync_blocking()
-        self.take(step, state.store.query("SELECT * FROM raw_events ORDER BY seq"))
+        self.take(step, sql_rows(state.store, "SELECT * FROM raw_events ORDER BY seq"))
 
     def of_file(self, step: str, database: str) -> None:
+        """The raw log read straight from the database, no tally open on it."""
+        if database.startswith("postgresql://"):
+            with psycopg.connect(database, options="-c TimeZone=UTC") as pg:
+                self.take(step, pg.execute(b"SELECT * FROM raw_events ORDER BY seq").fetchall())
+            return
         with duckdb.connect(database, read_only=True) as con:
             self.take(step, con.execute("SELECT * FROM raw_events ORDER BY seq").fetchall())
 
@@ -142,14 +149,14 @@ def test_earlier_rows_stay_identical_through_every_operation(settings: Settings)
             if isinstance(response, httpx.Response):
                 assert response.status_code < 500, (name, response.text)
             watch.of_app(name, client)
-        modes = {r[0] for r in client.app.state.tally.store.query("SELECT mode FROM rc_runs")}  # type: ignore[attr-defined]
+        modes = {r[0] for r in sql_rows(client.app.state.tally.store, "SELECT mode FROM rc_runs")}  # type: ignore[attr-defined]
         assert modes == {"full", "incremental"}
     watch.of_file("restart (closed)", settings.database)
     with TestClient(create_app(settings)) as client:
         watch.of_app("restart (opened)", client)
 
     # journal recovery: a real server, killed while rows are still only in its journal
-    server = start_server(Path(settings.database))
+    server = start_server(settings.database)
     with httpx.Client(base_url=server.url, timeout=10, headers=world.key) as hc:
         for n in range(50):
             body = {"transaction_id": f"in_k{n}", "customer_external_id": "c", "amount": 100}

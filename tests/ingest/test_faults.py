@@ -20,7 +20,7 @@ from ingest.schema import RAW_EVENT_FIELDS
 from ingest.store import Tx
 from ingest.writer import Writer
 from tests.conftest import fill
-from tests.helpers import journal_record, sale_row
+from tests.helpers import journal_record, sale_row, sql_rows
 
 AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 
@@ -43,7 +43,7 @@ def test_a_value_the_columns_cannot_hold_is_refused_before_anything_is_stored(
     assert refused.value.extra["fields"][0]["field"] == field
     assert w.run_sync(lambda tx: tx.append(sale_row(2))) == 1  # the sequence did not move either
     w.sync_blocking()
-    assert store.query("SELECT transaction_id FROM raw_events") == [("in_2",)]
+    assert sql_rows(store, "SELECT transaction_id FROM raw_events") == [("in_2",)]
     assert store.set_aside == 0
 
 
@@ -72,13 +72,13 @@ def test_an_operation_refused_after_writing_leaves_nothing_and_its_group_commits
         futures[1].result()
     assert futures[2].result() == 2
     w.sync_blocking()
-    assert store.query("SELECT transaction_id, seq FROM raw_events ORDER BY seq") == [
+    assert sql_rows(store, "SELECT transaction_id, seq FROM raw_events ORDER BY seq") == [
         ("in_1", 1),
         ("in_3", 2),
     ]
-    assert store.query("SELECT count(*) FROM idempotency_keys") == [(0,)]
-    assert store.query("SELECT count(*) FROM tracking_log") == [(0,)]
-    assert store.query("SELECT count(*) FROM checklist") == [(0,)]
+    assert sql_rows(store, "SELECT count(*) FROM idempotency_keys") == [(0,)]
+    assert sql_rows(store, "SELECT count(*) FROM tracking_log") == [(0,)]
+    assert sql_rows(store, "SELECT count(*) FROM checklist") == [(0,)]
     assert store.sale("p", ["in_2"]) is None and store.checklist("p") == {}
 
 
@@ -102,8 +102,8 @@ def test_a_refusal_after_database_statements_rolls_back_only_that_operation(
     with pytest.raises(ValidationFailed):
         futures[1].result()
     w.sync_blocking()
-    assert store.query("SELECT count(*) FROM workspaces") == [(0,)]
-    assert store.query("SELECT transaction_id FROM raw_events") == [("in_1",)]
+    assert sql_rows(store, "SELECT count(*) FROM workspaces") == [(0,)]
+    assert sql_rows(store, "SELECT transaction_id FROM raw_events") == [("in_1",)]
 
 
 def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tm
 
     store = DuckStore(db)  # start-up never fails on a journal row
     try:
-        assert store.query("SELECT transaction_id FROM raw_events ORDER BY seq") == [("in_1",), ("in_4",)]
+        assert sql_rows(store, "SELECT transaction_id FROM raw_events ORDER BY seq") == [("in_1",), ("in_4",)]
         assert store.set_aside == 2
         kept = sorted(p.name for p in (Path(f"{db}.journal") / "set-aside").iterdir())
         assert kept == ["000000000002.json", "000000000003.json"]
@@ -129,7 +129,7 @@ def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tm
         store.close()
     reopened = DuckStore(db)  # and nothing is copied twice, nor set aside again
     try:
-        assert reopened.query("SELECT count(*) FROM raw_events") == [(2,)]
+        assert sql_rows(reopened, "SELECT count(*) FROM raw_events") == [(2,)]
         assert reopened.set_aside == 0
     finally:
         reopened.close()
@@ -160,13 +160,13 @@ def test_a_full_disk_is_database_unavailable_and_recovers_by_itself(small_disk: 
         w.run_sync(lambda tx: tx.append(sale_row(200)))
         acked.append("in_200")
         w.sync_blocking()
-        stored = [r[0] for r in store.query("SELECT transaction_id FROM raw_events ORDER BY seq")]
+        stored = [r[0] for r in sql_rows(store, "SELECT transaction_id FROM raw_events ORDER BY seq")]
         assert stored == acked
     finally:
         w.stop()
         store.close()
     reopened = DuckStore(small_disk / "d.duckdb")
     try:
-        assert reopened.query("SELECT count(*) FROM raw_events") == [(len(acked),)]
+        assert sql_rows(reopened, "SELECT count(*) FROM raw_events") == [(len(acked),)]
     finally:
         reopened.close()

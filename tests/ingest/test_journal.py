@@ -16,6 +16,7 @@ from ingest.journal import Journal
 from ingest.schema import RAW_EVENT_FIELDS
 from ingest.store import Tx
 from ingest.writer import Writer
+from tests.helpers import sql_rows
 
 AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 
@@ -67,12 +68,12 @@ def test_journaled_batches_are_recovered_after_a_crash(tmp_path: Path) -> None:
         tx.commit()
     # acknowledged, journaled, not yet copied into DuckDB
     assert store.backlog()[0] == 5
-    assert store.query("SELECT count(*) FROM raw_events") == [(0,)]
+    assert sql_rows(store, "SELECT count(*) FROM raw_events") == [(0,)]
     # crash: the process dies without flushing or closing anything (and its lock goes with it)
     store._con.close()
     store._unclaim()
     reopened = DuckStore(db)
-    assert reopened.query("SELECT seq, event_id, received_at FROM raw_events ORDER BY seq") == [
+    assert sql_rows(reopened, "SELECT seq, event_id, received_at FROM raw_events ORDER BY seq") == [
         (n + 1, f"clk_{n}", AT) for n in range(5)
     ]
     assert reopened.click_partner("p", "clk_4") == "a"
@@ -93,7 +94,7 @@ def test_batches_already_in_duckdb_are_not_copied_twice(tmp_path: Path) -> None:
     journal.append(
         {
             "batch": 1,
-            "raw": [list(store.query("SELECT * FROM raw_events")[0])],
+            "raw": [list(sql_rows(store, "SELECT * FROM raw_events")[0])],
             "logs": [],
             "keys": [],
             "checks": [],
@@ -103,7 +104,7 @@ def test_batches_already_in_duckdb_are_not_copied_twice(tmp_path: Path) -> None:
     store._con.close()
     store._unclaim()
     reopened = DuckStore(db)
-    assert reopened.query("SELECT count(*) FROM raw_events") == [(1,)]
+    assert sql_rows(reopened, "SELECT count(*) FROM raw_events") == [(1,)]
     reopened.close()
 
 
@@ -118,8 +119,8 @@ def test_control_plane_and_journal_commits_coexist(tmp_path: Path) -> None:
 
     writer.run_sync(control)
     writer.sync_blocking()
-    assert store.query("SELECT count(*) FROM raw_events") == [(1,)]
-    assert store.query("SELECT count(*) FROM workspaces") == [(1,)]
+    assert sql_rows(store, "SELECT count(*) FROM raw_events") == [(1,)]
+    assert sql_rows(store, "SELECT count(*) FROM workspaces") == [(1,)]
     writer.stop()
     store.close()
 
@@ -140,7 +141,7 @@ def test_a_journal_in_the_earlier_tagged_layout_is_still_recovered(tmp_path: Pat
         struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
     )
     reopened = DuckStore(db)
-    assert reopened.query("SELECT seq, event_id, received_at FROM raw_events") == [(1, "clk_7", AT)]
+    assert sql_rows(reopened, "SELECT seq, event_id, received_at FROM raw_events") == [(1, "clk_7", AT)]
     reopened.close()
 
 

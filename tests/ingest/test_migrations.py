@@ -116,6 +116,7 @@ def test_the_baseline_is_the_old_release_schema(tmp_path: Path) -> None:
     assert {t: c for t, c in _columns(new).items() if t != "schema_version"} == _columns(old)
 
 
+@pytest.mark.embedded
 def test_a_database_of_the_release_before_versions_keeps_every_row(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -150,6 +151,7 @@ def test_a_database_of_the_release_before_versions_keeps_every_row(
         assert r.json()["error"]["code"] == "duplicate_transaction"
 
 
+@pytest.mark.embedded
 def test_tally_serve_migrates_an_old_database_itself(settings: Settings, tmp_path: Path) -> None:
     old = tmp_path / "old.duckdb"
     _old_release_database(settings, old)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import duckdb
 import pytest
@@ -14,6 +15,7 @@ from ingest.errors import ValidationFailed
 from ingest.store import Tx
 from ingest.writer import Writer
 from tests.conftest import World
+from tests.helpers import sql_rows
 
 
 def _row(n: int) -> dict[str, object]:
@@ -46,7 +48,7 @@ def test_concurrent_operations_share_commits(writer: tuple[DuckStore, Writer]) -
     assert seqs == list(range(1, 51))
     assert w.commits <= 3  # the 49 queued behind the slow one commit together
     w.sync_blocking()
-    assert store.query("SELECT count(*) FROM raw_events") == [(50,)]
+    assert sql_rows(store, "SELECT count(*) FROM raw_events") == [(50,)]
 
 
 def test_domain_error_fails_only_its_operation(writer: tuple[DuckStore, Writer]) -> None:
@@ -75,18 +77,19 @@ def test_unexpected_failure_is_isolated_and_rolled_back(writer: tuple[DuckStore,
 
     def broken(tx: Tx) -> None:
         tx.append(_row(99))
-        tx.execute("INSERT INTO no_such_table VALUES (1)")
+        tx.add_workspace("ws_twice", "first", datetime(2026, 1, 1, tzinfo=UTC))
+        tx.add_workspace("ws_twice", "again", datetime(2026, 1, 1, tzinfo=UTC))  # its primary key refuses
 
     f1 = w.submit(blocker)
     f2 = w.submit(broken)
     f3 = w.submit(lambda tx: tx.append(_row(3)))
     gate.set()
     assert f1.result() == 1
-    with pytest.raises(duckdb.CatalogException, match="no_such_table"):
+    with pytest.raises(duckdb.ConstraintException, match="ws_twice"):
         f2.result()
     assert f3.result() == 2
     w.sync_blocking()
-    assert store.query("SELECT event_id FROM raw_events ORDER BY seq") == [("clk_1",), ("clk_3",)]
+    assert sql_rows(store, "SELECT event_id FROM raw_events ORDER BY seq") == [("clk_1",), ("clk_3",)]
     assert store.click_partner("p", "clk_99") is None  # the key index was rolled back with the database
 
 
@@ -101,7 +104,7 @@ def test_concurrent_duplicate_sales_exactly_one_wins(world: World) -> None:
     assert codes == [200] + [409] * 39
     world.client.app.state.tally.writer.sync_blocking()  # type: ignore[attr-defined]
     store = world.client.app.state.tally.store  # type: ignore[attr-defined]
-    assert store.query(
-        "SELECT outcome, count(*) FROM raw_events WHERE kind='sale' GROUP BY 1 ORDER BY 1"
+    assert sql_rows(
+        store, "SELECT outcome, count(*) FROM raw_events WHERE kind='sale' GROUP BY 1 ORDER BY 1"
     ) == [("accepted", 1), ("duplicate", 39)]
-    assert store.query("SELECT count(*) FROM idempotency_keys WHERE key = 'in_race'") == [(1,)]
+    assert sql_rows(store, "SELECT count(*) FROM idempotency_keys WHERE key = 'in_race'") == [(1,)]

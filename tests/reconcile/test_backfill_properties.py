@@ -138,7 +138,8 @@ def app_with(stream: Stream) -> Iterator[tuple[TestClient, State, dict[str, str]
 
 def tables(state: State) -> Tables:
     """Every materialised table and the explain view, sorted."""
-    with state.store.snapshot() as cur:
+    with state.store.engine() as engine:
+        cur = engine.cursor
         out = {
             name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
             for name, (attribute, schema) in {
@@ -163,7 +164,8 @@ def assert_same(left: Tables, right: Tables) -> None:
 def assert_reference(state: State, stream: Stream) -> None:
     """The tables are a full reconcile of the whole log as the app stored it (read from DuckDB),
     and that is what the reference computes."""
-    with state.store.snapshot() as cur:
+    with state.store.engine() as engine:
+        cur = engine.cursor
         raw, programs, partners = job.read(cur)
         expected = checked(raw, programs, partners, stream.now)
         assert_materialised(cur, expected)

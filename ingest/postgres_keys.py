@@ -1,0 +1,183 @@
+"""What ingest decides from, on PostgreSQL: the `key_*` tables (ingest/schema.py POSTGRES_LOG_DDL).
+
+The same rules as the embedded key index (ingest/hotkeys.py `KeyIndex.observe`), written as
+statements on the writer's transaction: each accepted raw row is applied as it is appended, so
+the operations after it in the same group commit see it, and a replica that wants a key another
+replica's open transaction just wrote waits for that transaction and then sees its outcome (the
+database's unique keys and row locks decide, not a read before the write).
+
+Lookups run on any connection: the writer's (inside its transaction, seeing its own writes) or
+a pooled one (seeing what was committed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+from ingest.hotkeys import PROCESSOR_ID_FIELDS, processor_sale_keys
+from ingest.records import Binding, SaleLedger
+
+Cursor = psycopg.Cursor[Any]
+
+_LEDGER = (
+    "SELECT l.amount, l.currency, l.refunded FROM key_sales s JOIN key_ledgers l ON l.id = s.ledger"
+    " WHERE s.program_id = %s AND s.key = ANY(%s) ORDER BY array_position(%s, s.key) LIMIT 1"
+)
+
+
+def sale(cur: Cursor, program_id: str, keys: Sequence[str], lock: bool = False) -> SaleLedger | None:
+    """The ledger of the sale known by any of `keys` (the first key found wins). With `lock`,
+    its row stays locked until the transaction ends, so a refund decided on it cannot race
+    another replica's refund of the same sale."""
+    wanted = [k for k in keys if k]
+    if not wanted:
+        return None
+    sql = _LEDGER + (" FOR UPDATE OF l" if lock else "")
+    row = cur.execute(sql.encode(), (program_id, wanted, wanted)).fetchone()
+    return SaleLedger(row[0], row[1], int(row[2])) if row else None
+
+
+def click_partner(cur: Cursor, program_id: str, click_id: str) -> str | None:
+    row = cur.execute(
+        b"SELECT partner_code FROM key_clicks WHERE program_id = %s AND click_id = %s", (program_id, click_id)
+    ).fetchone()
+    return str(row[0]) if row else None
+
+
+def binding(cur: Cursor, program_id: str, customer: str) -> Binding | None:
+    row = cur.execute(
+        b"SELECT lead_event_id, click_id, partner_code FROM key_bindings"
+        b" WHERE program_id = %s AND customer = %s",
+        (program_id, customer),
+    ).fetchone()
+    return Binding(row[0], row[1], row[2]) if row else None
+
+
+def provisional_click(cur: Cursor, program_id: str, customer: str) -> tuple[bool, str | None]:
+    row = cur.execute(
+        b"SELECT click_id FROM key_provisional WHERE program_id = %s AND customer = %s",
+        (program_id, customer),
+    ).fetchone()
+    return (True, row[0]) if row else (False, None)
+
+
+def refund_seen(cur: Cursor, program_id: str, refund_id: str) -> bool:
+    sql = b"SELECT 1 FROM key_refunds WHERE program_id = %s AND refund_id = %s"
+    return cur.execute(sql, (program_id, refund_id)).fetchone() is not None
+
+
+def event_seen(cur: Cursor, event_id: str) -> bool:
+    return cur.execute(b"SELECT 1 FROM key_events WHERE event_id = %s", (event_id,)).fetchone() is not None
+
+
+def claim(cur: Cursor, program_id: str, keys: Sequence[str]) -> list[str]:
+    """Claim idempotency keys; returns those this write claimed, in order. A key another
+    replica's open transaction holds makes this wait for it, then come back claimed or not."""
+    if not keys:
+        return []
+    rows = cur.execute(
+        b"INSERT INTO key_claims (program_id, key) SELECT %s, k FROM unnest(%s::varchar[]) AS k"
+        b" ON CONFLICT DO NOTHING RETURNING key",
+        (program_id, list(keys)),
+    ).fetchall()
+    won = {str(r[0]) for r in rows}
+    return [k for k in keys if k in won]
+
+
+def observe(cur: Cursor, row: Mapping[str, Any]) -> None:
+    """Apply one raw-log row being appended (the rules of `KeyIndex.observe`)."""
+    if row.get("outcome") in ("duplicate", "unusable"):
+        return
+    kind = row["kind"]
+    program_id = row.get("program_id")
+    if kind == "stripe" and isinstance(event_id := row.get("event_id"), str):
+        cur.execute(b"INSERT INTO key_events VALUES (%s) ON CONFLICT DO NOTHING", (event_id,))
+    if not isinstance(program_id, str):
+        return
+    if kind == "click":
+        cur.execute(
+            b"INSERT INTO key_clicks VALUES (%s, %s, %s) ON CONFLICT (program_id, click_id)"
+            b" DO UPDATE SET partner_code = EXCLUDED.partner_code",
+            (program_id, str(row["click_id"]), str(row["partner_code"])),
+        )
+    elif kind == "lead":
+        _lead(cur, program_id, row)
+    elif kind == "sale" and not row.get("test_mode"):
+        _sale(cur, program_id, row, [row.get("transaction_id")])
+    elif kind == "refund":
+        cur.execute(
+            b"INSERT INTO key_refunds VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (program_id, str(row["refund_id"])),
+        )
+        amount = row.get("amount")
+        if isinstance(amount, int):
+            cur.execute(
+                b"UPDATE key_ledgers SET refunded = refunded + %s WHERE id ="
+                b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = %s)",
+                (amount, program_id, str(row.get("transaction_id"))),
+            )
+    elif kind == "stripe" and not row.get("test_mode"):
+        _processor(cur, program_id, row)
+
+
+def _lead(cur: Cursor, program_id: str, row: Mapping[str, Any]) -> None:
+    customer = str(row["customer_key"])
+    click = row.get("click_id") if isinstance(row.get("click_id"), str) else None
+    if row.get("lead_status") == "settled":
+        # The first settled lead binds the customer; later ones do not rebind.
+        cur.execute(
+            b"INSERT INTO key_bindings SELECT %s, %s, %s, %s::varchar,"
+            b" (SELECT partner_code FROM key_clicks WHERE program_id = %s AND click_id = %s::varchar)"
+            b" ON CONFLICT DO NOTHING",
+            (program_id, customer, str(row["event_id"]), click, program_id, click),
+        )
+        cur.execute(
+            b"DELETE FROM key_provisional WHERE program_id = %s AND customer = %s", (program_id, customer)
+        )
+    else:
+        cur.execute(
+            b"INSERT INTO key_provisional SELECT %s, %s, %s::varchar WHERE NOT EXISTS"
+            b" (SELECT 1 FROM key_bindings WHERE program_id = %s AND customer = %s) ON CONFLICT DO NOTHING",
+            (program_id, customer, click, program_id, customer),
+        )
+
+
+def _sale(cur: Cursor, program_id: str, row: Mapping[str, Any], ids: list[object]) -> None:
+    """Every id of a sale points at one ledger: the one an id already has, else a new one."""
+    keys = list(dict.fromkeys(k for k in ids if isinstance(k, str) and k))
+    if not keys:
+        return
+    amount, currency = row.get("amount"), row.get("currency")
+    cur.execute(
+        b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
+        b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
+        b" made AS (INSERT INTO key_ledgers (amount, currency, refunded)"
+        b"   SELECT %(a)s, %(c)s, 0 WHERE NOT EXISTS (SELECT 1 FROM found) RETURNING id)"
+        b" INSERT INTO key_sales (program_id, key, ledger)"
+        b" SELECT %(p)s, k, coalesce((SELECT ledger FROM found), (SELECT id FROM made))"
+        b" FROM unnest(%(k)s::varchar[]) AS k ON CONFLICT DO NOTHING",
+        {
+            "p": program_id,
+            "k": keys,
+            "a": amount if isinstance(amount, int) else None,
+            "c": currency if isinstance(currency, str) else None,
+        },
+    )
+
+
+def _processor(cur: Cursor, program_id: str, row: Mapping[str, Any]) -> None:
+    keys = processor_sale_keys(row)
+    if keys:
+        _sale(cur, program_id, row, list(keys))
+    elif row.get("event_type") == "charge.refunded" and isinstance(amount := row.get("amount"), int):
+        ids = [v for name in (*PROCESSOR_ID_FIELDS, "transaction_id") if isinstance(v := row.get(name), str)]
+        if ids:
+            cur.execute(
+                b"UPDATE key_ledgers SET refunded = greatest(refunded, %s) WHERE id ="
+                b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = ANY(%s)"
+                b"  ORDER BY array_position(%s, key) LIMIT 1)",
+                (amount, program_id, ids, ids),
+            )

@@ -1,0 +1,243 @@
+"""The reconciler's working copy of a shared log: how a PostgreSQL replica reconciles.
+
+The reconcile job (reconcile/job.py) runs on DuckDB: its chunked reads, its column mirror and its
+incremental runs are DuckDB's. On the embedded backend the database is that engine. A replica of
+a shared database keeps a DuckDB file of its own instead (`LocalEngine`, in `TALLY_ENGINE_DIR`,
+by default a temporary directory of the process): a copy of the log's rows, derived and
+disposable, which every session first brings up to the source's watermark (`LogSource`: the rows
+after the last one copied, a window of sequence numbers at a time, as Arrow; the control plane
+whole). The job then runs on the copy exactly as on an embedded database, and its final
+transaction publishes the run (`Publisher`, through the `ResultSink`) before it commits: a full
+run replaces the published tables; an incremental run sends only its changes (rows deleted by
+key and inserted, statuses refreshed) when the published tables are those of the run it built
+on, and replaces them otherwise (another replica reconciled meanwhile). A publish that fails rolls
+the local run back too, so copy and published tables never disagree on which run is current.
+
+A working copy of another database (or of one restored to an earlier point) is thrown away and
+rebuilt from the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from ingest import migrations
+from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from ingest.store import Changes, LogSource, ResultSink, RunRecord
+from reconcile import closure, explain, incremental, job
+
+log = logging.getLogger("tally.reconcile")
+
+STATE_DDL = "CREATE TABLE IF NOT EXISTS engine_state (identity VARCHAR NOT NULL, pulled_seq BIGINT NOT NULL)"
+ARROW_BATCH_ROWS = 262_144
+
+
+class EngineInUse(Exception):
+    """Another process works in the same engine directory (each replica needs its own)."""
+
+
+def _arrow(frame: pl.DataFrame) -> pa.Table:
+    return frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+
+
+def _latest(con: duckdb.DuckDBPyConnection) -> RunRecord | None:
+    result = con.execute("SELECT * FROM rc_runs ORDER BY rowid DESC LIMIT 1")
+    names = [d[0] for d in result.description or []]
+    rows = result.fetchall()
+    return dict(zip(names, rows[0], strict=True)) if rows else None
+
+
+class Publisher:
+    """`reconcile.job.Publish` to a `ResultSink`."""
+
+    def __init__(self, sink: ResultSink, previous_run: str | None) -> None:
+        self._sink = sink
+        self._previous = previous_run
+        self.mode: str | None = None  # what the last publish did: "replace" | "patch"
+
+    def full(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Replace every published table with this run's (read from the engine inside the
+        run's transaction)."""
+        run = _latest(con)
+        assert run is not None
+        # One table's rows at a time: each reader is opened once the sink has taken the previous.
+        tables = (
+            (name, con.sql(f"SELECT * FROM {name}").to_arrow_reader(ARROW_BATCH_ROWS)) for name in job.STAGED
+        )
+        self._sink.replace(tables, {"rc_explain": explain.query("rc_evidence", "rc_sales")}, run)
+        self.mode = "replace"
+
+    def patch(self, con: duckdb.DuckDBPyConnection, patch: incremental.Patch) -> None:
+        """Send the incremental run's changes, when the published tables are those it built on."""
+        if self._sink.latest_run() != self._previous:
+            log.info("published tables are not of run %s; publishing this run whole", self._previous)
+            self.full(con)
+            return
+        run = _latest(con)
+        assert run is not None
+        changes = Changes()
+        if patch.result is not None:
+            stale = patch.stale.get_column("value").to_arrow().cast(pa.string())
+            for table, (attribute, _) in patch.tables.items():
+                changes.deletes[table] = (incremental.KEYS[attribute], stale)
+                changes.inserts[table] = _arrow(getattr(patch.result, attribute))
+        if patch.unroutable is not None:
+            changes.replaces["rc_unroutable"] = _arrow(patch.unroutable)
+        changes.scratch["_rc_holding"] = _arrow(patch.holding)
+        for statement in closure.refresh_sql("$1", self._sink.dialect):
+            changes.statements.append((statement, (patch.now,)))
+        self._sink.patch(changes, run)
+        self.mode = "patch"
+
+
+@dataclass
+class Session:
+    """`ingest.store.Engine` of a working copy: the job runs on `cursor` and publishes through
+    `publish`."""
+
+    cursor: duckdb.DuckDBPyConnection
+    publish: Publisher
+
+
+class LocalEngine:
+    """The working copy (see the module docstring) in `directory`."""
+
+    def __init__(self, directory: str | None, memory_mb: int = 512) -> None:
+        self._scratch = directory is None
+        self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="tally-engine-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "reconcile.duckdb"
+        self._memory_mb = memory_mb
+        self._lock_fd = self._claim()
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    def _claim(self) -> int:
+        fd = os.open(self.directory / "engine.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise EngineInUse(
+                f"the reconcile working copy in {self.directory} is in use by process {holder};"
+                " give each replica its own TALLY_ENGINE_DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            con = duckdb.connect(str(self.path), config={"memory_limit": f"{self._memory_mb}MB"})
+            con.execute("SET GLOBAL TimeZone = 'UTC'")
+            migrations.apply(con)
+            con.execute(STATE_DDL)
+            self._con = con
+        return self._con
+
+    def _wipe(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        for path in (self.path, Path(f"{self.path}.wal")):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(f"{self.path}.mirror", ignore_errors=True)
+
+    def pull(self, source: LogSource) -> tuple[int, int]:
+        """Bring the copy up to the source's watermark; (rows copied, watermark)."""
+        identity = source.identity()
+        watermark = source.watermark()
+        con = self._open()
+        state = con.execute("SELECT identity, pulled_seq FROM engine_state").fetchone()
+        if state is not None and (state[0] != identity or int(state[1]) > watermark):
+            log.warning("the reconcile working copy is of another log (or one ahead of it); rebuilding it")
+            self._wipe()
+            con = self._open()
+            state = None
+        pulled = int(state[1]) if state else 0
+        copied = 0
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for batch in source.raw(pulled, watermark):
+                con.register("_engine_pull", batch)
+                try:
+                    con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _engine_pull")
+                finally:
+                    con.unregister("_engine_pull")
+                copied += batch.num_rows
+            programs, partners = source.control()
+            for name, table in (("programs", programs), ("partners", partners)):
+                con.execute(f"DELETE FROM {name}")
+                con.register("_engine_control", table)
+                try:
+                    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _engine_control")
+                finally:
+                    con.unregister("_engine_control")
+            con.execute("DELETE FROM engine_state")
+            con.execute("INSERT INTO engine_state VALUES (?, ?)", [identity, watermark])
+            con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+        if copied != watermark - pulled:
+            log.error("the log source gave %d rows for seqs %d..%d", copied, pulled + 1, watermark)
+        return copied, watermark
+
+    @contextmanager
+    def session(self, source: LogSource, sink: ResultSink) -> Iterator[Session]:
+        """The copy at the watermark, and a publisher to `sink`, for one run (or preview)."""
+        self.pull(source)
+        con = self._open()
+        previous = _latest(con)
+        cur = con.cursor()
+        try:
+            yield Session(cur, Publisher(sink, str(previous["run_id"]) if previous else None))
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        os.close(self._lock_fd)
+        if self._scratch:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def read_log(
+    source: LogSource, program_id: str | None, before_seq: int | None
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """`job.read` over the source's rows (of one program, before a seq): the books as of a
+    period close, on a replica of a shared log (in an in-memory DuckDB)."""
+    upto = source.watermark() if before_seq is None else min(before_seq - 1, source.watermark())
+    with duckdb.connect() as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(raw_events_ddl())
+        for ddl in CONTROL_PLANE_DDL:
+            con.execute(ddl)
+        for batch in source.raw(0, upto, program_id):
+            con.register("_log", batch)
+            con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _log")
+            con.unregister("_log")
+        for name, table in zip(("programs", "partners"), source.control(), strict=True):
+            con.register("_control", table)
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _control")
+            con.unregister("_control")
+        return job.read(con, program_id=program_id, before_seq=before_seq)
+
+
+__all__ = ["EngineInUse", "LocalEngine", "Publisher", "Session", "read_log"]
