@@ -563,6 +563,8 @@ class DuckStore:
         until it reaches its limit: without one, the server would grow with the log; beyond it,
         reconcile's large operators spill to disk); `on_progress(rows, total)` hears about a
         key-index rebuild or catch-up."""
+        if str(path).startswith(("postgresql:", "postgres:")):
+            raise ValueError("a PostgreSQL URL is not a DuckDB file (ingest.backend.open_store picks the backend)")
         target = Path(path)
         self.path = str(path)
         self._lock_fd: int | None = None

@@ -412,8 +412,10 @@ class PgTx:
                     copy.write_row(values)
 
     def rollback(self) -> None:
-        with contextlib.suppress(psycopg.Error):
+        try:
             self._con.rollback()
+        except psycopg.Error as exc:  # the connection broke: the next group opens another
+            self._store._failed(self._con, exc)
 
 
 def _credential(r: Sequence[Any]) -> Credential:
@@ -462,6 +464,7 @@ class PgStore:
         self.engine_dir = engine_dir
         self.ingested: dict[tuple[str, str], int] = {}
         self._writer: Connection | None = None
+        self._stale_writer = False  # set when the database came back: the writer reconnects
         self._leases: dict[tuple[str, str], Connection] = {}  # (name, holder) -> the lock's session
         self._leases_lock = threading.Lock()
         self._engine: Any = None
@@ -486,7 +489,9 @@ class PgStore:
 
     # -- connections and faults ------------------------------------------------------------------
     def _recovered(self) -> None:
-        """The database answers again: drop the pooled connections it broke."""
+        """The database answers again: drop the pooled connections it broke, and have the
+        writer open a new connection for its next group."""
+        self._stale_writer = True
         with contextlib.suppress(Exception):
             self._pool.check()
 
@@ -539,7 +544,12 @@ class PgStore:
     # -- the write side ----------------------------------------------------------------------------
     def begin(self) -> PgTx:
         self._health.check()
-        if self._writer is None or self._writer.closed:
+        if self._stale_writer and self._writer is not None:
+            self._stale_writer = False
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+        if self._writer is None or self._writer.closed or self._writer.broken:
             try:
                 self._writer = psycopg.connect(self._request_info, autocommit=False)
             except psycopg.Error as exc:

@@ -235,6 +235,13 @@ class Writer:
             return
         except Exception as exc:
             tx.rollback()
+            if self._store.resource_fault(exc):  # the database went away under the operations
+                log.error("a group commit failed for want of the database: %s", exc)
+                unavailable = DatabaseUnavailable(
+                    "tally cannot reach its database right now; nothing of this request was stored"
+                )
+                self._settle([(job, False, unavailable) for job in batch])
+                return
             if isinstance(exc, _Unclean) and len(batch) == 1:
                 self._settle([(batch[0], False, exc.error)])
             elif len(batch) > 1:
