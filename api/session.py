@@ -4,9 +4,11 @@ A login exchanges an account token for a random session id in an `HttpOnly; Same
 Path=/dashboard` cookie (`Secure` when `TALLY_BASE_URL` is https). The token itself is never kept:
 not in the cookie, not in a page, not in memory. Sessions live in the database (`SessionStore`):
 a restart keeps people logged in; they end at logout or after `SESSION_TTL`. They are keyed by
-the hash of the session id, so the database holds no usable cookie value. A newly generated program key is the
-one secret it holds, for the single page that shows it after the regenerate POST's redirect
-(`show_once`/`take_once`): taken on that page, dropped after `ONCE_TTL` or at logout.
+the hash of the session id, so the database holds no usable cookie value. A newly generated
+program key waits for the single page that shows it after the regenerate POST's redirect
+(`show_once`/`take_once`) in the database too, so any replica may serve that page: sealed with
+AES-GCM under a key derived from the session id (which only the browser's cookie holds), taken
+in one step by that page, dropped after `ONCE_TTL` or at logout.
 
 Every session has its own CSRF token, sent in a hidden field of every dashboard form; every
 dashboard POST compares it in constant time and, when the browser sent `Origin` or `Referer`,
@@ -16,13 +18,16 @@ cookie (`LOGIN_CSRF_COOKIE`), so a forged login is refused too.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import secrets
-import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -64,17 +69,11 @@ class Session:
 class SessionStore:
     """Dashboard sessions, kept in the database by the hash of their id (`Store.save_session`):
     a restart, or another process on the same database, keeps them; logout and expiry end them
-    everywhere. Expired ones are swept at each login.
-
-    The one thing kept in this process's memory is a value shown once after a redirect (a new
-    program key between the POST and the page that shows it): a credential is never written to
-    the database in the clear, so it stays here, for minutes at most."""
+    everywhere. Expired ones are swept at each login. Nothing of them is kept in this process."""
 
     def __init__(self, store: Store, ttl: timedelta = SESSION_TTL) -> None:
         self.store = store
         self._ttl = ttl
-        self._once: dict[tuple[str, str], tuple[str, datetime]] = {}
-        self._lock = threading.Lock()
 
     def create(self, account_id: str) -> tuple[str, Session]:
         """A new session for `account_id`: the id for the cookie, and the session."""
@@ -90,23 +89,39 @@ class SessionStore:
         return None if found is None else Session(found.account_id, found.csrf_token, found.expires_at)
 
     def end(self, session_id: str) -> None:
-        key = token_hash(session_id)
-        self.store.end_session(key)
-        with self._lock:
-            self._once = {k: v for k, v in self._once.items() if k[0] != key}
+        self.store.end_session(token_hash(session_id))
 
     def show_once(self, session_id: str, name: str, value: str) -> None:
-        """Keep `value` for the session's next page that asks for `name` (post-redirect-get)."""
+        """Keep `value` for the session's next page that asks for `name` (post-redirect-get),
+        sealed with the session id (see the module docstring)."""
+        key = token_hash(session_id)
+        sealed = _seal(session_id, f"{key}:{name}", value)
         now = utcnow()
-        with self._lock:
-            self._once = {k: v for k, v in self._once.items() if v[1] > now}
-            self._once[(token_hash(session_id), name)] = (value, now + ONCE_TTL)
+        self.store.keep_once(key, name, sealed, now, now + ONCE_TTL)
 
     def take_once(self, session_id: str, name: str) -> str | None:
-        """The value kept under `name`, removed: a second call (a reload) gets None."""
-        with self._lock:
-            found = self._once.pop((token_hash(session_id), name), None)
-        return found[0] if found is not None and found[1] > utcnow() else None
+        """The value kept under `name`, removed: a second call (a reload, on any replica) gets None."""
+        key = token_hash(session_id)
+        sealed = self.store.take_once(key, name, utcnow())
+        return None if sealed is None else _unseal(session_id, f"{key}:{name}", sealed)
+
+
+def _cipher(session_id: str) -> AESGCM:
+    return AESGCM(hmac.new(session_id.encode(), b"tally shown-once value", hashlib.sha256).digest())
+
+
+def _seal(session_id: str, context: str, value: str) -> str:
+    nonce = secrets.token_bytes(12)
+    sealed = _cipher(session_id).encrypt(nonce, value.encode(), context.encode())
+    return base64.b64encode(nonce + sealed).decode()
+
+
+def _unseal(session_id: str, context: str, sealed: str) -> str | None:
+    raw = base64.b64decode(sealed)
+    try:
+        return _cipher(session_id).decrypt(raw[:12], raw[12:], context.encode()).decode()
+    except InvalidTag:  # not sealed for this session
+        return None
 
 
 def sessions(request: Request) -> SessionStore:

@@ -564,7 +564,9 @@ class DuckStore:
         reconcile's large operators spill to disk); `on_progress(rows, total)` hears about a
         key-index rebuild or catch-up."""
         if str(path).startswith(("postgresql:", "postgres:")):
-            raise ValueError("a PostgreSQL URL is not a DuckDB file (ingest.backend.open_store picks the backend)")
+            raise ValueError(
+                "a PostgreSQL URL is not a DuckDB file (ingest.backend.open_store picks the backend)"
+            )
         target = Path(path)
         self.path = str(path)
         self._lock_fd: int | None = None
@@ -903,7 +905,37 @@ class DuckStore:
         return StoredSession(str(row[0]), str(row[1]), str(row[2]), created, expires)
 
     def end_session(self, session_hash: str) -> None:
-        self._reader().execute("DELETE FROM dashboard_sessions WHERE session_hash = ?", [session_hash])
+        cur = self._reader()
+        cur.execute("DELETE FROM dashboard_sessions WHERE session_hash = ?", [session_hash])
+        cur.execute("DELETE FROM shown_once WHERE session_hash = ?", [session_hash])
+
+    def keep_once(
+        self, session_hash: str, name: str, sealed: str, now: datetime, expires_at: datetime
+    ) -> None:
+        cur = self._reader()
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            cur.execute("DELETE FROM shown_once WHERE expires_at <= ?", [now])
+            cur.execute(
+                "INSERT OR REPLACE INTO shown_once VALUES (?, ?, ?, ?)",
+                [session_hash, name, sealed, expires_at],
+            )
+            cur.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            raise
+
+    def take_once(self, session_hash: str, name: str, now: datetime) -> str | None:
+        rows = (
+            self._reader()
+            .execute(
+                "DELETE FROM shown_once WHERE session_hash = ? AND name = ? RETURNING sealed, expires_at",
+                [session_hash, name],
+            )
+            .fetchall()
+        )
+        return str(rows[0][0]) if rows and (_stored_time(rows[0][1]) or now) > now else None
 
     # -- leases: named locks that expire (the reconcile run) -----------------------------------
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:

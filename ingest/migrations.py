@@ -129,12 +129,28 @@ def _shared_log(con: Executor) -> None:
         con.execute(ddl)
 
 
+def _shown_once(con: Executor) -> None:
+    """Values the dashboard shows once after a redirect (a newly generated program key), so the
+    page that shows it may be served by any replica. Sealed (AES-GCM) with a key derived from the
+    session's id, which the database never holds (only its hash): a row cannot be read without
+    the browser's cookie. Taken (deleted) by the page that shows it; kept minutes at most."""
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS shown_once (
+        session_hash VARCHAR NOT NULL,
+        name VARCHAR NOT NULL,
+        sealed VARCHAR NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (session_hash, name))"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
     Migration(3, "dashboard sessions in the database", _sessions),
     Migration(4, "leases: the reconcile run lock in the database", _leases),
     Migration(5, "PostgreSQL: log head, ingest's keyed tables, append-only raw log", _shared_log),
+    Migration(6, "dashboard values shown once, sealed with the session's id", _shown_once),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -596,8 +596,27 @@ class PgStore:
         return StoredSession(*row) if row else None
 
     def end_session(self, session_hash: str) -> None:
-        with self._conn() as con:
+        with self._conn() as con, con.transaction():
             con.execute(b"DELETE FROM dashboard_sessions WHERE session_hash = %s", (session_hash,))
+            con.execute(b"DELETE FROM shown_once WHERE session_hash = %s", (session_hash,))
+
+    def keep_once(
+        self, session_hash: str, name: str, sealed: str, now: datetime, expires_at: datetime
+    ) -> None:
+        with self._conn() as con, con.transaction():
+            con.execute(b"DELETE FROM shown_once WHERE expires_at <= %s", (now,))
+            con.execute(
+                b"INSERT INTO shown_once VALUES (%s, %s, %s, %s) ON CONFLICT (session_hash, name)"
+                b" DO UPDATE SET sealed = EXCLUDED.sealed, expires_at = EXCLUDED.expires_at",
+                (session_hash, name, sealed, expires_at),
+            )
+
+    def take_once(self, session_hash: str, name: str, now: datetime) -> str | None:
+        row = self._one(
+            "DELETE FROM shown_once WHERE session_hash = %s AND name = %s RETURNING sealed, expires_at",
+            (session_hash, name),
+        )
+        return str(row[0]) if row and row[1] > now else None
 
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
         """A PostgreSQL advisory lock, held by a connection of the holder's own: taken when no

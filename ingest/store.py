@@ -282,7 +282,18 @@ class Store(Protocol):
         """The dashboard session with this id hash, unless it ended or expired by `now`."""
 
     def end_session(self, session_hash: str) -> None:
-        """End a dashboard session (logout): no instance answers it any more."""
+        """End a dashboard session (logout): no instance answers it any more (nor its values
+        kept to be shown once)."""
+
+    def keep_once(
+        self, session_hash: str, name: str, sealed: str, now: datetime, expires_at: datetime
+    ) -> None:
+        """Keep a sealed value for the session's next page that takes `name` (replacing one
+        kept before; those expired by `now` are swept)."""
+
+    def take_once(self, session_hash: str, name: str, now: datetime) -> str | None:
+        """The sealed value kept under `name`, removed in the same step, so exactly one page (on
+        any instance) gets it; None when none is kept or it expired by `now`."""
 
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
         """Take or renew the named lease (the reconcile run's lock) for `holder` until

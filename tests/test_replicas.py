@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -187,6 +188,35 @@ def test_dashboard_sessions_work_on_every_replica_and_end_on_every_replica(
         assert r.status_code == 303
     with httpx.Client(base_url=a.url, timeout=10, cookies={"tally_session": session}) as ca:
         assert ca.get("/dashboard", follow_redirects=False).status_code == 303  # ended everywhere
+
+
+def test_a_key_regenerated_on_the_dashboard_is_shown_once_by_whichever_replica_serves_the_page(
+    replicas: tuple[LiveServer, LiveServer],
+) -> None:
+    a, b = replicas
+    owner, pid, old = live_program(a.url)
+    token = owner["Authorization"].removeprefix("Bearer ")
+    with httpx.Client(base_url=a.url, timeout=10) as ca:
+        form = ca.get("/dashboard/login")
+        ca.post("/dashboard/login", data={"token": token, "csrf_token": csrf_of(form.text)})
+        session = ca.cookies.get("tally_session")
+        page = ca.get(f"/dashboard/programs/{pid}/api-key")
+        r = ca.post(
+            f"/dashboard/programs/{pid}/api-key",
+            data={"csrf_token": csrf_of(page.text), "confirm": "regenerate"},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303, r.text
+        shown_at = r.headers["location"]
+    with httpx.Client(base_url=b.url, timeout=10, cookies={"tally_session": str(session)}) as cb:
+        shown = cb.get(shown_at)
+        found = re.search(r'<code id="new-api-key" class="secret">([^<]+)</code>', shown.text)
+        assert found, "the replica serving the redirect shows the new key"
+        new = found.group(1)
+        assert new.startswith("aff_") and new != old
+        assert _sold(cb, new, "in_new").status_code == 200
+    with httpx.Client(base_url=a.url, timeout=10, cookies={"tally_session": str(session)}) as ca:
+        assert new not in ca.get(shown_at).text  # once: a reload on any replica shows it no more
 
 
 def _runs(database: str) -> list[tuple[object, ...]]:
