@@ -14,32 +14,18 @@ job), for random logs and random metadata fixes:
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date, timedelta
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 import time_machine
 from hypothesis import event, given
 from hypothesis import strategies as st
-from polars.testing import assert_frame_equal
-from starlette.testclient import TestClient
 
-from api.app import create_app
-from api.settings import load_settings
-from api.state import State
-from reconcile import job
-from reconcile.schema import UNROUTABLE_SCHEMA
-from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, bearer
+from tests.conftest import OP
 from tests.reconcile import builders as b
-from tests.reconcile.compare import checked
-from tests.reconcile.database import ORDERS, assert_materialised, materialised
+from tests.reconcile.apps import Tables, app_with, assert_reference, assert_same, tables
 from tests.reconcile.streams import CLICKS, CUSTOMERS, EDGES, WEIGHTED_PROGRAMS, Stream, profile, streams
-
-Tables = dict[str, pl.DataFrame]
 
 # What a backfill diff compares (CONTRACT section 7: a sale whose attribution or commission would
 # change), written out here rather than read from reconcile/backfill.py.
@@ -89,86 +75,6 @@ def corrections(draw: st.DrawFn, stream: Stream, program: str) -> tuple[list[dic
         "to": draw(st.sampled_from((None, end.isoformat(), end.isoformat()))),
     }
     return fixes, span
-
-
-@contextmanager
-def app_with(stream: Stream) -> Iterator[tuple[TestClient, State, dict[str, str]]]:
-    """The real app on a fresh database file: the programs (their settings) and partners of
-    `stream` created through the API, its log appended through the app's own writer with each
-    stream program id replaced by the real one. (client, state, stream id -> real id)."""
-    with tempfile.TemporaryDirectory() as folder:
-        settings = load_settings(
-            database=str(Path(folder) / "tally.duckdb"),
-            operator_token=OPERATOR_TOKEN,
-            base_url="http://testserver",
-            stripe_webhook_secrets=WEBHOOK_SECRET,
-            reconcile_interval_seconds=0,
-        )
-        with TestClient(create_app(settings)) as client:
-            r = client.post(
-                "/api/v1/operator/accounts", json={"email": "o@brand.test", "workspace_name": "B"}, headers=OP
-            )
-            assert r.status_code == 201, r.text
-            workspace, owner = r.json()["data"]["workspace_id"], bearer(r.json()["data"]["token"])
-            ids: dict[str, str] = {}
-            for program in stream.programs.to_dicts():
-                body = {k: v for k, v in program.items() if k != "program_id"}
-                r = client.post(
-                    "/api/v1/programs", json={**body, "workspace_id": workspace, "name": "P"}, headers=owner
-                )
-                assert r.status_code == 201, r.text
-                ids[program["program_id"]] = r.json()["data"]["program_id"]
-            for partner in stream.partners.to_dicts():
-                payload = {"code": partner["code"], "name": partner["code"], "email": partner["email"]}
-                path = f"/api/v1/programs/{ids[partner['program_id']]}/partners"
-                r = client.post(path, json={k: v for k, v in payload.items() if v is not None}, headers=owner)
-                assert r.status_code == 201, r.text
-            rows = [
-                {
-                    **row,
-                    "program_id": ids.get(row["program_id"]),
-                    "meta_program_id": ids.get(row["meta_program_id"], row["meta_program_id"]),
-                }
-                for row in stream.rows
-            ]
-            state: State = client.app.state.tally  # type: ignore[attr-defined]
-            state.writer.run_sync(lambda tx: [tx.append(row) for row in rows], flush=True)
-            yield client, state, ids
-
-
-def tables(state: State) -> Tables:
-    """Every materialised table and the explain view, sorted."""
-    with state.store.engine() as engine:
-        cur = engine.cursor
-        out = {
-            name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
-            for name, (attribute, schema) in {
-                **job.TABLES,
-                "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA),
-            }.items()
-        }
-        explain: pl.DataFrame = cur.sql("SELECT * FROM rc_explain").pl()
-        out["rc_explain"] = explain.sort("program_id", "sale_id", "step")
-    return out
-
-
-def assert_same(left: Tables, right: Tables) -> None:
-    assert left.keys() == right.keys()
-    for name in left:
-        try:
-            assert_frame_equal(left[name], right[name], check_exact=True)
-        except AssertionError as exc:
-            raise AssertionError(f"{name}: {exc}") from None
-
-
-def assert_reference(state: State, stream: Stream) -> None:
-    """The tables are a full reconcile of the whole log as the app stored it (read from DuckDB),
-    and that is what the reference computes."""
-    with state.store.engine() as engine:
-        cur = engine.cursor
-        raw, programs, partners = job.read(cur)
-        expected = checked(raw, programs, partners, stream.now)
-        assert_materialised(cur, expected)
 
 
 def changes(before: Tables, after: Tables, program_id: str) -> set[tuple[Any, ...]]:

@@ -1,0 +1,128 @@
+"""The real app with a random log, for the reconcile properties that go through it (backfill,
+what a replica publishes): shared by test_backfill_properties and test_published (no test
+module imports another)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from polars.testing import assert_frame_equal
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.settings import load_settings
+from api.state import State
+from ingest.store import Reader
+from reconcile import job
+from reconcile.schema import EXPLAIN_SCHEMA, UNROUTABLE_SCHEMA
+from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, bearer
+from tests.reconcile.compare import checked
+from tests.reconcile.database import ORDERS, assert_materialised, materialised
+from tests.reconcile.streams import Stream
+
+Tables = dict[str, pl.DataFrame]
+SCHEMAS = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
+
+
+def stream_rows(
+    stream: Stream, ids: dict[str, str], rows: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """`rows` (default: the stream's) with each stream program id replaced by the real one."""
+    return [
+        {
+            **row,
+            "program_id": ids.get(row["program_id"]),
+            "meta_program_id": ids.get(row["meta_program_id"], row["meta_program_id"]),
+        }
+        for row in (stream.rows if rows is None else rows)
+    ]
+
+
+@contextmanager
+def app_with(
+    stream: Stream, database: str | None = None, rows: list[dict[str, Any]] | None = None
+) -> Iterator[tuple[TestClient, State, dict[str, str]]]:
+    """The real app on a fresh database (a DuckDB file, or `database`, a PostgreSQL URL): the
+    programs (their settings) and partners of `stream` created through the API, its log (or
+    `rows` of it) appended through the app's own writer with each stream program id replaced by
+    the real one. (client, state, stream id -> real id)."""
+    with tempfile.TemporaryDirectory() as folder:
+        settings = load_settings(
+            database=database or str(Path(folder) / "tally.duckdb"),
+            engine_dir=str(Path(folder) / "engine"),
+            operator_token=OPERATOR_TOKEN,
+            base_url="http://testserver",
+            stripe_webhook_secrets=WEBHOOK_SECRET,
+            reconcile_interval_seconds=0,
+        )
+        with TestClient(create_app(settings)) as client:
+            r = client.post(
+                "/api/v1/operator/accounts", json={"email": "o@brand.test", "workspace_name": "B"}, headers=OP
+            )
+            assert r.status_code == 201, r.text
+            workspace, owner = r.json()["data"]["workspace_id"], bearer(r.json()["data"]["token"])
+            ids: dict[str, str] = {}
+            for program in stream.programs.to_dicts():
+                body = {k: v for k, v in program.items() if k != "program_id"}
+                r = client.post(
+                    "/api/v1/programs", json={**body, "workspace_id": workspace, "name": "P"}, headers=owner
+                )
+                assert r.status_code == 201, r.text
+                ids[program["program_id"]] = r.json()["data"]["program_id"]
+            for partner in stream.partners.to_dicts():
+                payload = {"code": partner["code"], "name": partner["code"], "email": partner["email"]}
+                path = f"/api/v1/programs/{ids[partner['program_id']]}/partners"
+                r = client.post(path, json={k: v for k, v in payload.items() if v is not None}, headers=owner)
+                assert r.status_code == 201, r.text
+            rows = stream_rows(stream, ids, rows)
+            state: State = client.app.state.tally  # type: ignore[attr-defined]
+            state.writer.run_sync(lambda tx: [tx.append(row) for row in rows], flush=True)
+            yield client, state, ids
+
+
+def tables(state: State) -> Tables:
+    """Every materialised table and the explain view of the reconciler's engine, sorted."""
+    with state.store.engine() as engine:
+        cur = engine.cursor
+        out = {
+            name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
+            for name, (attribute, schema) in SCHEMAS.items()
+        }
+        explain: pl.DataFrame = cur.sql("SELECT * FROM rc_explain").pl()
+        out["rc_explain"] = explain.sort("program_id", "sale_id", "step")
+    return out
+
+
+def published(db: Reader) -> Tables:
+    """The same, as readers see them (on PostgreSQL: the tables a replica published)."""
+    out = {}
+    for name, (attribute, schema) in {**SCHEMAS, "rc_explain": ("explain", EXPLAIN_SCHEMA)}.items():
+        frame = db.frame(f"SELECT {', '.join(schema)} FROM {name}")
+        frame = frame.select(pl.col(column).cast(dtype) for column, dtype in schema.items())
+        order = ["program_id", "sale_id", "step"] if name == "rc_explain" else ORDERS[attribute]
+        out[name] = frame.sort(order, nulls_last=True)
+    return out
+
+
+def assert_same(left: Tables, right: Tables) -> None:
+    assert left.keys() == right.keys()
+    for name in left:
+        try:
+            assert_frame_equal(left[name], right[name], check_exact=True)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from None
+
+
+def assert_reference(state: State, stream: Stream) -> None:
+    """The engine's tables are a full reconcile of the whole log as the app stored it (read
+    through the engine), and that is what the reference computes."""
+    with state.store.engine() as engine:
+        cur = engine.cursor
+        raw, programs, partners = job.read(cur)
+        expected = checked(raw, programs, partners, stream.now)
+        assert_materialised(cur, expected)

@@ -1,0 +1,69 @@
+"""What a PostgreSQL replica publishes is what its engine computed (reconcile/engine.py): for
+random logs, through the real app on a database of the test's cluster, a first reconcile (a
+full run: the published tables replaced) and, after more of the log arrives, a second one
+(incremental where it can be: only its changes sent). After each, every published table equals
+the engine's, which equals the reference (tests/reconcile/reference.py). Then a replica with
+an empty working copy (another process, or one restarted without `TALLY_ENGINE_DIR`) reads the
+same tables and, reconciling, publishes them unchanged.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import time_machine
+from hypothesis import event, given
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.settings import load_settings
+from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET
+from tests.pg import Server
+from tests.reconcile.apps import app_with, assert_reference, assert_same, published, stream_rows, tables
+from tests.reconcile.streams import Stream, profile, streams
+
+
+def _reconcile(client: TestClient) -> str:
+    r = client.post("/api/v1/operator/reconcile", headers=OP)
+    assert r.status_code == 200, r.text
+    return str(r.json()["data"]["mode"])
+
+
+@profile(3, ci=15)
+@given(stream=streams(max_events=30), share=st.integers(0, 100))
+def test_published_tables_are_the_engines_after_full_and_incremental_runs(
+    pg_server: Server, stream: Stream, share: int
+) -> None:
+    database = pg_server.fresh_database()
+    cut = len(stream.rows) * share // 100
+    first, rest = stream.rows[:cut], stream.rows[cut:]
+    with time_machine.travel(stream.now, tick=False):
+        with app_with(stream, database, rows=first) as (client, state, ids):
+            _reconcile(client)
+            with state.store.reader() as db:
+                assert_same(published(db), tables(state))
+            state.writer.run_sync(lambda tx: [tx.append(row) for row in stream_rows(stream, ids, rest)])
+            event(f"second run: {_reconcile(client)}")
+            engine = tables(state)
+            with state.store.reader() as db:
+                assert_same(published(db), engine)
+            assert_reference(state, stream)
+        # another replica, its working copy empty: it reads what was published, and its own
+        # first (full) run publishes the same tables again
+        with tempfile.TemporaryDirectory() as folder:
+            settings = load_settings(
+                database=database,
+                engine_dir=folder,
+                operator_token=OPERATOR_TOKEN,
+                base_url="http://testserver",
+                stripe_webhook_secrets=WEBHOOK_SECRET,
+                reconcile_interval_seconds=0,
+            )
+            with TestClient(create_app(settings)) as other:
+                state = other.app.state.tally  # type: ignore[attr-defined]
+                with state.store.reader() as db:
+                    assert_same(published(db), engine)
+                assert _reconcile(other) == "full"
+                with state.store.reader() as db:
+                    assert_same(published(db), engine)
