@@ -73,14 +73,15 @@ def _required(request: Request) -> str:
 
 # -- program keys (track endpoints) -------------------------------------------------------------
 def program_from_key(request: Request, token: str) -> Program:
-    found = _identify(request, token)
-    if found is None:
+    if is_operator(request, token):
+        raise ProgramKeyRequired("track endpoints need a program API key, not an operator token")
+    looked_up = state(request).store.credential_and_program(token_hash(token))  # one lookup
+    if looked_up is None:
         raise InvalidApiKey("the API key matches no program (unknown, or replaced by regeneration)")
-    if not isinstance(found, Credential) or found.kind != "program":
-        kind = "operator token" if found == OPERATOR else f"{found.kind} credential"  # type: ignore[union-attr]
-        raise ProgramKeyRequired(f"track endpoints need a program API key, not an {kind}")
+    found, program = looked_up
+    if found.kind != "program":
+        raise ProgramKeyRequired(f"track endpoints need a program API key, not an {found.kind} credential")
     remember(request, credential=found)
-    program = state(request).store.program(found.subject_id)
     if program is None:
         raise InvalidApiKey("the API key matches no program")
     remember(request, program_id=program.program_id)

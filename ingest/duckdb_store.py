@@ -1161,6 +1161,12 @@ class DuckStore:
     def credential(self, token_hash: str) -> Credential | None:
         return self.index.credentials.get(token_hash)
 
+    def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+        cred = self.index.credentials.get(token_hash)
+        if cred is None:
+            return None
+        return cred, self.index.programs.get(cred.subject_id) if cred.kind == "program" else None
+
     def program_credential(self, program_id: str) -> Credential | None:
         for cred in self.index.credentials.values():
             if cred.kind == "program" and cred.subject_id == program_id:

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -193,6 +193,17 @@ class PgTx:
         self._marks = 0
         self._wanted: int | None = None  # the savepoint the next statement must take first
         self._made: set[int] = set()
+        # Pipeline mode: statements whose results nobody waits for (savepoints, the key
+        # updates of appended rows) go out with the next one whose result is read, in one round
+        # trip. COPY cannot run in it: `commit` leaves it first.
+        self._pipe: AbstractContextManager[psycopg.Pipeline] | None = con.pipeline()
+        self._pipe.__enter__()
+
+    def _leave_pipeline(self) -> None:
+        """Send what is queued and leave pipeline mode (raising any error it met)."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.__exit__(None, None, None)
 
     # -- statements ------------------------------------------------------------------------
     def _sql(self) -> keys.Cursor:
@@ -364,6 +375,7 @@ class PgTx:
         cur = self._cur
         self._wanted = None
         try:
+            self._leave_pipeline()
             if self._checks:
                 rows = [(p, s, at) for (p, s), at in self._checks.items()]
                 cur.executemany(b"INSERT INTO checklist VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", rows)
@@ -413,6 +425,8 @@ class PgTx:
 
     def rollback(self) -> None:
         try:
+            with contextlib.suppress(psycopg.Error):  # what it met is the reason for the rollback
+                self._leave_pipeline()
             self._con.rollback()
         except psycopg.Error as exc:  # the connection broke: the next group opens another
             self._store._failed(self._con, exc)
@@ -443,6 +457,13 @@ _CREDENTIAL = (
     " flagged_at, rotation_deadline FROM credentials"
 )
 _PROGRAM = "SELECT program_id, workspace_id, name, settings, created_at, updated_at FROM programs"
+_CREDENTIAL_AND_PROGRAM = (
+    "SELECT c.token_hash, c.kind, c.subject_id, c.masked, c.scopes, c.workspace_ids, c.name, c.created_at,"
+    " c.revoked_at, c.flagged_at, c.rotation_deadline,"
+    " p.program_id, p.workspace_id, p.name, p.settings, p.created_at, p.updated_at"
+    " FROM credentials c LEFT JOIN programs p ON c.kind = 'program' AND p.program_id = c.subject_id"
+    " WHERE c.token_hash = %s AND c.revoked_at IS NULL"
+)
 _BY_ACCOUNT = " WHERE settings::jsonb ->> 'stripe_account_id' = %s ORDER BY created_at, program_id"
 
 
@@ -463,6 +484,10 @@ class PgStore:
         self.memory_mb = memory_mb
         self.engine_dir = engine_dir
         self.ingested: dict[tuple[str, str], int] = {}
+        self._local = threading.local()  # each thread's lookup connection
+        self._lookups: list[Connection] = []
+        self._lookups_lock = threading.Lock()
+        self._generation = 0  # bumped when the database comes back: older connections are dropped
         self._writer: Connection | None = None
         self._stale_writer = False  # set when the database came back: the writer reconnects
         self._leases: dict[tuple[str, str], Connection] = {}  # (name, holder) -> the lock's session
@@ -490,8 +515,9 @@ class PgStore:
     # -- connections and faults ------------------------------------------------------------------
     def _recovered(self) -> None:
         """The database answers again: drop the pooled connections it broke, and have the
-        writer open a new connection for its next group."""
+        writer and every thread's lookup connection open new ones when next used."""
         self._stale_writer = True
+        self._generation += 1
         with contextlib.suppress(Exception):
             self._pool.check()
 
@@ -505,14 +531,35 @@ class PgStore:
                 con.close()
             self._writer = None
 
+    def _lookup_connection(self) -> Connection:
+        """This thread's own connection for point lookups (autocommit): the hot path's lookups
+        skip the pool's hand-over (about a third of a lookup's cost), and a thread that owns it
+        never waits for one. A connection from before the database went away is replaced."""
+        con: Connection | None = getattr(self._local, "con", None)
+        if con is not None and (con.closed or con.broken or self._local.generation != self._generation):
+            with contextlib.suppress(Exception):
+                con.close()
+            con = None
+        if con is None:
+            con = psycopg.connect(self._request_info, autocommit=True)
+            reader_types(con)
+            self._local.con, self._local.generation = con, self._generation
+            with self._lookups_lock:
+                self._lookups = [c for c in self._lookups if not c.closed] + [con]
+        return con
+
     @contextmanager
-    def _conn(self) -> Iterator[Connection]:
-        """A pooled connection (autocommit); `DatabaseUnavailable` at once while the database
-        is down."""
+    def _conn(self, pooled: bool = False) -> Iterator[Connection]:
+        """A connection (autocommit): this thread's own for lookups, or with `pooled` one from
+        the pool (reads that hold it for a while); `DatabaseUnavailable` at once while the
+        database is down."""
         self._health.check()
         try:
-            with self._pool.connection(timeout=POOL_WAIT_SECONDS) as con:
-                yield con
+            if pooled:
+                with self._pool.connection(timeout=POOL_WAIT_SECONDS) as con:
+                    yield con
+            else:
+                yield self._lookup_connection()
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._failed(None, exc)
             raise DatabaseUnavailable(
@@ -663,7 +710,7 @@ class PgStore:
     # -- reads for reports and the reconciler ----------------------------------------------------------
     @contextmanager
     def reader(self) -> Iterator[PgReader]:
-        with self._conn() as con:
+        with self._conn(pooled=True) as con:
             yield PgReader(con, self)
 
     @contextmanager
@@ -700,6 +747,11 @@ class PgStore:
             with contextlib.suppress(Exception):
                 self._writer.close()
         self._pool.close()
+        with self._lookups_lock:
+            for con in self._lookups:
+                with contextlib.suppress(Exception):
+                    con.close()
+            self._lookups.clear()
         if self._engine is not None:
             self._engine.close()
 
@@ -707,6 +759,12 @@ class PgStore:
     def credential(self, token_hash: str) -> Credential | None:
         row = self._one(_CREDENTIAL + " WHERE token_hash = %s AND revoked_at IS NULL", (token_hash,))
         return _credential(row) if row else None
+
+    def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+        row = self._one(_CREDENTIAL_AND_PROGRAM, (token_hash,))
+        if row is None:
+            return None
+        return _credential(row[:11]), _program(row[11:]) if row[11] is not None else None
 
     def program_credential(self, program_id: str) -> Credential | None:
         row = self._one(

@@ -307,6 +307,10 @@ class Store(Protocol):
 
     def credential(self, token_hash: str) -> Credential | None: ...
 
+    def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+        """The live credential with this hash and, when it is a program key, its program: the
+        track endpoints' one lookup per request."""
+
     def program_credential(self, program_id: str) -> Credential | None: ...
 
     def program(self, program_id: str) -> Program | None: ...
