@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, reconcile, report, scale, slowclients, webhook
+from bench import ingest, pgingest, pgreconcile, reconcile, report, scale, slowclients, webhook
 
 
 def main() -> None:
@@ -12,9 +12,11 @@ def main() -> None:
     benches = {
         "ingest": ingest.main,
         "observability": ingest.observability,
+        "pgingest": pgingest.main,
         "webhook": webhook.main,
         "report": report.main,
         "reconcile": reconcile.main,
+        "pgreconcile": pgreconcile.main,
         "slowclients": slowclients.main,
         "scale": scale.main,
     }

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.duckdb_store import EVENT_KEY_SPACE
 from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
-from ingest.hotkeys import processor_sale_keys
+from ingest.hotkeys import EVENT_KEY_SPACE, processor_sale_keys
 from ingest.records import Program
 from ingest.store import Store, Tx
 from ingest.stripe import Problems, extract, parse_event, read, verify_signature
@@ -123,16 +122,14 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
             "body": text,
             "headers": delivery.headers,
         }
-        duplicate = isinstance(event_id, str) and tx.event_seen(event_id)
-        if not duplicate:
-            mark = tx.mark()
-            seq = tx.append(row)
-            if isinstance(event_id, str) and not tx.claim_keys(EVENT_KEY_SPACE, [event_id], seq):
-                # Another process took this event id first: it is a retry.
-                if not tx.release(mark):
-                    raise RuntimeError("a refused claim's writes could not be dropped")
-                duplicate = True
+        # The event id's claim decides whether this is a retry: the write's own result (another
+        # replica taking the same id at the same moment included), not a read before it.
+        mark = tx.mark()
+        seq = tx.append(row)
+        duplicate = isinstance(event_id, str) and not tx.claim_keys(EVENT_KEY_SPACE, [event_id], seq)
         if duplicate:
+            if not tx.release(mark):
+                raise RuntimeError("a refused claim's writes could not be dropped")
             seq = tx.append({**row, "outcome": "duplicate"})
         if program_id is None:
             return duplicate

@@ -109,7 +109,6 @@ CHECK_SCHEMA = _schema(
     )
 )
 
-EVENT_KEY_SPACE = "*"  # program id under which processor event ids are kept
 
 # The database's refusals of the data itself; anything else while copying (I/O, a full disk,
 # memory) is a resource fault and the batch is kept for the next attempt.

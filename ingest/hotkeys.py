@@ -41,7 +41,9 @@ from ingest.records import Binding, SaleLedger
 
 log = logging.getLogger("tally.store")
 
-FORMAT = "1"  # bump when the tables below change: an index of another format is rebuilt
+FORMAT = "2"  # bump when the tables below change: an index of another format is rebuilt
+# 2: claims are derived from the log when catching up or rebuilding (`claims_of`), as ingest made
+# them, so a claim alone decides a duplicate (an index rebuilt by format 1 had none)
 BUILD_CACHE_MB = 512  # page cache while rebuilding from the whole log (not while serving)
 
 _DDL = (
@@ -109,6 +111,29 @@ def processor_sale_keys(fields: Mapping[str, object]) -> list[str]:
     if not isinstance(amount, int) or amount <= 0:
         return []
     return list(dict.fromkeys(v for name in PROCESSOR_ID_FIELDS if isinstance(v := fields.get(name), str)))
+
+
+EVENT_KEY_SPACE = "*"  # program id under which processor event ids are claimed
+
+
+def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
+    """The (program, key) claims ingest made when it accepted `row` (ingest/tracking.py,
+    ingest/deliveries.py): what a rebuilt index must hold for a claim alone to refuse a
+    duplicate."""
+    outcome, kind, program = row.get("outcome"), row.get("kind"), row.get("program_id")
+    if kind == "stripe" and outcome in ("accepted", "unroutable"):
+        event_id = row.get("event_id")
+        claims = [(EVENT_KEY_SPACE, event_id)] if isinstance(event_id, str) else []
+        if outcome == "accepted" and isinstance(program, str):
+            claims += [(program, key) for key in processor_sale_keys(row)]
+        return claims
+    if outcome != "accepted" or not isinstance(program, str):
+        return []
+    if kind == "sale" and not row.get("test_mode") and isinstance(txn := row.get("transaction_id"), str):
+        return [(program, txn)]
+    if kind == "refund" and isinstance(refund := row.get("refund_id"), str):
+        return [(program, f"refund:{refund}")]
+    return []
 
 
 def anchor_of(received_at: object) -> str:
@@ -441,6 +466,8 @@ class KeyIndex:
         try:
             for row in rows:
                 self.observe(row)
+                for program_id, key in claims_of(row):
+                    self.claim(program_id, key)
                 last = row
                 done += 1
                 if done % commit_every == 0:

@@ -12,7 +12,7 @@ a pooled one (seeing what was committed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -21,6 +21,8 @@ from ingest.hotkeys import PROCESSOR_ID_FIELDS, processor_sale_keys
 from ingest.records import Binding, SaleLedger
 
 Cursor = psycopg.Cursor[Any]
+# Runs a write whose result nobody reads (the writer queues them: ingest/postgres_store.py).
+Write = Callable[[bytes, Any], None]
 
 _LEDGER = (
     "SELECT l.amount, l.currency, l.refunded FROM key_sales s JOIN key_ledgers l ON l.id = s.ledger"
@@ -87,71 +89,69 @@ def claim(cur: Cursor, program_id: str, keys: Sequence[str]) -> list[str]:
     return [k for k in keys if k in won]
 
 
-def observe(cur: Cursor, row: Mapping[str, Any]) -> None:
-    """Apply one raw-log row being appended (the rules of `KeyIndex.observe`)."""
+def observe(write: Write, row: Mapping[str, Any]) -> None:
+    """Apply one raw-log row being appended (the rules of `KeyIndex.observe`), through `write`."""
     if row.get("outcome") in ("duplicate", "unusable"):
         return
     kind = row["kind"]
     program_id = row.get("program_id")
     if kind == "stripe" and isinstance(event_id := row.get("event_id"), str):
-        cur.execute(b"INSERT INTO key_events VALUES (%s) ON CONFLICT DO NOTHING", (event_id,))
+        write(b"INSERT INTO key_events VALUES (%s) ON CONFLICT DO NOTHING", (event_id,))
     if not isinstance(program_id, str):
         return
     if kind == "click":
-        cur.execute(
+        write(
             b"INSERT INTO key_clicks VALUES (%s, %s, %s) ON CONFLICT (program_id, click_id)"
             b" DO UPDATE SET partner_code = EXCLUDED.partner_code",
             (program_id, str(row["click_id"]), str(row["partner_code"])),
         )
     elif kind == "lead":
-        _lead(cur, program_id, row)
+        _lead(write, program_id, row)
     elif kind == "sale" and not row.get("test_mode"):
-        _sale(cur, program_id, row, [row.get("transaction_id")])
+        _sale(write, program_id, row, [row.get("transaction_id")])
     elif kind == "refund":
-        cur.execute(
+        write(
             b"INSERT INTO key_refunds VALUES (%s, %s) ON CONFLICT DO NOTHING",
             (program_id, str(row["refund_id"])),
         )
         amount = row.get("amount")
         if isinstance(amount, int):
-            cur.execute(
+            write(
                 b"UPDATE key_ledgers SET refunded = refunded + %s WHERE id ="
                 b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = %s)",
                 (amount, program_id, str(row.get("transaction_id"))),
             )
     elif kind == "stripe" and not row.get("test_mode"):
-        _processor(cur, program_id, row)
+        _processor(write, program_id, row)
 
 
-def _lead(cur: Cursor, program_id: str, row: Mapping[str, Any]) -> None:
+def _lead(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
     customer = str(row["customer_key"])
     click = row.get("click_id") if isinstance(row.get("click_id"), str) else None
     if row.get("lead_status") == "settled":
         # The first settled lead binds the customer; later ones do not rebind.
-        cur.execute(
+        write(
             b"INSERT INTO key_bindings SELECT %s, %s, %s, %s::varchar,"
             b" (SELECT partner_code FROM key_clicks WHERE program_id = %s AND click_id = %s::varchar)"
             b" ON CONFLICT DO NOTHING",
             (program_id, customer, str(row["event_id"]), click, program_id, click),
         )
-        cur.execute(
-            b"DELETE FROM key_provisional WHERE program_id = %s AND customer = %s", (program_id, customer)
-        )
+        write(b"DELETE FROM key_provisional WHERE program_id = %s AND customer = %s", (program_id, customer))
     else:
-        cur.execute(
+        write(
             b"INSERT INTO key_provisional SELECT %s, %s, %s::varchar WHERE NOT EXISTS"
             b" (SELECT 1 FROM key_bindings WHERE program_id = %s AND customer = %s) ON CONFLICT DO NOTHING",
             (program_id, customer, click, program_id, customer),
         )
 
 
-def _sale(cur: Cursor, program_id: str, row: Mapping[str, Any], ids: list[object]) -> None:
+def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[object]) -> None:
     """Every id of a sale points at one ledger: the one an id already has, else a new one."""
     keys = list(dict.fromkeys(k for k in ids if isinstance(k, str) and k))
     if not keys:
         return
     amount, currency = row.get("amount"), row.get("currency")
-    cur.execute(
+    write(
         b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
         b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
         b" made AS (INSERT INTO key_ledgers (amount, currency, refunded)"
@@ -168,14 +168,14 @@ def _sale(cur: Cursor, program_id: str, row: Mapping[str, Any], ids: list[object
     )
 
 
-def _processor(cur: Cursor, program_id: str, row: Mapping[str, Any]) -> None:
+def _processor(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
     keys = processor_sale_keys(row)
     if keys:
-        _sale(cur, program_id, row, list(keys))
+        _sale(write, program_id, row, list(keys))
     elif row.get("event_type") == "charge.refunded" and isinstance(amount := row.get("amount"), int):
         ids = [v for name in (*PROCESSOR_ID_FIELDS, "transaction_id") if isinstance(v := row.get(name), str)]
         if ids:
-            cur.execute(
+            write(
                 b"UPDATE key_ledgers SET refunded = greatest(refunded, %s) WHERE id ="
                 b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = ANY(%s)"
                 b"  ORDER BY array_position(%s, key) LIMIT 1)",

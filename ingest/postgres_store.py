@@ -72,7 +72,6 @@ log = logging.getLogger("tally.store")
 
 Connection = psycopg.Connection[Any]
 
-EVENT_KEY_SPACE = "*"  # program id under which processor event ids are claimed
 POOL_MAX = 10  # pooled connections per replica (lookups, reads, sessions)
 POOL_WAIT_SECONDS = 5.0  # longest wait for a pooled connection while the database is up
 PROBE_SECONDS = 0.5  # how often a replica retries an unreachable database
@@ -190,12 +189,15 @@ class PgTx:
         self._logs: list[list[Any]] = []
         self._claims: list[list[Any]] = []  # (program_id, key, raw seq or stand-in): idempotency_keys
         self._checks: dict[tuple[str, str], datetime] = {}
-        self._marks = 0
-        self._wanted: int | None = None  # the savepoint the next statement must take first
-        self._made: set[int] = set()
-        # Pipeline mode: statements whose results nobody waits for (savepoints, the key
-        # updates of appended rows) go out with the next one whose result is read, in one round
-        # trip. COPY cannot run in it: `commit` leaves it first.
+        # Writes nobody reads the result of (key updates of appended rows, control-plane
+        # changes) wait in `_pending` and go out with the next read, which must see them, in
+        # one round trip (pipeline mode; COPY cannot run in it: `commit` leaves it first). An
+        # operation whose writes have not gone out yet is dropped by forgetting them, with no
+        # savepoint: every write is numbered, and `release` works while none of the operation's
+        # has been sent.
+        self._pending: list[tuple[int, bytes, Any]] = []
+        self._numbered = 0  # writes numbered so far
+        self._sent = 0  # the highest number sent to the database
         self._pipe: AbstractContextManager[psycopg.Pipeline] | None = con.pipeline()
         self._pipe.__enter__()
 
@@ -206,58 +208,61 @@ class PgTx:
             pipe.__exit__(None, None, None)
 
     # -- statements ------------------------------------------------------------------------
-    def _sql(self) -> keys.Cursor:
-        """The cursor, after taking the savepoint of the operation running now (an operation
-        that runs no statement needs none)."""
-        if self._wanted is not None:
-            self._cur.execute(f"SAVEPOINT op{self._wanted}".encode())
-            self._made.add(self._wanted)
-            self._wanted = None
+    def _write(self, sql: bytes, params: Any) -> None:
+        self._numbered += 1
+        self._pending.append((self._numbered, sql, params))
+
+    def _read(self) -> keys.Cursor:
+        """The cursor, once every pending write is on its way (the read sees them)."""
+        if self._pending:
+            for number, sql, params in self._pending:
+                self._cur.execute(sql, params)
+                self._sent = number
+            self._pending.clear()
         return self._cur
 
     def mark(self) -> tuple[int, int, int, int, dict[tuple[str, str], datetime]]:
-        self._marks += 1
-        self._wanted = self._marks
-        return (self._marks, len(self._raw), len(self._logs), len(self._claims), dict(self._checks))
+        return (self._numbered, len(self._raw), len(self._logs), len(self._claims), dict(self._checks))
 
     def release(self, mark: tuple[int, int, int, int, dict[tuple[str, str], datetime]]) -> bool:
+        """Drop the operation's writes since `mark`; False once one of them went out (the
+        writer then replays the group one operation at a time)."""
         number, raw, logs, claims, checks = mark
-        if number in self._made:
-            self._cur.execute(f"ROLLBACK TO SAVEPOINT op{number}".encode())
-        if self._wanted == number:
-            self._wanted = None
+        if self._sent > number:
+            return False
+        self._pending = [p for p in self._pending if p[0] <= number]
         del self._raw[raw:], self._logs[logs:], self._claims[claims:]
         self._checks = checks
         return True
 
     # -- lookups inside the transaction (they see its own writes) -----------------------------
     def sale(self, program_id: str, keys_: Sequence[str]) -> SaleLedger | None:
-        return keys.sale(self._sql(), program_id, keys_, lock=True)
+        return keys.sale(self._read(), program_id, keys_, lock=True)
 
     def refund_seen(self, program_id: str, refund_id: str) -> bool:
-        return keys.refund_seen(self._sql(), program_id, refund_id)
+        return keys.refund_seen(self._read(), program_id, refund_id)
 
     def event_seen(self, event_id: str) -> bool:
-        return keys.event_seen(self._sql(), event_id)
+        return keys.event_seen(self._read(), event_id)
 
     def click_partner(self, program_id: str, click_id: str) -> str | None:
-        return keys.click_partner(self._sql(), program_id, click_id)
+        return keys.click_partner(self._read(), program_id, click_id)
 
     def binding(self, program_id: str, customer_key: str) -> Binding | None:
-        return keys.binding(self._sql(), program_id, customer_key)
+        return keys.binding(self._read(), program_id, customer_key)
 
     def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
-        return keys.provisional_click(self._sql(), program_id, customer_key)
+        return keys.provisional_click(self._read(), program_id, customer_key)
 
     def programs_for_stripe_account(self, account: str) -> list[Program]:
-        cur = self._sql()
+        cur = self._read()
         cur.execute(b"SELECT pg_advisory_xact_lock(hashtext('stripe_account:' || %s))", (account,))
         rows = cur.execute((_PROGRAM + _BY_ACCOUNT).encode(), (account,)).fetchall()
         return [_program(r) for r in rows]
 
     def credential_used(self, token_hash: str) -> bool:
         sql = b"SELECT 1 FROM credentials WHERE token_hash = %s"
-        return self._sql().execute(sql, (token_hash,)).fetchone() is not None
+        return self._read().execute(sql, (token_hash,)).fetchone() is not None
 
     # -- the log -------------------------------------------------------------------------------
     def append(self, row: Mapping[str, Any]) -> int:
@@ -273,11 +278,16 @@ class PgTx:
         values = [full.get(name) for name in RAW_EVENT_FIELDS]
         values[_SEQ] = stand_in
         self._raw.append(values)
-        keys.observe(self._sql(), full)
+        keys.observe(self._write, full)
         return stand_in
 
     def claim_keys(self, program_id: str, keys_: Sequence[str], raw_seq: int) -> list[str]:
-        claimed = keys.claim(self._sql(), program_id, list(dict.fromkeys(keys_)))
+        """Sent at once, ahead of pending writes (no one of them touches claims): a claim that
+        takes nothing leaves the operation free to be dropped."""
+        claimed = keys.claim(self._cur, program_id, list(dict.fromkeys(keys_)))
+        if claimed:
+            self._numbered += 1
+            self._sent = self._numbered
         self._claims += [[program_id, key, raw_seq] for key in claimed]
         return claimed
 
@@ -299,18 +309,16 @@ class PgTx:
 
     # -- the control plane ----------------------------------------------------------------------
     def add_account(self, account_id: str, email: str, at: datetime) -> None:
-        self._sql().execute(b"INSERT INTO accounts VALUES (%s, %s, %s)", (account_id, email, at))
+        self._write(b"INSERT INTO accounts VALUES (%s, %s, %s)", (account_id, email, at))
 
     def add_workspace(self, workspace_id: str, name: str, at: datetime) -> None:
-        self._sql().execute(b"INSERT INTO workspaces VALUES (%s, %s, %s)", (workspace_id, name, at))
+        self._write(b"INSERT INTO workspaces VALUES (%s, %s, %s)", (workspace_id, name, at))
 
     def add_member(self, workspace_id: str, account_id: str, role: Role, at: datetime) -> None:
-        self._sql().execute(
-            b"INSERT INTO memberships VALUES (%s, %s, %s, %s)", (workspace_id, account_id, role, at)
-        )
+        self._write(b"INSERT INTO memberships VALUES (%s, %s, %s, %s)", (workspace_id, account_id, role, at))
 
     def put_program(self, program: Program) -> None:
-        self._sql().execute(
+        self._write(
             b"INSERT INTO programs VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (program_id) DO UPDATE SET"
             b" workspace_id = EXCLUDED.workspace_id, name = EXCLUDED.name, settings = EXCLUDED.settings,"
             b" created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
@@ -325,7 +333,7 @@ class PgTx:
         )
 
     def add_partner(self, partner: Partner) -> None:
-        self._sql().execute(
+        self._write(
             b"INSERT INTO partners VALUES (%s, %s, %s, %s, %s, %s)",
             (
                 partner.program_id,
@@ -338,7 +346,7 @@ class PgTx:
         )
 
     def add_credential(self, cred: Credential) -> None:
-        self._sql().execute(
+        self._write(
             b"INSERT INTO credentials VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 cred.token_hash,
@@ -356,14 +364,14 @@ class PgTx:
         )
 
     def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None:
-        self._sql().execute(
+        self._write(
             b"UPDATE credentials SET revoked_at = %s"
             b" WHERE kind = %s AND subject_id = %s AND revoked_at IS NULL",
             (at, kind, subject_id),
         )
 
     def flag_credential(self, token_hash: str, flagged_at: datetime, deadline: datetime) -> None:
-        self._sql().execute(
+        self._write(
             b"UPDATE credentials SET flagged_at = %s, rotation_deadline = %s WHERE token_hash = %s",
             (flagged_at, deadline, token_hash),
         )
@@ -373,8 +381,8 @@ class PgTx:
         """Write the buffered rows and commit: the group's seqs and log ids are taken from
         `log_head` last, so its lock is held only for the COPY and the commit itself."""
         cur = self._cur
-        self._wanted = None
         try:
+            self._read()
             self._leave_pipeline()
             if self._checks:
                 rows = [(p, s, at) for (p, s), at in self._checks.items()]

@@ -213,20 +213,22 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
     }
 
     def op(tx: Tx) -> str | None:
-        if tx.sale(pid, [txn]) is None:
-            mark = tx.mark()
-            seq = tx.append(_row(call, pid, "sale", **typed))
-            if tx.claim_keys(pid, [txn], seq):
-                partner: str | None = None
-                if inp.click_id is not None:
-                    partner = tx.click_partner(pid, inp.click_id)
-                if partner is None:
-                    binding = tx.binding(pid, customer)
-                    partner = binding.partner_code if binding else None
-                _log(tx, call, pid, 200, "accepted", f"sale {txn} {amount} {inp.currency}", seq)
-                tx.check(pid, "sale_received", call.received_at)
-                return partner or ""
-            _lost(tx, mark)  # another process recorded this transaction first
+        # The transaction id's claim decides: a sale recorded before under this id (by a track
+        # call, or by the processor under any of its ids) or at this very moment by another
+        # replica holds it already.
+        mark = tx.mark()
+        seq = tx.append(_row(call, pid, "sale", **typed))
+        if tx.claim_keys(pid, [txn], seq):
+            partner: str | None = None
+            if inp.click_id is not None:
+                partner = tx.click_partner(pid, inp.click_id)
+            if partner is None:
+                binding = tx.binding(pid, customer)
+                partner = binding.partner_code if binding else None
+            _log(tx, call, pid, 200, "accepted", f"sale {txn} {amount} {inp.currency}", seq)
+            tx.check(pid, "sale_received", call.received_at)
+            return partner or ""
+        _lost(tx, mark)
         seq = tx.append(_row(call, pid, "sale", outcome="duplicate", **typed))
         _log(tx, call, pid, 409, "duplicate_transaction", f"transaction {txn} already recorded", seq)
         return None
