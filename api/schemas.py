@@ -198,8 +198,19 @@ class Fixes(_Out):
     count: int
 
 
+class PickedUp(_Out):
+    """An unroutable processor event a backfill picks up (routes to its program)."""
+
+    event_id: str
+    type: str | None
+    account: str | None
+    occurred_at: datetime | None
+    received_at: datetime
+
+
 class Backfill(BaseModel):
-    """The diff of a backfill: the sales whose attribution or commission would change."""
+    """The diff of a backfill: the sales whose attribution or commission would change, and the
+    unroutable events it picks up."""
 
     program_id: str
     from_: date | None = Field(alias="from")
@@ -209,10 +220,36 @@ class Backfill(BaseModel):
     partner_totals: list[dict[str, Any]]
     adjustments: list[dict[str, Any]]
     changes: int
+    picked_up: list[PickedUp]
     applied: bool | None = None
     applied_at: datetime | None = None
     applied_by: str | None = None
     backfill_id: str | None = None
+
+
+class UnroutableEvent(_Out):
+    """A processor event routed to no program, as of the last reconcile run (CONTRACT section 5;
+    reasons in reconcile/unroutable.py)."""
+
+    event_id: str | None
+    type: str | None
+    account: str | None
+    reason: Literal["account_not_connected", "account_shared", "no_account", "awaiting_backfill"]
+    received_at: datetime
+    routes_to: str | None = Field(
+        description="the program that has the account now: its next backfill covering the event picks it up"
+    )
+    metadata_program_id: str | None
+    object_id: str | None
+    amount: int | None
+    currency: str | None
+    test_mode: bool
+    occurred_at: datetime | None
+
+
+class Unroutable(_Out):
+    events: list[UnroutableEvent]
+    next_cursor: str | None
 
 
 class Close(_Out):

@@ -26,7 +26,7 @@ from datetime import datetime
 
 import polars as pl
 
-from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods
+from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods, unroutable
 from reconcile import refunds as refund_rules
 from reconcile.lookup import lookup
 from reconcile.schema import (
@@ -36,7 +36,6 @@ from reconcile.schema import (
     EVIDENCE_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
-    UNROUTABLE_SCHEMA,
     UTC,
     conform,
     period_of,
@@ -123,7 +122,7 @@ def reconcile(
         refunds=_conform(current.refunds, REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
-        unroutable=_conform(unroutable(log).collect(engine=ENGINE), UNROUTABLE_SCHEMA),
+        unroutable=unroutable.listing(log, settings),
     )
 
 
@@ -185,26 +184,4 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,
-    )
-
-
-def unroutable(raw: pl.LazyFrame) -> pl.LazyFrame:
-    """Processor events that matched no program, each event id once."""
-    return (
-        raw.filter(pl.col("outcome") == "unroutable")
-        .sort("occurred_at", "event_id")
-        .group_by("event_id")
-        .agg(
-            pl.col("event_type").first(),
-            pl.col("object_id").first(),
-            pl.col("stripe_account").first(),
-            pl.col("meta_program_id").first(),
-            pl.col("livemode").first(),
-            pl.col("test_mode").first(),
-            pl.col("amount").first(),
-            pl.col("currency").first(),
-            pl.col("occurred_at").first(),
-            pl.col("received_at").min(),
-        )
-        .with_columns(reason=pl.lit("program_unroutable"))
     )

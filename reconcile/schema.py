@@ -318,6 +318,7 @@ UNIQUE_STRINGS = frozenset(
 UNROUTABLE_SCHEMA: dict[str, pl.DataType] = {
     "event_id": STR,
     "reason": STR,
+    "routes_to": STR,
     "event_type": STR,
     "object_id": STR,
     "stripe_account": STR,

@@ -927,18 +927,59 @@ def reconcile_reference(
     lines = apply_periods(
         rows, current["lines"], lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"]
     )
-    unroutable: dict[str, Row] = {}
-    for r in sorted(
-        (r for r in rows if r["outcome"] == "unroutable"),
-        key=lambda r: (r["occurred_at"], r["event_id"] or ""),
-    ):
-        kept = unroutable.setdefault(r["event_id"], {**r, "reason": "program_unroutable"})
-        kept["received_at"] = min(kept["received_at"], r["received_at"])
     return {
         "sales": current["sales"],
         "commissions": lines,
         "refunds": current["refunds"],
         "double_counts": current["double_counts"],
         "explain": current["explain"],
-        "unroutable": list(unroutable.values()),
+        "unroutable": unroutable_events(rows, settings),
     }
+
+
+# --- unroutable events -----------------------------------------------------------------------
+
+
+def route_now(r: Row, settings: dict[str, Row]) -> tuple[str | None, str]:
+    """(the program routing picks now, the reason it is unroutable): ingest's rule."""
+    account, meta = r["stripe_account"], r["meta_program_id"]
+    sharing = sorted(
+        p for p, s in settings.items() if account is not None and s.get("stripe_account_id") == account
+    )
+    if account is not None:
+        target = sharing[0] if len(sharing) == 1 else meta if meta in sharing else None
+    else:
+        target = meta if meta in settings else None
+    if target is not None:
+        return target, "awaiting_backfill"
+    if account is None:
+        return None, "no_account"
+    return None, "account_shared" if sharing else "account_not_connected"
+
+
+def unroutable_events(rows: list[Row], settings: dict[str, Row]) -> list[Row]:
+    """Each unroutable event once (its first record by time), unless a backfill picked it up."""
+    taken = {
+        r["event_id"]
+        for r in rows
+        if r["kind"] == "stripe"
+        and r["source"] == "backfill"
+        and r["outcome"] == "accepted"
+        and r["program_id"] is not None
+        and r["event_id"] is not None
+    }
+    found: dict[str | None, Row] = {}
+    stray = [
+        r
+        for r in rows
+        if r["kind"] == "stripe"
+        and r["outcome"] == "unroutable"
+        and r["program_id"] is None
+        and r["event_id"] not in taken
+    ]
+    for r in sorted(stray, key=lambda r: (r["occurred_at"], r["event_id"] or "", r["seq"])):
+        kept = found.setdefault(r["event_id"], dict(r))
+        kept["received_at"] = min(kept["received_at"], r["received_at"])
+    for kept in found.values():
+        kept["routes_to"], kept["reason"] = route_now(kept, settings)
+    return list(found.values())

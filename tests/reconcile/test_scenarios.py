@@ -640,14 +640,69 @@ def test_closed_period_is_frozen_and_later_changes_become_adjustments() -> None:
     assert sale(result, "sale_1")["commission"] == 1_500
 
 
-def test_unroutable_events_are_reported_once() -> None:
-    """CONTRACT 5: unroutable events are stored and reported, never dropped."""
-    event = b.invoice("evt_u", "in_u", 500, program_id=None, outcome="unroutable")
-    result = run([event, {**event, "received_at": at(1)}])
-    assert result.unroutable.select("event_id", "reason", "object_id", "amount").rows() == [
-        ("evt_u", "program_unroutable", "in_u", 500)
+def _stray(event_id: str, account: str | None, meta: str | None = None, **kw: Any) -> dict[str, Any]:
+    return b.invoice(
+        event_id,
+        f"in_{event_id}",
+        500,
+        program_id=None,
+        outcome="unroutable",
+        stripe_account=account,
+        meta_program_id=meta,
+        **kw,
+    )
+
+
+def test_unroutable_events_are_reported_once_with_why_as_the_programs_are_now() -> None:
+    """CONTRACT 5: routing by `account`; when several programs share an account,
+    `metadata.program_id` picks one. Unroutable events are stored and reported, never dropped."""
+    programs = b.program_frame(
+        [
+            {"program_id": "prog_a", "stripe_account_id": "acct_solo"},
+            {"program_id": "prog_b", "stripe_account_id": "acct_shared"},
+            {"program_id": "prog_c", "stripe_account_id": "acct_shared"},
+        ]
+    )
+    nobody = _stray("evt_u", "acct_nobody", received_at=at(0))
+    rows = [
+        nobody,
+        {**nobody, "received_at": at(1)},  # a second record of one event: listed once
+        _stray("evt_solo", "acct_solo"),
+        _stray("evt_shared", "acct_shared"),
+        _stray("evt_shared_named", "acct_shared", "prog_c"),
+        _stray("evt_shared_other", "acct_shared", "prog_a"),
+        _stray("evt_none", None),
+        _stray("evt_none_named", None, "prog_b"),
+    ]
+    result = checked(b.frame(rows), programs, PARTNERS, NOW)
+    got = result.unroutable.select("event_id", "reason", "routes_to", "amount", "received_at")
+    assert sorted(got.rows()) == [
+        ("evt_none", "no_account", None, 500, at(0)),
+        ("evt_none_named", "awaiting_backfill", "prog_b", 500, at(0)),
+        ("evt_shared", "account_shared", None, 500, at(0)),
+        ("evt_shared_named", "awaiting_backfill", "prog_c", 500, at(0)),
+        ("evt_shared_other", "account_shared", None, 500, at(0)),
+        ("evt_solo", "awaiting_backfill", "prog_a", 500, at(0)),
+        ("evt_u", "account_not_connected", None, 500, at(0)),
     ]
     assert result.sales.is_empty()
+
+
+def test_an_unroutable_event_picked_up_by_a_backfill_is_the_programs_and_leaves_the_list() -> None:
+    """CONTRACT 5: a program that later gets the stripe_account_id picks them up on its next
+    backfill: the copy the backfill appends is a sale of the program like any delivery."""
+    stray = _stray("evt_u", "acct_1", click_id="clk_1", occurred_at=at(3))
+    rows = [
+        b.click("clk_1", "p1"),
+        stray,
+        b.picked_up(stray, received_at=at(40)),
+        b.backfill("bf_1", "2026-01-01", "2026-01-31", occurred_at=at(40)),
+    ]
+    result = run(rows)
+    assert result.unroutable.is_empty()
+    picked = sale(result, "in_evt_u")
+    assert (picked["partner_code"], picked["commission"], picked["occurred_at"]) == ("p1", 150, at(3))
+    assert run(rows[:2]).unroutable.get_column("reason").to_list() == ["awaiting_backfill"]
 
 
 def test_explain_lists_every_step_and_the_answer() -> None:
