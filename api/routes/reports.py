@@ -52,7 +52,7 @@ def _int(request: Request, name: str, default: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) > high:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > high:
         raise _bad(name, f"must be an integer from 0 to {high}")
     return int(raw)
 
