@@ -252,6 +252,49 @@ class Unroutable(_Out):
     next_cursor: str | None
 
 
+class DoubleCountKind(_Out):
+    currency: str
+    kind: Literal["connect_and_self_hosted", "self_hosted_repeat", "ingest_refused"]
+    count: int = Field(description="lines of this kind")
+    amount: int = Field(description="the money of the sales first seen twice this way, each sale once")
+    partner_mismatches: int
+
+
+class DoubleCountTotal(_Out):
+    currency: str
+    lines: int
+    sales: int = Field(description="distinct sales seen twice")
+    amount: int = Field(description="their money, each sale once (minor units)")
+    partner_mismatches: int
+
+
+class DoubleCountLine(_Out):
+    kind: Literal["connect_and_self_hosted", "self_hosted_repeat", "ingest_refused"]
+    transaction_id: str | None
+    sale_id: str | None = Field(description="the sale that was counted")
+    duplicate_id: str | None = Field(description="the record that was not counted")
+    duplicate_transaction_id: str | None
+    matched_on: str | None
+    amount: int | None = Field(description="the record's own amount")
+    distinct_amount: int = Field(description="the sale's amount on its first line, 0 on its others")
+    currency: str
+    partner_code: str | None = Field(description="the counted sale's partner")
+    duplicate_partner_code: str | None = Field(description="the partner the record not counted named")
+    partner_mismatch: bool
+    occurred_at: datetime | None
+    connect_record_ids: list[str] | None
+
+
+class DoubleCounting(_Out):
+    """The double-counting report (reports/double_counting.py)."""
+
+    program_id: str
+    period: str | None
+    summary: list[DoubleCountKind]
+    totals: list[DoubleCountTotal]
+    double_counts: list[DoubleCountLine]
+
+
 class Close(_Out):
     period: str
     closed_at: datetime

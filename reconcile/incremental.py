@@ -46,7 +46,7 @@ from reconcile.pipeline import Result, reconcile
 from reconcile.schema import ENGINE, prepare_programs
 from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
-ENGINE_VERSION = "4"
+ENGINE_VERSION = "5"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = ("rc_sales", "rc_commissions", "rc_refunds", "rc_double_counts", "rc_evidence", "rc_unroutable")
 # Result attribute -> the column its materialised rows are keyed by (closure.stale_keys).

@@ -3,7 +3,8 @@
 Stages (each module's docstring states its rules):
 
 1. reconcile/normalise.py: one typed sale per real transaction (connect and self-hosted).
-2. reconcile/doubles.py: self-hosted records of connect sales are not counted; pairs reported.
+2. reconcile/doubles.py: self-hosted records of connect sales are not counted; pairs reported
+   (with the partner each record named, and each sale's money once).
 3. reconcile/fixes.py: backfilled metadata fixes folded into the sales' metadata.
 4. reconcile/leads.py + reconcile/attribution.py: the ladder, per program.
 5. reconcile/commissions.py: eligibility (real, attributed, recurring window), amounts.
@@ -133,20 +134,22 @@ def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
 def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime) -> Ledger:
     """One full pass: sales, commission lines (no period close), refunds, doubles, evidence."""
     connect = normalise.connect_sales(raw)
-    split = doubles.split_self_hosted(connect.sales, normalise.self_hosted_sales(raw))
+    self_hosted = normalise.self_hosted_sales(raw)
+    split = doubles.split_self_hosted(connect.sales, self_hosted)
     combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
     sales = fixes.apply(combined, fixes.effective_fixes(raw, combined)).rechunk()
     del combined
 
     click_table = leads.clicks(raw)
     lead_frame = leads.leads(raw, click_table)
-    attributed = attribution.attribute(
-        sales,
-        click_table,
-        leads.lookup_table(lead_frame, "customer_key"),
-        leads.lookup_table(lead_frame, "email_norm"),
+    by_key = leads.lookup_table(lead_frame, "customer_key")
+    by_email = leads.lookup_table(lead_frame, "email_norm")
+    attributed = attribution.attribute(sales, click_table, by_key, by_email)
+    ghosts = doubles.uncounted(raw, self_hosted, split.pairs)
+    named = ghosts.select("program_id", "sale_id").hstack(
+        attribution.attribute(ghosts, click_table, by_key, by_email).select("partner_code").get_columns()
     )
-    del click_table, lead_frame
+    del click_table, lead_frame, by_key, by_email, self_hosted, ghosts
     sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
     evidence = attributed.select(attribution.EVIDENCE)
     del attributed
@@ -177,7 +180,9 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
         .rename({"record_ids": "connect_record_ids"})
         .get_columns()
     )
-    double_counts = pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed")
+    double_counts = doubles.finish(
+        pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed"), final, named
+    )
     return Ledger(
         sales=final,
         lines=commissions.lines(final),

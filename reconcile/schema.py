@@ -236,6 +236,10 @@ DOUBLE_COUNTS_SCHEMA: dict[str, pl.DataType] = {
     "amount": INT,
     "currency": STR,
     "occurred_at": UTC,
+    "partner_code": STR,
+    "duplicate_partner_code": STR,
+    "partner_mismatch": BOOL,
+    "distinct_amount": INT,
 }
 
 EXPLAIN_SCHEMA: dict[str, pl.DataType] = {

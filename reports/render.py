@@ -11,7 +11,8 @@ run, and whether the month is closed: see `FinanceReport.provenance`):
   integers (minor units for money) as digits, booleans `true`/`false`, null empty. Grouping
   the lines by (section, row) gives back the JSON rows exactly.
 - `csv` (double counting): one row per double count with the JSON fields as columns;
-  `connect_record_ids` space-separated, `occurred_at` RFC 3339.
+  `connect_record_ids` space-separated, `occurred_at` RFC 3339, `partner_mismatch` true/false;
+  summing `distinct_amount` counts each sale seen twice once (reports/double_counting.py).
 - `xlsx` (finance): see reports/xlsx.py; amounts are whole currency units there.
 - `html` (finance): a standalone page with its charts inline (reports/html.py).
 """
@@ -84,6 +85,7 @@ def double_counting_data(report: DoubleCountingReport) -> dict[str, Any]:
         "program_id": report.program_id,
         "period": report.period,
         "summary": _rows(report.summary),
+        "totals": _rows(report.totals),
         "double_counts": _rows(report.rows),
     }
 

@@ -296,8 +296,42 @@ document(
                 PERIOD,
                 Param("format", {"type": "string", "enum": list(DOUBLE_COUNTING_FORMATS), "default": "json"}),
             ),
-            data=dict[str, Any],
-            result={"period": None, "rows": []},
+            data=schemas.DoubleCounting,
+            result={
+                "program_id": "prog_3k9a",
+                "period": None,
+                "summary": [
+                    {
+                        "currency": "usd",
+                        "kind": "ingest_refused",
+                        "count": 2,
+                        "amount": 5000,
+                        "partner_mismatches": 2,
+                    }
+                ],
+                "totals": [
+                    {"currency": "usd", "lines": 2, "sales": 1, "amount": 5000, "partner_mismatches": 2}
+                ],
+                "double_counts": [
+                    {
+                        "kind": "ingest_refused",
+                        "transaction_id": "in_1Nq",
+                        "sale_id": "in_1Nq",
+                        "duplicate_id": f"sale_{n}",
+                        "duplicate_transaction_id": "in_1Nq",
+                        "matched_on": "invoice_id",
+                        "amount": 5000,
+                        "distinct_amount": 5000 if n == 1 else 0,
+                        "currency": "usd",
+                        "partner_code": "alice",
+                        "duplicate_partner_code": "bob",
+                        "partner_mismatch": True,
+                        "occurred_at": f"2026-11-21T10:0{n}:00Z",
+                        "connect_record_ids": None,
+                    }
+                    for n in (1, 2)
+                ],
+            },
             content={"text/csv": {"schema": {"type": "string"}}},
             errors=(ProgramNotFound, ValidationFailed),
         ),

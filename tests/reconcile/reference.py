@@ -322,6 +322,74 @@ def refused_duplicates(rows: list[Row], ids: dict[tuple[str, str], tuple[str, st
     return out
 
 
+def uncounted_partners(
+    rows: list[Row], doubles: list[Row], clicks: dict[tuple[str, str], str], leads: list[Row]
+) -> dict[tuple[str, str], str | None]:
+    """(program, duplicate id) -> the partner the record that was not counted names on its own:
+    the ladder on the record as it came, without its processor customer."""
+    paired = {(d["program_id"], d["duplicate_id"]) for d in doubles if d["kind"] != "ingest_refused"}
+    records = [
+        {**s, "processor_customer_id": None}
+        for s in self_hosted_sales(rows)
+        if (s["program_id"], s["sale_id"]) in paired
+    ]
+    for r in rows:
+        if (
+            r["kind"] == "sale"
+            and r["outcome"] == "duplicate"
+            and r["program_id"] is not None
+            and r["event_id"] is not None
+        ):
+            records.append(
+                {
+                    "program_id": r["program_id"],
+                    "sale_id": r["event_id"],
+                    "occurred_at": r["occurred_at"],
+                    "test_mode": is_test(r),
+                    "click_id": r["click_id"],
+                    "customer_key": r["customer_key"],
+                    "email": r["email"],
+                    "processor_customer_id": None,
+                    "meta_program_id": r["meta_program_id"],
+                    "metadata_missing": False,
+                }
+            )
+    attribute(records, clicks, leads)
+    return {(s["program_id"], s["sale_id"]): s["partner_code"] for s in records}
+
+
+def finish_doubles(
+    doubles: list[Row], sales: list[Row], named: dict[tuple[str, str], str | None]
+) -> list[Row]:
+    """Each line with the partner each record named, and each sale's money on its first line."""
+    partner_of = {(s["program_id"], s["sale_id"]): s["partner_code"] for s in sales}
+
+    def nulls_last(value: Any) -> tuple[bool, Any]:
+        return (value is None, value if value is not None else "")
+
+    ordered = sorted(
+        doubles,
+        key=lambda d: tuple(
+            nulls_last(d[c]) for c in ("program_id", "occurred_at", "kind", "transaction_id", "duplicate_id")
+        ),
+    )
+    seen: set[tuple[Any, ...]] = set()
+    for d in ordered:
+        d["partner_code"] = partner_of.get((d["program_id"], d["sale_id"]))
+        d["duplicate_partner_code"] = named.get((d["program_id"], d["duplicate_id"]))
+        named_one = d["duplicate_partner_code"]
+        d["partner_mismatch"] = named_one is not None and named_one != d["partner_code"]
+        if d["sale_id"] is not None:
+            sale = (d["program_id"], "sale", d["sale_id"])
+        elif d["transaction_id"] is not None:
+            sale = (d["program_id"], "transaction", d["transaction_id"])
+        else:
+            sale = (d["program_id"], "line", d["duplicate_id"])
+        d["distinct_amount"] = 0 if sale in seen else (d["amount"] or 0)
+        seen.add(sale)
+    return ordered
+
+
 # --- metadata fixes --------------------------------------------------------------------------
 
 
@@ -836,13 +904,15 @@ def ledger(
     sales = connect + self_hosted
     apply_fixes(rows, sales)
     clicks = click_partners(rows)
-    attribute(sales, clicks, lead_records(rows, clicks))
+    lead_list = lead_records(rows, clicks)
+    attribute(sales, clicks, lead_list)
     value_commissions(sales, settings, partner_emails)
     ids = build_id_map(connect, self_hosted)
     refunds = refund_rows(rows, events, ids)
     apply_refunds(refunds, sales)
     finish(sales, now)
     doubles += refused_duplicates(rows, ids)
+    doubles = finish_doubles(doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list))
     return {
         "sales": sales,
         "lines": commission_lines(sales),

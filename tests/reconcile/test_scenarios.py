@@ -589,6 +589,49 @@ def test_connect_and_self_hosted_record_of_one_sale_count_once_processor_wins() 
     ]
 
 
+def test_a_sale_seen_twice_counts_its_money_once_and_names_both_records_partners() -> None:
+    """Issue 13: amounts count each distinct sale once (a refused retry is a line, not more
+    money); a column shows when the processor record and the self-hosted call named different
+    partners."""
+    rows = [
+        b.click("clk_1", "p1"),
+        b.click("clk_2", "p2"),
+        b.lead("lead_3", "ck_3", click_id="clk_2"),
+        # the processor's record names p1 (its metadata's click); the brand's call names p2
+        b.invoice("evt_1", "in_1", 10_000, click_id="clk_1", occurred_at=at(1)),
+        b.track_sale("sale_1", "in_1", 10_000, click_id="clk_2", occurred_at=at(2)),
+        # ...and its retries were refused: the same sale, no more money
+        b.track_sale("sale_2", "in_1", 10_000, click_id="clk_2", outcome="duplicate", occurred_at=at(3)),
+        b.track_sale("sale_3", "in_1", 10_000, customer_key="ck_1", outcome="duplicate", occurred_at=at(4)),
+        # a second sale: both records name p1
+        b.invoice("evt_9", "in_9", 2_500, click_id="clk_1", occurred_at=at(5)),
+        b.track_sale("sale_9", "in_9", 2_500, click_id="clk_1", occurred_at=at(6)),
+        # a refused attempt whose sale is unknown (the first names p2 by its lead), twice: one sale
+        b.track_sale("sale_x1", "tx_x", 700, customer_key="ck_3", outcome="duplicate", occurred_at=at(7)),
+        b.track_sale("sale_x2", "tx_x", 700, outcome="duplicate", occurred_at=at(8)),
+    ]
+    result = run(rows)
+    got = result.double_counts.sort("occurred_at").select(
+        "kind",
+        "sale_id",
+        "duplicate_id",
+        "amount",
+        "partner_code",
+        "duplicate_partner_code",
+        "partner_mismatch",
+        "distinct_amount",
+    )
+    assert got.rows() == [
+        ("connect_and_self_hosted", "in_1", "sale_1", 10_000, "p1", "p2", True, 10_000),
+        ("ingest_refused", "in_1", "sale_2", 10_000, "p1", "p2", True, 0),
+        ("ingest_refused", "in_1", "sale_3", 10_000, "p1", None, False, 0),  # it named nobody
+        ("connect_and_self_hosted", "in_9", "sale_9", 2_500, "p1", "p1", False, 2_500),
+        ("ingest_refused", None, "sale_x1", 700, None, "p2", True, 700),
+        ("ingest_refused", None, "sale_x2", 700, None, None, False, 0),
+    ]
+    assert result.double_counts.get_column("distinct_amount").sum() == 13_200  # 3 sales, each once
+
+
 # --- backfill, period close, unroutable, explain ---------------------------------------------
 
 
