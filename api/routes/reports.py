@@ -126,6 +126,9 @@ def report_response(body: bytes, content_type: str, filename: str, fmt: str) -> 
 
 def _finance(st: State, program_id: str, name: str, period: str, fmt: str) -> tuple[bytes, str, str]:
     with st.store.reader() as db:
+        if fmt == "xlsx":  # with the month's line items on sheets of their own
+            report, lines = lineitems.finance_with_lines(db, program_id, period, program_name=name)
+            return render(report, fmt, lines)
         report = load.finance(db, program_id, period, program_name=name)
     return render(report, fmt)
 
