@@ -103,7 +103,8 @@ document(
             "Run the reconciler now",
             "operator",
             description='With `Accept: application/x-ndjson` the answer streams `{"progress": {...}}` '
-            'lines, then one `{"data": ...}` line (what `tally reconcile` shows).',
+            'lines, then one `{"data": ...}` line (what `tally reconcile` shows). `unroutable` counts '
+            "the processor events routed to no program (`GET /api/v1/operator/unroutable` lists them).",
             auth=(OPERATOR_TOKEN,),
             data=RunSummary,
             result={
@@ -114,6 +115,7 @@ document(
                 "duration_ms": 840,
                 "high_water_seq": 1200,
                 "mode": "incremental",
+                "unroutable": 2,
             },
             content={"application/x-ndjson": {"schema": {"type": "string"}}},
             writes=True,
