@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -236,3 +237,32 @@ def test_reconcile_counts_and_unroutable_lists_the_events_no_program_takes(
     assert r.returncode == 1 and "TALLY_OPERATOR_TOKEN" in r.stderr
     r = tally(home, "unroutable", "--url", live_server.url, "--limit", "-1", operator=True)
     assert r.returncode == 2
+
+    # the account's owner connects a program to it: `tally backfill` shows, then picks up, the event
+    url = live_server.url
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "o@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+        owner = {"Authorization": f"Bearer {acct['token']}"}
+        pid = c.post(
+            "/api/v1/programs",
+            json={
+                "workspace_id": acct["workspace_id"],
+                "name": "P",
+                "stripe_account_id": "acct_1NobodysAccount",
+            },
+            headers=owner,
+        ).json()["data"]["program_id"]
+    assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
+    today = datetime.now(UTC).date()  # a day either side: midnight cannot split the range
+    start, end = (today - timedelta(days=1)).isoformat(), (today + timedelta(days=1)).isoformat()
+    backfill = ("backfill", "--program", pid, "--from", start, "--to", end)
+    r = tally(home, *backfill)
+    assert r.returncode == 0, r.stderr
+    assert "would pick up 1 unroutable processor event(s): evt_cli_stray" in r.stdout
+    r = tally(home, *backfill, "--apply")
+    assert r.returncode == 0, r.stderr
+    assert "picked up 1 unroutable processor event(s): evt_cli_stray" in r.stdout
+    r = tally(home, "unroutable", "--json", operator=True)
+    assert json.loads(r.stdout) == []

@@ -191,6 +191,12 @@ def _backfill(world: World, start: str, end: str, dry_run: bool) -> dict[str, An
     return data
 
 
+def _around_today() -> tuple[str, str]:
+    """A backfill range around the events made now (a day either side: midnight cannot split it)."""
+    today = datetime.now(UTC).date()
+    return (today - timedelta(days=1)).isoformat(), (today + timedelta(days=1)).isoformat()
+
+
 def _sales(world: World) -> list[tuple[Any, ...]]:
     r = world.client.get(f"/api/v1/programs/{world.program_id}/sales", headers=world.owner)
     return [(s["transaction_id"], s["source"], s["partner_code"], s["commission"]) for s in r.json()["data"]]
@@ -199,9 +205,9 @@ def _sales(world: World) -> list[tuple[Any, ...]]:
 def test_a_backfill_picks_up_the_events_once_the_program_has_the_account(client: TestClient) -> None:
     world = make_world(client, commission_bps=3000)  # not connected to any processor account yet
     clicked = click(world)
-    today = datetime.now(UTC).date()
+    start, end = _around_today()
     old = stray("evt_old", "in_old", svc_click_id=clicked)
-    old["created"] = int(datetime(2026, 1, 5, 10, 0, tzinfo=UTC).timestamp())
+    old["created"] = int((datetime.now(UTC) - timedelta(days=40)).timestamp())  # outside the range
     delivered(client, stray("evt_sale", "in_sale", svc_click_id=clicked))
     delivered(client, old)
     assert reconcile(client)["unroutable"] == 2
@@ -219,8 +225,7 @@ def test_a_backfill_picks_up_the_events_once_the_program_has_the_account(client:
 
     # the dry run shows the sale it would bring in, and changes nothing
     rows_before = query(client, "SELECT count(*) FROM raw_events")
-    day = today.isoformat()
-    preview = _backfill(world, day, day, dry_run=True)
+    preview = _backfill(world, start, end, dry_run=True)
     assert [e["event_id"] for e in preview["picked_up"]] == ["evt_sale"]
     assert preview["picked_up"][0]["account"] == NEW and preview["picked_up"][0]["type"] == "invoice.paid"
     [changed] = preview["changed_sales"]
@@ -242,10 +247,10 @@ def test_a_backfill_picks_up_the_events_once_the_program_has_the_account(client:
     assert _sales(world) == []
 
     # applied: the event is the program's sale, attributed and commissioned, and leaves the list
-    applied = _backfill(world, day, day, dry_run=False)
+    applied = _backfill(world, start, end, dry_run=False)
     assert [e["event_id"] for e in applied["picked_up"]] == ["evt_sale"] and applied["applied"] is True
     assert _sales(world) == [("in_sale", "connect", "alice", 1_500)]
-    assert [e["event_id"] for e in every_event(client)] == ["evt_old"]  # its date is outside the range
+    assert [e["event_id"] for e in every_event(client)] == ["evt_old"]  # its date is 40 days back
     assert reconcile(client)["unroutable"] == 1
     copies = query(
         client,
@@ -268,10 +273,10 @@ def test_a_backfill_picks_up_the_events_once_the_program_has_the_account(client:
     )
     assert world.sale(transaction_id="in_sale").json()["error"]["code"] == "duplicate_transaction"
 
-    # picked up once: the same backfill again brings nothing; a wider one takes the January event
-    again = _backfill(world, day, day, dry_run=False)
+    # picked up once: the same backfill again brings nothing; a wider one takes the older event
+    again = _backfill(world, start, end, dry_run=False)
     assert again["picked_up"] == [] and again["changes"] == 0
-    wider = _backfill(world, "2026-01-01", day, dry_run=False)
+    wider = _backfill(world, (datetime.now(UTC) - timedelta(days=60)).date().isoformat(), end, dry_run=False)
     assert [e["event_id"] for e in wider["picked_up"]] == ["evt_old"]
     assert sorted(_sales(world)) == [
         ("in_old", "connect", "alice", 1_500),
@@ -298,12 +303,14 @@ def test_a_shared_account_is_picked_up_only_by_the_program_the_metadata_names(wo
         f"/api/v1/programs/{world.program_id}", json={"stripe_account_id": SHARED}, headers=world.owner
     )
     assert r.status_code == 200, r.text
-    day = datetime.now(UTC).date().isoformat()
+    start, end = _around_today()
     for other in sharing:
         r = client.post(
-            f"/api/v1/programs/{other}/backfill", json={"from": day, "to": day, "dry_run": False}, headers=OP
+            f"/api/v1/programs/{other}/backfill",
+            json={"from": start, "to": end, "dry_run": False},
+            headers=OP,
         )
         assert r.status_code == 200 and r.json()["data"]["picked_up"] == [], r.text
-    mine = _backfill(world, day, day, dry_run=False)
+    mine = _backfill(world, start, end, dry_run=False)
     assert [e["event_id"] for e in mine["picked_up"]] == ["evt_named"]
     assert [(e["event_id"], e["reason"]) for e in every_event(client)] == [("evt_unnamed", "account_shared")]
