@@ -64,6 +64,14 @@ def _identify(request: Request, token: str) -> Credential | str | None:
     return state(request).store.credential(token_hash(token))
 
 
+def _refusing(request: Request, found: Credential | str | None) -> None:
+    """A program key refused on an endpoint for another credential is still the key that was
+    presented: a flagged one gets its rotation headers and warning on the refusal too (CONTRACT
+    section 3: every response to a request authenticated with that key, success or error)."""
+    if isinstance(found, Credential) and found.kind == "program":
+        remember(request, credential=found)
+
+
 def _required(request: Request) -> str:
     token = bearer(request)
     if token is None:
@@ -121,8 +129,11 @@ def account_id_for_token(store: Store, token: str) -> str | None:
 
 
 def require_account(request: Request) -> Account:
-    account_id = account_id_for_token(state(request).store, _required(request))
+    token = _required(request)
+    account_id = account_id_for_token(state(request).store, token)
     if account_id is None:
+        if len(token) <= 512:
+            _refusing(request, state(request).store.credential(token_hash(token)))
         raise AccountTokenRequired("this endpoint needs an account token (acct_...) of an existing account")
     return Account(account_id, state(request).store.workspaces_of(account_id))
 
@@ -138,6 +149,7 @@ def account_program(request: Request, account: Account) -> Program:
 def require_agent(request: Request, scope: str) -> Credential:
     found = _identify(request, _required(request))
     if not isinstance(found, Credential) or found.kind != "agent":
+        _refusing(request, found)
         what = "unknown" if found is None else "not an agent key"
         raise AgentKeyRequired(f"agent endpoints need an agent key (agt_...); this credential is {what}")
     if scope not in found.scopes:
@@ -149,4 +161,6 @@ def require_agent(request: Request, scope: str) -> Credential:
 def require_operator(request: Request) -> None:
     token = _required(request)
     if not is_operator(request, token):
+        if len(token) <= 512:
+            _refusing(request, state(request).store.credential(token_hash(token)))
         raise OperatorTokenRequired("operator endpoints need the operator token (TALLY_OPERATOR_TOKEN)")

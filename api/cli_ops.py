@@ -49,10 +49,52 @@ def cmd_reconcile(args: argparse.Namespace) -> None:
     if args.json:
         emit(summary)
         return
+    unroutable = int(summary.get("unroutable", 0))
     print(
         f"run {summary['run_id']}: {summary['events_read']} events read, {summary['sales']} sales, "
-        f"{summary['commissions']} commission lines in {summary['duration_ms']} ms"
+        f"{summary['commissions']} commission lines, {unroutable} unroutable events "
+        f"in {summary['duration_ms']} ms"
     )
+    if unroutable:
+        print("processor events routed to no program: `tally unroutable` lists them and why", file=sys.stderr)
+
+
+def _count(text: str) -> int:
+    """A non-negative whole number (argparse type)."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(text)
+
+
+def cmd_unroutable(args: argparse.Namespace) -> None:
+    url, token = operator_target(args.url)
+    events: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        query = {"limit": "500"} | ({"cursor": cursor} if cursor else {})
+        page = call("GET", f"/api/v1/operator/unroutable?{urlencode(query)}", url=url, token=token)
+        events += page["events"]
+        cursor = page["next_cursor"]
+        if cursor is None or (args.limit and len(events) >= args.limit):
+            break
+    if args.limit:
+        events = events[: args.limit]
+    if args.json:
+        emit(events)
+        return
+    table = Table(title=f"{len(events)} unroutable event(s), newest first (as of the last reconcile run)")
+    for column in ("received", "event", "type", "account", "reason", "routes to"):
+        table.add_column(column)
+    for e in events:
+        table.add_row(
+            str(e["received_at"])[:19].replace("T", " "),
+            str(e["event_id"] or "-"),
+            str(e["type"] or "-"),
+            str(e["account"] or "-"),
+            e["reason"],
+            str(e["routes_to"] or "-"),
+        )
+    Console().print(table)
 
 
 def _money(minor: int | None, currency: str | None) -> str:
@@ -97,6 +139,11 @@ def cmd_backfill(args: argparse.Namespace) -> None:
     out = Console()
     out.print(diff_table(data))
     out.print(partner_table(data))
+    picked = data.get("picked_up") or []
+    if picked:
+        verb = "picked up" if args.apply else "would pick up"
+        ids = ", ".join(str(e["event_id"]) for e in picked)
+        out.print(f"{verb} {len(picked)} unroutable processor event(s): {ids}")
     if args.apply:
         out.print(f"applied by {data['applied_by']} at {data['applied_at']} ({data['backfill_id']})")
     else:
@@ -183,6 +230,20 @@ def add_operations(sub: Any) -> None:
     rec.add_argument("--url", help="the server's base URL (default: the login's, else TALLY_BASE_URL)")
     rec.add_argument("--json", action="store_true", help="print the run's summary as JSON")
     rec.set_defaults(func=cmd_reconcile)
+
+    lost = sub.add_parser(
+        "unroutable",
+        help="list the processor events routed to no program (operator)",
+        description="List the processor events no program could be routed to, newest first, with "
+        "the reason (as of the last reconcile run). `awaiting_backfill`: a program has the account "
+        "now, and its next `tally backfill --apply` covering the event's date picks it up. Needs "
+        "TALLY_OPERATOR_TOKEN.",
+        epilog=examples("TALLY_OPERATOR_TOKEN=... tally unroutable", "tally unroutable --limit 20 --json"),
+    )
+    lost.add_argument("--url", help="the server's base URL (default: the login's, else TALLY_BASE_URL)")
+    lost.add_argument("--limit", type=_count, default=0, help="show at most this many (default: all)")
+    lost.add_argument("--json", action="store_true", help="print the events as a JSON array")
+    lost.set_defaults(func=cmd_unroutable)
 
     back = sub.add_parser(
         "backfill",

@@ -64,7 +64,7 @@ def query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or not 1 <= int(raw) <= 2**62:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 2**62:
         raise ValidationFailed(f"{name} must be a positive integer")
     return int(raw)
 

@@ -183,6 +183,20 @@ async def body_model(request: Request, model: type[M]) -> tuple[bytes, M]:
 
 
 # -- rotation: headers and warnings for a flagged program key ----------------------------------
+def query_int(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    """An integer query parameter in [low, high] (ASCII digits only), `default` when absent;
+    ValidationFailed naming it otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise ValidationFailed(
+            f"{name} must be an integer from {low} to {high}",
+            fields=[{"field": name, "message": f"integer from {low} to {high}"}],
+        )
+    return int(raw)
+
+
 def flagged(request: Request) -> Credential | None:
     cred: Credential | None = recall(request, "credential")
     if cred is not None and cred.rotation_deadline is not None and cred.flagged_at is not None:

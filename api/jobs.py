@@ -16,16 +16,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, timedelta
+from datetime import UTC, date, timedelta
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from ingest import engineering
 from ingest.clock import utcnow
 from ingest.errors import DatabaseUnavailable
 from ingest.store import Store
 from ingest.writer import Writer
-from reconcile import backfill, job
+from reconcile import backfill, job, source, unroutable
 from reconcile.backfill import BackfillDiff
 
 if TYPE_CHECKING:
@@ -132,19 +134,20 @@ class Reconciler:
                 except Exception as exc:
                     self._failed(exc)
                     raise
-                self._ran(cur, summary, time.perf_counter() - started)
+                self._ran(summary, time.perf_counter() - started)
                 return summary
 
-    def _ran(self, cur: job.Cursor, summary: job.RunSummary, seconds: float) -> None:
+    def _ran(self, summary: job.RunSummary, seconds: float) -> None:
         """Log a finished run (its id, mode, duration and rows) and record it in the metrics."""
         log.info(
-            "reconcile run %s (%s) in %.0f ms: %d events read, %d sales, %d commissions",
+            "reconcile run %s (%s) in %.0f ms: %d events read, %d sales, %d commissions, %d unroutable",
             summary.run_id,
             summary.mode,
             seconds * 1000,
             summary.events_read,
             summary.sales,
             summary.commissions,
+            summary.unroutable,
             extra={
                 "run_id": summary.run_id,
                 "mode": summary.mode,
@@ -152,28 +155,44 @@ class Reconciler:
                 "events_read": summary.events_read,
                 "sales": summary.sales,
                 "commissions": summary.commissions,
+                "unroutable": summary.unroutable,
             },
         )
         if self._observer is not None:
-            self._observer.reconciled(summary, seconds, job.unroutable_count(cur))
+            self._observer.reconciled(summary, seconds)
 
     def _failed(self, exc: BaseException) -> None:
         log.error("reconcile run failed: %s", exc)
         if self._observer is not None:
             self._observer.reconcile_failed()
 
-    def backfill(self, backfill_row: dict[str, Any], apply: bool) -> BackfillDiff:
-        """Preview (and with `apply`, append and reconcile) a backfill. The diff is computed on
-        the same snapshot the row is appended after, so the dry run is a true preview."""
+    def backfill(
+        self, backfill_row: dict[str, Any], apply: bool, start: date | None = None, end: date | None = None
+    ) -> tuple[BackfillDiff, list[dict[str, Any]]]:
+        """Preview (and with `apply`, append and reconcile) a backfill over [start, end], with the
+        unroutable events it picks up (reconcile/unroutable.py; returned as their raw rows). The
+        diff is computed on the same snapshot the rows are appended after, so the dry run is a
+        true preview."""
+        program_id = str(backfill_row["program_id"])
         with self._run_lock():
             self._writer.sync_blocking()
             with self._store.engine() as engine:
-                raw, programs, partners = job.read(engine.cursor, program_id=str(backfill_row["program_id"]))
-            result = backfill.preview(raw, programs, partners, backfill_row, utcnow())
+                cur = engine.cursor
+                raw, programs, partners = job.read(cur, program_id=program_id)
+                account = programs.filter(pl.col("program_id") == program_id).get_column("stripe_account_id")
+                stray = source.unpicked(cur, account.item() if account.len() == 1 else None)
+            chosen = unroutable.pickup(stray, programs, program_id, start, end)
+            # The events whole, from the log itself (a working copy keeps no bodies).
+            with self._store.reader() as db:
+                found = db.raw_rows([int(seq) for seq in chosen.get_column("seq")]) if chosen.height else []
+            picked = engineering.picked_up(backfill_row, found)
+            result = backfill.preview(raw, programs, partners, backfill_row, utcnow(), picked)
             if apply:
-                self._writer.run_sync(lambda tx: tx.append(backfill_row), flush=True)
+                self._writer.run_sync(
+                    lambda tx: engineering.apply_backfill(tx, backfill_row, picked), flush=True
+                )
                 with self._store.engine() as engine:
                     started = time.perf_counter()
                     summary = job.run(engine.cursor, utcnow(), publish=engine.publish)
-                    self._ran(engine.cursor, summary, time.perf_counter() - started)
-            return result
+                    self._ran(summary, time.perf_counter() - started)
+            return result, found

@@ -438,7 +438,7 @@ class Observer:
         self.commit_wait.observe(waited)
 
     # -- the reconciler ------------------------------------------------------------------------------
-    def reconciled(self, summary: RunSummary, seconds: float, unroutable: int | None) -> None:
+    def reconciled(self, summary: RunSummary, seconds: float) -> None:
         self.reconcile_duration.labels(summary.mode).observe(seconds)
         self.reconcile_last_success.set(time.time())
         for mode in RECONCILE_MODES:
@@ -446,8 +446,7 @@ class Observer:
         self.reconcile_last_rows.labels("events_read").set(summary.events_read)
         self.reconcile_last_rows.labels("sales").set(summary.sales)
         self.reconcile_last_rows.labels("commissions").set(summary.commissions)
-        if unroutable is not None:
-            self.unroutable = unroutable
+        self.unroutable = summary.unroutable
 
     def reconcile_failed(self) -> None:
         self.reconcile_failures.inc()

@@ -198,8 +198,19 @@ class Fixes(_Out):
     count: int
 
 
+class PickedUp(_Out):
+    """An unroutable processor event a backfill picks up (routes to its program)."""
+
+    event_id: str
+    type: str | None
+    account: str | None
+    occurred_at: datetime | None
+    received_at: datetime
+
+
 class Backfill(BaseModel):
-    """The diff of a backfill: the sales whose attribution or commission would change."""
+    """The diff of a backfill: the sales whose attribution or commission would change, and the
+    unroutable events it picks up."""
 
     program_id: str
     from_: date | None = Field(alias="from")
@@ -209,10 +220,79 @@ class Backfill(BaseModel):
     partner_totals: list[dict[str, Any]]
     adjustments: list[dict[str, Any]]
     changes: int
+    picked_up: list[PickedUp]
     applied: bool | None = None
     applied_at: datetime | None = None
     applied_by: str | None = None
     backfill_id: str | None = None
+
+
+class UnroutableEvent(_Out):
+    """A processor event routed to no program, as of the last reconcile run (CONTRACT section 5;
+    reasons in reconcile/unroutable.py)."""
+
+    event_id: str | None
+    type: str | None
+    account: str | None
+    reason: Literal["account_not_connected", "account_shared", "no_account", "awaiting_backfill"]
+    received_at: datetime
+    routes_to: str | None = Field(
+        description="the program that has the account now: its next backfill covering the event picks it up"
+    )
+    metadata_program_id: str | None
+    object_id: str | None
+    amount: int | None
+    currency: str | None
+    test_mode: bool
+    occurred_at: datetime | None
+
+
+class Unroutable(_Out):
+    events: list[UnroutableEvent]
+    next_cursor: str | None
+
+
+class DoubleCountKind(_Out):
+    currency: str
+    kind: Literal["connect_and_self_hosted", "self_hosted_repeat", "ingest_refused"]
+    count: int = Field(description="lines of this kind")
+    amount: int = Field(description="the money of the sales first seen twice this way, each sale once")
+    partner_mismatches: int
+
+
+class DoubleCountTotal(_Out):
+    currency: str
+    lines: int
+    sales: int = Field(description="distinct sales seen twice")
+    amount: int = Field(description="their money, each sale once (minor units)")
+    partner_mismatches: int
+
+
+class DoubleCountLine(_Out):
+    kind: Literal["connect_and_self_hosted", "self_hosted_repeat", "ingest_refused"]
+    transaction_id: str | None
+    sale_id: str | None = Field(description="the sale that was counted")
+    duplicate_id: str | None = Field(description="the record that was not counted")
+    duplicate_transaction_id: str | None
+    matched_on: str | None
+    amount: int | None = Field(description="the record's own amount")
+    distinct_amount: int = Field(description="the sale's amount on its first line, 0 on its others")
+    currency: str
+    partner_code: str | None = Field(description="the counted sale's partner")
+    duplicate_partner_code: str | None = Field(description="the partner the record not counted named")
+    partner_mismatch: bool
+    occurred_at: datetime | None
+    connect_record_ids: list[str] | None
+
+
+class DoubleCounting(_Out):
+    """The double-counting report (reports/double_counting.py)."""
+
+    program_id: str
+    period: str | None
+    summary: list[DoubleCountKind]
+    totals: list[DoubleCountTotal]
+    double_counts: list[DoubleCountLine]
 
 
 class Close(_Out):

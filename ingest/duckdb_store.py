@@ -277,6 +277,13 @@ class DuckReader:
         )
         return (int(row[0]), row[1]) if row else None
 
+    def raw_rows(self, seqs: Sequence[int]) -> list[dict[str, Any]]:
+        if not seqs:
+            return []
+        return self.dicts(
+            "SELECT * FROM raw_events WHERE list_contains(?::BIGINT[], seq) ORDER BY seq", [list(seqs)]
+        )
+
     def latest_run(self) -> tuple[str, datetime] | None:
         if not self.table_exists("rc_runs"):
             return None

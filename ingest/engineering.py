@@ -2,20 +2,28 @@
 
 Each is appended as its own raw-log row (source `backfill`), never edited into earlier rows; the
 reconciler orders these human actions by `seq` (see reconcile/fixes.py and reconcile/periods.py).
+A backfill also picks up the unroutable processor events that route to its program now
+(reconcile/unroutable.py): each is appended again, routed to the program (source `backfill`,
+outcome `accepted`, the original body), before the backfill's own row, which lists them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
 from ingest.clock import utcnow
+from ingest.deliveries import CHECKLIST_STEP
+from ingest.hotkeys import processor_sale_keys
 from ingest.inputs import MetadataFixesIn
 from ingest.records import Program
 from ingest.store import Tx
 from ingest.tokens import new_id
 from ingest.writer import Writer
+
+BACKFILL_ENDPOINT = "backfill"
 
 
 def _row(program: Program, kind: str, actor: str, body: dict[str, Any], **typed: Any) -> dict[str, Any]:
@@ -76,6 +84,47 @@ def backfill_row(program: Program, start: date | None, end: date | None, actor: 
     A dry run previews with this row without appending it."""
     body = {"from": start.isoformat() if start else None, "to": end.isoformat() if end else None}
     return _row(program, "backfill", actor, body, event_id=new_id("bf"))
+
+
+def picked_up(backfill: dict[str, Any], events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The raw-log rows by which `backfill` (a `backfill_row`) picks up the unroutable `events`
+    (their raw rows): each a copy routed to the backfill's program, received with the backfill.
+    The backfill's body lists their event ids (`picked_up`)."""
+    rows = [
+        {
+            **{k: v for k, v in event.items() if k != "seq"},
+            "received_at": backfill["received_at"],
+            "source": "backfill",
+            "program_id": backfill["program_id"],
+            "outcome": "accepted",
+            "actor": backfill["actor"],
+        }
+        for event in events
+    ]
+    if rows:
+        body = json.loads(backfill["body"])
+        body["picked_up"] = [row["event_id"] for row in rows]
+        backfill["body"] = json.dumps(body, sort_keys=True)
+    return rows
+
+
+def apply_backfill(tx: Tx, backfill: Mapping[str, Any], picked: Sequence[Mapping[str, Any]]) -> int:
+    """Append the picked-up events (as a delivery routed to the program would be: its sale ids
+    claimed, checklist steps, a tracking-log line), then the backfill's row; its seq."""
+    program_id = str(backfill["program_id"])
+    at = backfill["received_at"]
+    for row in picked:
+        seq = tx.append(row)
+        keys = processor_sale_keys(row)
+        tx.claim_keys(program_id, keys, seq)
+        tx.check(program_id, CHECKLIST_STEP, at)
+        if keys:
+            tx.check(program_id, "sale_received", at)
+        detail = (
+            f"{row['event_type'] or 'event'} {row['event_id']} picked up by backfill {backfill['event_id']}"
+        )
+        tx.log(program_id, at, BACKFILL_ENDPOINT, 200, "picked_up", detail, None, seq)
+    return tx.append(backfill)
 
 
 async def close_period(writer: Writer, program: Program, period: str, actor: str) -> dict[str, Any]:

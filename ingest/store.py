@@ -73,6 +73,9 @@ class Reader(Protocol):
     def latest_run(self) -> tuple[str, datetime] | None:
         """(run id, finished at) of the newest reconcile run, or None before the first."""
 
+    def raw_rows(self, seqs: Sequence[int]) -> list[dict[str, Any]]:
+        """Whole raw-log rows (every column, the verbatim body included), by seq, in seq order."""
+
     def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:
         """(seq, time) of the first accepted close of `period` (YYYY-MM) in the program's raw
         log, or None while the month is open."""

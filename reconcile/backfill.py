@@ -1,13 +1,16 @@
 """Backfill previews: what applying a backfill over a date range would change. Pure.
 
 `preview` reconciles the log twice, as it is and with one more (hypothetical) `backfill` row for
-the range, and `diff` lists only the sales whose partner, rule, reason or commission would
-change, with before/after values, plus per-partner commission deltas (per currency, never summed
-across currencies) and the adjustment lines that closed months would receive.
+the range, preceded by the copies of the unroutable events it would pick up
+(reconcile/unroutable.py), and `diff` lists only the sales whose partner, rule, reason or
+commission would change (a sale picked up appears, its `before_*` values null), with
+before/after values, plus per-partner commission deltas (per currency, never summed across
+currencies) and the adjustment lines that closed months would receive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,8 +28,8 @@ class BackfillDiff:
     adjustments: pl.DataFrame  # adjustment lines that appear or change
 
 
-def _with_row(raw: pl.DataFrame, row: dict[str, object]) -> pl.DataFrame:
-    extra = pl.DataFrame([{name: row.get(name) for name in raw.columns}], schema=raw.schema)
+def _with_rows(raw: pl.DataFrame, rows: Sequence[Mapping[str, object]]) -> pl.DataFrame:
+    extra = pl.DataFrame([{name: row.get(name) for name in raw.columns} for row in rows], schema=raw.schema)
     return pl.concat([raw, extra], how="vertical")
 
 
@@ -34,30 +37,38 @@ def preview(
     raw: pl.DataFrame,
     programs: pl.DataFrame,
     partners: pl.DataFrame,
-    backfill: dict[str, object],
+    backfill: Mapping[str, object],
     now: datetime,
+    picked: Sequence[Mapping[str, object]] = (),
 ) -> BackfillDiff:
-    """The diff of appending `backfill` (a raw-log row of kind `backfill`) to `raw`."""
+    """The diff of appending the `picked` rows (unroutable events picked up, routed to the
+    program) and then `backfill` (a raw-log row of kind `backfill`) to `raw`."""
     program_id = backfill["program_id"]
     mine = raw.filter(pl.col("program_id") == program_id)
     progs = programs.filter(pl.col("program_id") == program_id)
     people = partners.filter(pl.col("program_id") == program_id)
     seq = int(mine.select(pl.col("seq").max()).item() or 0) + 1
+    added = [{**row, "seq": seq + n} for n, row in enumerate([*picked, backfill])]
     before = reconcile(mine, progs, people, now)
-    after = reconcile(_with_row(mine, {**backfill, "seq": seq}), progs, people, now)
+    after = reconcile(_with_rows(mine, added), progs, people, now)
     return diff(before, after)
 
 
 def diff(before: Result, after: Result) -> BackfillDiff:
-    keep = ["program_id", "sale_id", "transaction_id", "currency", "occurred_at", "period", *COMPARED]
-    b = before.sales.select(keep)
-    a = after.sales.select(["sale_id", *COMPARED])
+    ids = ["program_id", "transaction_id", "currency", "occurred_at", "period"]
+    b = before.sales.select(["sale_id", *ids, *COMPARED])
+    a = after.sales.select(["sale_id", *ids, *COMPARED])
     joined = b.join(a, on="sale_id", how="full", suffix="_after", coalesce=True)
     changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}_after")) for c in COMPARED])
     sales = (
         joined.filter(changed)
+        .with_columns(pl.coalesce(c, f"{c}_after").alias(c) for c in ids)  # a new sale has no before
+        .drop(f"{c}_after" for c in ids)
         .rename({c: f"before_{c}" for c in COMPARED})
         .rename({f"{c}_after": f"after_{c}" for c in COMPARED})
+        .select(
+            "program_id", "sale_id", *ids[1:], *(f"{w}_{c}" for w in ("before", "after") for c in COMPARED)
+        )
         .sort("occurred_at", "sale_id")
     )
 

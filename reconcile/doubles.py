@@ -9,6 +9,21 @@
   others are listed (kind `self_hosted_repeat`).
 - Sale attempts refused at ingest (`kind = 'sale'`, `outcome = 'duplicate'`) are listed as they
   are (kind `ingest_refused`), with the counted sale they collided with when it can be found.
+
+Each line also says which partner each record named (`finish`): `partner_code` is the counted
+sale's partner (its attribution), `duplicate_partner_code` the partner the record that was not
+counted names on its own: the ladder's rules click, email and customer key applied to it as it
+came (`uncounted`; not rule 3, an earlier sale of the same processor customer, which is about
+counted sales). `partner_mismatch` is true when the record not counted named a partner the
+counted sale is not attributed to (to another partner, or to none): the processor's record and
+the self-hosted call named different partners, and the counted one won. A record that names no
+partner is no mismatch.
+
+Money is counted once per sale (`distinct_amount`): the lines of one program are ordered as the
+report shows them (occurred_at, kind, transaction id, duplicate id) and the first line of each
+distinct sale (its counted sale id, else its transaction id, else the line itself) carries its
+amount; the sale's other lines (a refused retry, say) carry 0. So summing `distinct_amount`
+counts each sale seen twice once, however many times it was retried.
 """
 
 from __future__ import annotations
@@ -17,6 +32,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from reconcile import normalise
 from reconcile.lookup import lookup
 from reconcile.schema import ENGINE
 
@@ -190,4 +206,72 @@ def refused(raw: pl.LazyFrame, sale_ids: pl.DataFrame) -> pl.DataFrame:
         amount="amount",
         currency="currency",
         occurred_at="occurred_at",
+    )
+
+
+def uncounted(raw: pl.LazyFrame, self_hosted: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """The records double counts did not count, as the attribution ladder reads them
+    (attribution.INPUT; `sale_id` is the line's `duplicate_id`): the self-hosted sales paired
+    off (`pairs`) and the sale attempts refused at ingest, as they came (no fix applied), without
+    their processor customer (see the module docstring)."""
+    columns = ("program_id", "sale_id", "occurred_at", "test_mode", "click_id", "customer_key", "email")
+    paired = self_hosted.join(
+        pairs.select("program_id", sale_id=pl.col("duplicate_id")), on=["program_id", "sale_id"], how="semi"
+    ).select(*columns, "meta_program_id")
+    refused = (
+        raw.filter(
+            (pl.col("kind") == "sale")
+            & (pl.col("outcome") == "duplicate")
+            & pl.col("program_id").is_not_null()
+            & pl.col("event_id").is_not_null()
+        )
+        .select(
+            "program_id",
+            sale_id=pl.col("event_id"),
+            occurred_at="occurred_at",
+            test_mode=normalise.is_test(),
+            click_id="click_id",
+            customer_key="customer_key",
+            email="email",
+            meta_program_id="meta_program_id",
+        )
+        .collect(engine=ENGINE)
+    )
+    return pl.concat([paired, refused], how="vertical_relaxed").with_columns(
+        processor_customer_id=pl.lit(None, pl.String), metadata_missing=pl.lit(False)
+    )
+
+
+REPORT_ORDER = ("program_id", "occurred_at", "kind", "transaction_id", "duplicate_id")
+
+
+def finish(lines: pl.DataFrame, sales: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
+    """The double-count `lines` with `partner_code` (of the counted sale, from `sales`),
+    `duplicate_partner_code` (from `named`: program_id, sale_id = the uncounted record,
+    partner_code), `partner_mismatch` and `distinct_amount` (see the module docstring)."""
+    counted = lookup(lines, sales, ["program_id", "sale_id"], ["partner_code"])
+    other = lookup(
+        lines,
+        named,
+        ["program_id", "duplicate_id"],
+        ["partner_code"],
+        right_on=["program_id", "sale_id"],
+    ).rename({"partner_code": "duplicate_partner_code"})
+    no_sale = pl.col("sale_id").is_null()
+    sale = pl.struct(
+        "program_id",
+        "sale_id",
+        pl.when(no_sale).then(pl.col("transaction_id")).alias("by_transaction"),
+        pl.when(no_sale & pl.col("transaction_id").is_null()).then(pl.col("duplicate_id")).alias("by_line"),
+    )
+    return (
+        lines.hstack([*counted.get_columns(), *other.get_columns()])
+        .with_columns(
+            partner_mismatch=pl.col("duplicate_partner_code").is_not_null()
+            & pl.col("duplicate_partner_code").ne_missing(pl.col("partner_code"))
+        )
+        .sort(REPORT_ORDER, nulls_last=True)
+        .with_columns(
+            distinct_amount=pl.when(sale.is_first_distinct()).then(pl.col("amount").fill_null(0)).otherwise(0)
+        )
     )

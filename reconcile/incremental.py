@@ -22,7 +22,8 @@ hashes alone (`_reached`: ids hashed inside DuckDB, 13 integers a row of the log
 rows (then read by seq), the clicks it reaches and the programs' engineer actions are reconciled
 (reconcile/pipeline.py) as one small log; the previous rows of those components are deleted
 and the new ones inserted; commission statuses of all other rows are brought up to `now`;
-unroutable events are re-read when new ones arrived. One transaction, with the run's record.
+unroutable events are re-read when new ones (or copies a backfill picked up) arrived. One
+transaction, with the run's record.
 
 The cost is a scan of the link columns of the non-click rows and one of the clicks, plus work
 in proportion to the customers the new rows touch, where a full run reconciles and rewrites
@@ -40,12 +41,12 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from reconcile import closure
+from reconcile import closure, unroutable
 from reconcile.pipeline import Result, reconcile
 from reconcile.schema import ENGINE, prepare_programs
 from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
-ENGINE_VERSION = "3"
+ENGINE_VERSION = "5"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = ("rc_sales", "rc_commissions", "rc_refunds", "rc_double_counts", "rc_evidence", "rc_unroutable")
 # Result attribute -> the column its materialised rows are keyed by (closure.stale_keys).
@@ -212,7 +213,8 @@ def prepare(
         read += log.height
         result = reconcile(log, programs, partners, now)
         stale = closure.stale_keys(reached)
-    lost = unroutable_rows(reader) if new.get_column("program_id").null_count() else None
+    strays = new.filter(pl.col("program_id").is_null() | unroutable.picked_up())
+    lost = unroutable_rows(reader, programs) if strays.height else None
     holding = prepare_programs(programs).select("program_id", "holding_days").collect(engine=ENGINE)
     report("write", 1, 1)
     return Patch(int(high), read, stale, result, lost, holding, now, tables)

@@ -72,7 +72,8 @@ CHUNK_EVENTS = 2_500_000
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What one run did; `sales` and `commissions` count the rows materialised."""
+    """What one run did; `sales`, `commissions` and `unroutable` (processor events routed to
+    no program, reconcile/unroutable.py) count the rows materialised."""
 
     run_id: str
     events_read: int
@@ -81,6 +82,7 @@ class RunSummary:
     duration_ms: int
     high_water_seq: int
     mode: str = "full"
+    unroutable: int = 0
 
 
 class ReconcileFailed(Exception):
@@ -88,15 +90,6 @@ class ReconcileFailed(Exception):
 
 
 Cursor = duckdb.DuckDBPyConnection  # the engine's connection (`Store.engine()`) the job runs on
-
-
-def unroutable_count(con: Cursor) -> int | None:
-    """Events the last run could route to no program (None before the first run)."""
-    try:
-        row = con.execute("SELECT count(*) FROM rc_unroutable").fetchone()
-    except duckdb.CatalogException:  # no such table: nothing reconciled yet
-        return None
-    return int(row[0]) if row else None
 
 
 def read(
@@ -260,7 +253,7 @@ def _reconcile_all(
             lines += result.commissions.height
             del result
         report("write", len(packed), len(packed))
-        lost = mirror.unroutable(reader)
+        lost = mirror.unroutable(reader, programs)
         if stored is not None:
             stored.result()
     _put(con, _staging("rc_unroutable", run_id), lost, replace=True)
@@ -285,6 +278,7 @@ def _record(
     fingerprint: str | None = None,
 ) -> RunSummary:
     events, high_water, sales, lines = counts
+    row = con.execute("SELECT count(*) FROM rc_unroutable").fetchone()
     summary = RunSummary(
         run_id=run_id,
         events_read=events,
@@ -293,6 +287,7 @@ def _record(
         duration_ms=round((time.perf_counter() - started) * 1000),
         high_water_seq=high_water,
         mode=mode,
+        unroutable=int(row[0]) if row else 0,
     )
     con.execute(
         "INSERT INTO rc_runs (run_id, started_at, finished_at, high_water_seq, events_read, sales,"

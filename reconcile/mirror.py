@@ -212,18 +212,16 @@ class Mirror:
         )
         return pl.concat([mirrored, _utc(after)], how="diagonal_relaxed")
 
-    def unroutable(self, reader: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    def unroutable(self, reader: duckdb.DuckDBPyConnection, programs: pl.DataFrame) -> pl.DataFrame:
         """The rc_unroutable rows, as `source.unroutable_rows` gives them."""
         after = stray_rows(reader, self.covered)
         if self.root is None or not self.segments:
-            return unroutable_table(after)
-        mirrored = (
-            pl.scan_parquet(self._files())
-            .filter(pl.col("program_id").is_null())
-            .select(after.columns)
-            .collect(engine=ENGINE)
+            return unroutable_table(after, programs)
+        stray = pl.col("program_id").is_null() | (
+            (pl.col("kind") == "stripe") & (pl.col("source") == "backfill")
         )
-        return unroutable_table(pl.concat([mirrored, _utc(after)], how="diagonal_relaxed"))
+        mirrored = pl.scan_parquet(self._files()).filter(stray).select(after.columns).collect(engine=ENGINE)
+        return unroutable_table(pl.concat([mirrored, _utc(after)], how="diagonal_relaxed"), programs)
 
     def _files(self) -> list[Path]:
         assert self.root is not None

@@ -3,7 +3,8 @@
 Stages (each module's docstring states its rules):
 
 1. reconcile/normalise.py: one typed sale per real transaction (connect and self-hosted).
-2. reconcile/doubles.py: self-hosted records of connect sales are not counted; pairs reported.
+2. reconcile/doubles.py: self-hosted records of connect sales are not counted; pairs reported
+   (with the partner each record named, and each sale's money once).
 3. reconcile/fixes.py: backfilled metadata fixes folded into the sales' metadata.
 4. reconcile/leads.py + reconcile/attribution.py: the ladder, per program.
 5. reconcile/commissions.py: eligibility (real, attributed, recurring window), amounts.
@@ -26,7 +27,7 @@ from datetime import datetime
 
 import polars as pl
 
-from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods
+from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods, unroutable
 from reconcile import refunds as refund_rules
 from reconcile.lookup import lookup
 from reconcile.schema import (
@@ -36,7 +37,6 @@ from reconcile.schema import (
     EVIDENCE_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
-    UNROUTABLE_SCHEMA,
     UTC,
     conform,
     period_of,
@@ -123,7 +123,7 @@ def reconcile(
         refunds=_conform(current.refunds, REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
-        unroutable=_conform(unroutable(log).collect(engine=ENGINE), UNROUTABLE_SCHEMA),
+        unroutable=unroutable.listing(log, settings),
     )
 
 
@@ -134,20 +134,22 @@ def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
 def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime) -> Ledger:
     """One full pass: sales, commission lines (no period close), refunds, doubles, evidence."""
     connect = normalise.connect_sales(raw)
-    split = doubles.split_self_hosted(connect.sales, normalise.self_hosted_sales(raw))
+    self_hosted = normalise.self_hosted_sales(raw)
+    split = doubles.split_self_hosted(connect.sales, self_hosted)
     combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
     sales = fixes.apply(combined, fixes.effective_fixes(raw, combined)).rechunk()
     del combined
 
     click_table = leads.clicks(raw)
     lead_frame = leads.leads(raw, click_table)
-    attributed = attribution.attribute(
-        sales,
-        click_table,
-        leads.lookup_table(lead_frame, "customer_key"),
-        leads.lookup_table(lead_frame, "email_norm"),
+    by_key = leads.lookup_table(lead_frame, "customer_key")
+    by_email = leads.lookup_table(lead_frame, "email_norm")
+    attributed = attribution.attribute(sales, click_table, by_key, by_email)
+    ghosts = doubles.uncounted(raw, self_hosted, split.pairs)
+    named = ghosts.select("program_id", "sale_id").hstack(
+        attribution.attribute(ghosts, click_table, by_key, by_email).select("partner_code").get_columns()
     )
-    del click_table, lead_frame
+    del click_table, lead_frame, by_key, by_email, self_hosted, ghosts
     sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
     evidence = attributed.select(attribution.EVIDENCE)
     del attributed
@@ -178,33 +180,13 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
         .rename({"record_ids": "connect_record_ids"})
         .get_columns()
     )
-    double_counts = pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed")
+    double_counts = doubles.finish(
+        pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed"), final, named
+    )
     return Ledger(
         sales=final,
         lines=commissions.lines(final),
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,
-    )
-
-
-def unroutable(raw: pl.LazyFrame) -> pl.LazyFrame:
-    """Processor events that matched no program, each event id once."""
-    return (
-        raw.filter(pl.col("outcome") == "unroutable")
-        .sort("occurred_at", "event_id")
-        .group_by("event_id")
-        .agg(
-            pl.col("event_type").first(),
-            pl.col("object_id").first(),
-            pl.col("stripe_account").first(),
-            pl.col("meta_program_id").first(),
-            pl.col("livemode").first(),
-            pl.col("test_mode").first(),
-            pl.col("amount").first(),
-            pl.col("currency").first(),
-            pl.col("occurred_at").first(),
-            pl.col("received_at").min(),
-        )
-        .with_columns(reason=pl.lit("program_unroutable"))
     )

@@ -236,6 +236,10 @@ DOUBLE_COUNTS_SCHEMA: dict[str, pl.DataType] = {
     "amount": INT,
     "currency": STR,
     "occurred_at": UTC,
+    "partner_code": STR,
+    "duplicate_partner_code": STR,
+    "partner_mismatch": BOOL,
+    "distinct_amount": INT,
 }
 
 EXPLAIN_SCHEMA: dict[str, pl.DataType] = {
@@ -318,6 +322,7 @@ UNIQUE_STRINGS = frozenset(
 UNROUTABLE_SCHEMA: dict[str, pl.DataType] = {
     "event_id": STR,
     "reason": STR,
+    "routes_to": STR,
     "event_type": STR,
     "object_id": STR,
     "stripe_account": STR,

@@ -10,14 +10,11 @@ import duckdb
 import polars as pl
 
 from ingest.records import ProgramSettings
-from reconcile.pipeline import unroutable
+from reconcile import unroutable
 from reconcile.schema import (
-    ENGINE,
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
     READ_COLUMNS,
-    UNROUTABLE_SCHEMA,
-    conform,
     prepare_raw,
 )
 
@@ -108,21 +105,40 @@ def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.Data
     return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
 
 
+# The rows the unroutable list is made of: those routed to no program, and the copies of
+# unroutable events a backfill picked up (reconcile/unroutable.py), which leave the list.
+STRAY = "(program_id IS NULL OR (kind = 'stripe' AND source = 'backfill'))"
+
+
 def stray_rows(reader: duckdb.DuckDBPyConnection, after_seq: int = 0) -> pl.DataFrame:
-    """The rows routed to no program (with seq after `after_seq`), with the processor's columns."""
+    """The rows routed to no program and the picked-up copies (with seq after `after_seq`), with
+    the processor's columns."""
     frame: pl.DataFrame = reader.sql(
-        f"SELECT {', '.join(READ_COLUMNS['stripe'])} FROM raw_events WHERE program_id IS NULL AND seq > ?",
+        f"SELECT {', '.join(READ_COLUMNS['stripe'])} FROM raw_events WHERE {STRAY} AND seq > ?",
         params=[after_seq],
     ).pl()
     return frame
 
 
-def unroutable_table(stray: pl.DataFrame) -> pl.DataFrame:
-    """The rc_unroutable rows of the `stray` rows (`stray_rows`)."""
-    lost = unroutable(prepare_raw(stray)).collect(engine=ENGINE)
-    return conform(lost.lazy(), UNROUTABLE_SCHEMA).collect(engine=ENGINE)
+def unroutable_table(stray: pl.DataFrame, programs: pl.DataFrame) -> pl.DataFrame:
+    """The rc_unroutable rows of the `stray` rows (`stray_rows`), as the `programs` are now."""
+    return unroutable.listing(prepare_raw(stray), programs)
 
 
-def unroutable_rows(reader: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+def unroutable_rows(reader: duckdb.DuckDBPyConnection, programs: pl.DataFrame) -> pl.DataFrame:
     """The rc_unroutable rows: processor events routed to no program (read on their own)."""
-    return unroutable_table(stray_rows(reader))
+    return unroutable_table(stray_rows(reader), programs)
+
+
+def unpicked(reader: duckdb.DuckDBPyConnection, account: str | None) -> pl.DataFrame:
+    """Every column of the unroutable rows that no backfill picked up yet and that name the
+    Connect `account` or no account at all (what a backfill of a program with `account` may
+    pick up), by seq."""
+    frame: pl.DataFrame = reader.sql(
+        "SELECT * FROM raw_events WHERE program_id IS NULL AND kind = 'stripe' AND outcome = 'unroutable'"
+        " AND event_id IS NOT NULL AND (stripe_account IS NULL OR stripe_account = ?)"
+        " AND event_id NOT IN (SELECT event_id FROM raw_events WHERE kind = 'stripe' AND source = 'backfill'"
+        " AND program_id IS NOT NULL AND event_id IS NOT NULL) ORDER BY seq",
+        params=[account],
+    ).pl()
+    return frame

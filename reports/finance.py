@@ -15,7 +15,8 @@ What each figure means (all integer minor units, one row per currency, currencie
   closed month keeps the values it was closed with. `adjustments` is the part of `commissions`
   that adjustment lines carry.
 - Double counts are the sales seen twice (connect + self-hosted, repeats, duplicates refused at
-  ingest) whose record occurred in the month; each was counted once.
+  ingest) whose record occurred in the month; each was counted once. Their amounts count each
+  sale once too (rc_double_counts.distinct_amount: a refused retry is a line, not more money).
 
 `provenance` (set by the loader, reports/load.py) says when the report was built, from which
 reconcile run, and whether the month is closed; the html shows it, the JSON and CSV do not.
@@ -68,7 +69,7 @@ REFUND_INPUT: dict[str, pl.DataType] = {
     "outcome": pl.String(),
     "test_mode": pl.Boolean(),
 }
-DOUBLE_INPUT: dict[str, pl.DataType] = {"currency": pl.String(), "kind": pl.String(), "amount": INT}
+DOUBLE_INPUT: dict[str, pl.DataType] = {"currency": pl.String(), "kind": pl.String(), "distinct_amount": INT}
 
 SUMMARY_COLUMNS = (
     "currency",
@@ -212,7 +213,7 @@ def build_finance(
             adjustments=_sum_if("amount", adjustment),
         ),
         double.group_by("currency").agg(
-            double_counts_count=pl.len().cast(INT), double_counts_amount=pl.col("amount").sum()
+            double_counts_count=pl.len().cast(INT), double_counts_amount=pl.col("distinct_amount").sum()
         ),
     ]
     currencies = pl.concat([p.select("currency") for p in parts]).unique()
@@ -249,7 +250,9 @@ def build_finance(
         .group_by("currency", reason=pl.col("unattributed_reason").fill_null("unknown"))
         .agg(sales_count=pl.len().cast(INT), amount=pl.col("gross_amount").sum())
     )
-    doubles = double.group_by("currency", "kind").agg(count=pl.len().cast(INT), amount=pl.col("amount").sum())
+    doubles = double.group_by("currency", "kind").agg(
+        count=pl.len().cast(INT), amount=pl.col("distinct_amount").sum()
+    )
     frames = pl.collect_all(
         [
             summary,

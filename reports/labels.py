@@ -95,6 +95,10 @@ CODE_LABELS: dict[str, dict[str, str]] = {
         "subscription_metadata_missing": "Subscription metadata missing",
         "program_mismatch": "Belongs to another program",
         "program_unroutable": "No program to route to",
+        "account_not_connected": "No program has this processor account",
+        "account_shared": "Several programs share the account; the metadata names none",
+        "no_account": "No processor account, and no program named",
+        "awaiting_backfill": "A program has the account now: its next backfill picks it up",
         "unknown": "Unknown",
     },
     "status": {
@@ -115,6 +119,7 @@ CODE_LABELS: dict[str, dict[str, str]] = {
         "test_mode": "Test sale",
         "unroutable": "No program to route to",
         "unusable": "Unusable (stored, not counted)",
+        "picked_up": "Picked up by a backfill (was unroutable)",
     },
     "step": {
         "api_key_generated": "API key generated",

@@ -1,10 +1,15 @@
-"""Line items for finance: the sales and commission rows of the JSON reads as CSV.
+"""Line items for finance: the sales and commission rows of the JSON reads as CSV, and as sheets
+of the finance xlsx.
 
 One row per line, in the JSON's order and with its columns; money as decimal numbers in whole
 currency units (`12.34`, `1500` for yen, `12.345` for dinars), never as minor units, with the
 currency in its own column; other cells as the finance CSV writes them (reports/render.py);
 times in RFC 3339. UTF-8 with a byte order
 mark, so spreadsheets read partners' names right.
+
+The finance xlsx of a month carries the same rows as `format=csv` gives for that month (sales
+that occurred in it, commission lines of it) on sheets of their own (reports/xlsx.py): `read`
+takes them from the same reconcile run as the report's figures.
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ingest.store import Reader
+from reports import load, reads
+from reports.finance import FinanceReport
 from reports.money import NO_CURRENCY, units
 from reports.render import csv_value
 
@@ -46,3 +55,41 @@ def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequen
                 cells.append(_cell(value))
         writer.writerow(cells)
     return out.getvalue().encode("utf-8")
+
+
+# Every sale of a month: LIMIT takes a number, and no month holds this many.
+EVERY_ROW = 2**62
+ATTEMPTS = 3  # reads of report and line items that a reconcile run may split, before giving up
+
+
+@dataclass(frozen=True)
+class LineItems:
+    """The rows the sales and commissions CSVs give for one month, from one reconcile run."""
+
+    sales: list[dict[str, Any]]
+    commissions: list[dict[str, Any]]
+    run_id: str | None = None
+
+
+def read(db: Reader, program_id: str, period: str) -> LineItems:
+    """The month's sales (by occurred_at) and commission lines (by period), as the JSON reads
+    give them, on one state of the tables."""
+    start, end = load.month_bounds(period)
+    with db.consistent():
+        run_id, _ = load.latest_run(db)
+        sales = reads.sales(db, program_id, reads.SaleFilter(start=start, end=end, limit=EVERY_ROW))
+        commissions = reads.commissions(db, program_id, period)
+    return LineItems(sales, commissions, run_id)
+
+
+def finance_with_lines(
+    db: Reader, program_id: str, period: str, program_name: str | None = None
+) -> tuple[FinanceReport, LineItems]:
+    """The finance report and the month's line items, both from the same reconcile run (read
+    again when a run finished between the two reads)."""
+    for _ in range(ATTEMPTS):
+        report = load.finance(db, program_id, period, program_name=program_name)
+        lines = read(db, program_id, period)
+        if report.provenance is None or report.provenance.run_id == lines.run_id:
+            break
+    return report, lines

@@ -124,7 +124,7 @@ def _finance_inputs(
         db,
         "rc_double_counts",
         DOUBLE_INPUT,
-        "SELECT currency, kind, amount FROM rc_double_counts"
+        "SELECT currency, kind, distinct_amount FROM rc_double_counts"
         " WHERE program_id = ? AND occurred_at >= ? AND occurred_at < ?",
         [program_id, start, end],
     )

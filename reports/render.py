@@ -11,8 +11,10 @@ run, and whether the month is closed: see `FinanceReport.provenance`):
   integers (minor units for money) as digits, booleans `true`/`false`, null empty. Grouping
   the lines by (section, row) gives back the JSON rows exactly.
 - `csv` (double counting): one row per double count with the JSON fields as columns;
-  `connect_record_ids` space-separated, `occurred_at` RFC 3339.
-- `xlsx` (finance): see reports/xlsx.py; amounts are whole currency units there.
+  `connect_record_ids` space-separated, `occurred_at` RFC 3339, `partner_mismatch` true/false;
+  summing `distinct_amount` counts each sale seen twice once (reports/double_counting.py).
+- `xlsx` (finance): see reports/xlsx.py; amounts are whole currency units there, and the month's
+  sales and commission lines (the `format=csv` line items) have sheets of their own.
 - `html` (finance): a standalone page with its charts inline (reports/html.py).
 """
 
@@ -23,12 +25,15 @@ import io
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from reports.double_counting import DoubleCountingReport
 from reports.finance import FinanceReport
+
+if TYPE_CHECKING:
+    from reports.lineitems import LineItems
 
 FINANCE_FORMATS = ("json", "csv", "html", "xlsx")
 DOUBLE_COUNTING_FORMATS = ("json", "csv")
@@ -84,6 +89,7 @@ def double_counting_data(report: DoubleCountingReport) -> dict[str, Any]:
         "program_id": report.program_id,
         "period": report.period,
         "summary": _rows(report.summary),
+        "totals": _rows(report.totals),
         "double_counts": _rows(report.rows),
     }
 
@@ -139,8 +145,11 @@ def filename(report: FinanceReport | DoubleCountingReport, fmt: str) -> str:
     return f"double-counting-{_safe(report.program_id)}{suffix}.{fmt}"
 
 
-def render(report: FinanceReport | DoubleCountingReport, fmt: str) -> tuple[bytes, str, str]:
-    """The report as `fmt`: (body, content type, file name)."""
+def render(
+    report: FinanceReport | DoubleCountingReport, fmt: str, lines: LineItems | None = None
+) -> tuple[bytes, str, str]:
+    """The report as `fmt`: (body, content type, file name). The finance xlsx carries the
+    month's line items (`lines`, reports/lineitems.py) on sheets of their own when given."""
     body: bytes
     if isinstance(report, DoubleCountingReport):
         if fmt == "json":
@@ -156,7 +165,7 @@ def render(report: FinanceReport | DoubleCountingReport, fmt: str) -> tuple[byte
     elif fmt == "xlsx":
         from reports.xlsx import finance_xlsx
 
-        body = finance_xlsx(report)
+        body = finance_xlsx(report, lines)
     elif fmt == "html":
         from reports.html import finance_document
 

@@ -1,27 +1,38 @@
 """The finance report as an Excel workbook (xlsxwriter).
 
 Sheets: Summary (the figures per currency side by side, commissions by status, the checks),
-By partner (with a native bar chart per currency), Adjustments, Unattributed, Double counts.
+By partner (with a native bar chart per currency), Adjustments, Unattributed, Double counts,
+and, when the line items are given, Sales and Commissions: the rows `format=csv` gives for the
+month (reports/lineitems.py), one line per row, headed by the CSV's column names, the header row
+frozen and filters on every column. A closed month's figures are its books as of the close; its
+line items are the rows as they stand (a commission line of a closed month never changes; a sale
+shows its refunds so far).
 Amounts are numbers in whole currency units (the JSON's minor units / 10^decimals, exact to the
-currency's decimals) with a number format naming the currency; counts are integers. Currencies
-sit in separate columns or rows and are never added together. The file's creation date is the
-first day of the period, so the same figures give the same bytes.
+currency's decimals) with a number format naming the currency (each row its own); counts are
+integers; times are dates in UTC. Currencies sit in separate columns or rows and are never added
+together. The file's creation date is the first day of the period, so the same figures give the
+same bytes.
 """
 
 from __future__ import annotations
 
 import io
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
 import xlsxwriter
 
+from reports import reads
 from reports.finance import FinanceReport
 from reports.labels import COLUMN_LABELS, COUNT_CHECKS, SUMMARY_LABELS, check_label, is_money
-from reports.money import excel_format, units
+from reports.lineitems import COMMISSION_MONEY, SALE_MONEY, LineItems
+from reports.money import NO_CURRENCY, excel_format, units
+from reports.render import csv_value
 
 SHEETS = ("Summary", "By partner", "Adjustments", "Unattributed", "Double counts")
+LINE_SHEETS = ("Sales", "Commissions")
 CHART_ROWS = 15
 
 
@@ -36,6 +47,7 @@ class _Book:
         self.title = self.wb.add_format({"bold": True, "font_size": 14})
         self.header = self.wb.add_format({"bold": True, "bg_color": "#F0F2F5", "bottom": 1})
         self.bad = self.wb.add_format({"bold": True, "font_color": "#8A1C1C"})
+        self.moment = self.wb.add_format({"num_format": "yyyy-mm-dd hh:mm:ss"})
         self._money: dict[str, Any] = {}
 
     def money(self, currency: str) -> Any:
@@ -61,6 +73,33 @@ class _Book:
             for col, field in enumerate(fields):
                 self.cell(ws, i, col, field, row[field], row["currency"])
         return top + frame.height + 2
+
+    def lines(
+        self, name: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequence[str]
+    ) -> None:
+        """A sheet of line items: the CSV's header (frozen, filters on every column), then one
+        row per line: money as numbers in the row's currency's format, times as UTC dates,
+        everything else as the CSV writes it (text stays text)."""
+        ws = self.wb.add_worksheet(name)
+        ws.set_column(0, len(columns) - 1, 16)
+        for col, column in enumerate(columns):
+            ws.write_string(0, col, column, self.header)
+        for i, row in enumerate(rows, start=1):
+            currency = row.get("currency") or NO_CURRENCY
+            for col, column in enumerate(columns):
+                value = row.get(column)
+                if value is None:
+                    continue
+                if column in money and isinstance(value, int) and not isinstance(value, bool):
+                    ws.write_number(i, col, float(units(value, currency)), self.money(currency))
+                elif isinstance(value, datetime):
+                    ws.write_datetime(i, col, value.astimezone(UTC).replace(tzinfo=None), self.moment)
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    ws.write_number(i, col, value)
+                else:
+                    ws.write_string(i, col, csv_value(value))
+        ws.freeze_panes(1, 0)
+        ws.autofilter(0, 0, len(rows), len(columns) - 1)
 
 
 def _provenance(book: _Book, ws: Any, report: FinanceReport) -> None:
@@ -154,7 +193,7 @@ def _by_partner(book: _Book, report: FinanceReport) -> None:
         chart_row += 16
 
 
-def finance_xlsx(report: FinanceReport) -> bytes:
+def finance_xlsx(report: FinanceReport, lines: LineItems | None = None) -> bytes:
     out = io.BytesIO()
     book = _Book(out)
     year, month = int(report.period[:4]), int(report.period[5:7])
@@ -175,5 +214,8 @@ def finance_xlsx(report: FinanceReport) -> bytes:
         ws = book.wb.add_worksheet(name)
         ws.set_column(0, len(frame.columns) - 1, 18)
         book.table(ws, 0, frame, list(frame.columns))
+    if lines is not None:
+        book.lines("Sales", lines.sales, reads.SALE_FIELDS, SALE_MONEY)
+        book.lines("Commissions", lines.commissions, reads.COMMISSION_FIELDS, COMMISSION_MONEY)
     book.wb.close()
     return out.getvalue()

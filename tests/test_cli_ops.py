@@ -6,12 +6,17 @@ import json
 import os
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import OP, OPERATOR_TOKEN, ROOT, LiveServer
+from ingest.stripe import sign
+from tests.conftest import OP, OPERATOR_TOKEN, ROOT, WEBHOOK_SECRET, LiveServer
+from tests.helpers import renewal_event
+from tests.stripe_fixtures import serialise
 
 
 def tally(home: Path, *args: str, operator: bool = False) -> subprocess.CompletedProcess[str]:
@@ -198,3 +203,66 @@ def test_backfill_apply(live_server: LiveServer, tmp_path: Path, monkeypatch: py
     assert r.returncode == 0, r.stderr
     assert "in_fixme" not in r.stdout and "applied by" in r.stdout
     assert sales() == [("in_fixme", "alice", 1_000)]
+
+
+def test_reconcile_counts_and_unroutable_lists_the_events_no_program_takes(
+    live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tally reconcile` says how many processor events are unroutable; `tally unroutable` lists
+    them with the reason."""
+    monkeypatch.setenv("COLUMNS", "200")
+    event = renewal_event("evt_cli_stray", "in_cli_stray", account="acct_1NobodysAccount")
+    body = serialise(event)
+    headers = {"Stripe-Signature": sign(body, WEBHOOK_SECRET, int(time.time()))}
+    r = httpx.post(f"{live_server.url}/webhooks/stripe", content=body, headers=headers, timeout=30)
+    assert r.json() == {"data": {"received": True, "routed": False}}
+    home = tmp_path / "cfg"
+    r = tally(home, "reconcile", "--url", live_server.url, operator=True)
+    assert r.returncode == 0, r.stderr
+    assert "1 unroutable events" in r.stdout and "tally unroutable" in r.stderr
+    r = tally(home, "reconcile", "--url", live_server.url, "--json", operator=True)
+    assert json.loads(r.stdout)["unroutable"] == 1
+    r = tally(home, "unroutable", "--url", live_server.url, operator=True)
+    assert r.returncode == 0, r.stderr
+    [line] = [line for line in r.stdout.splitlines() if "evt_cli_stray" in line]
+    assert "invoice.paid" in line and "acct_1NobodysAccount" in line and "account_not_connected" in line
+    r = tally(home, "unroutable", "--url", live_server.url, "--json", "--limit", "5", operator=True)
+    [listed] = json.loads(r.stdout)
+    assert (listed["event_id"], listed["reason"], listed["routes_to"]) == (
+        "evt_cli_stray",
+        "account_not_connected",
+        None,
+    )
+    r = tally(home, "unroutable", "--url", live_server.url)
+    assert r.returncode == 1 and "TALLY_OPERATOR_TOKEN" in r.stderr
+    r = tally(home, "unroutable", "--url", live_server.url, "--limit", "-1", operator=True)
+    assert r.returncode == 2
+
+    # the account's owner connects a program to it: `tally backfill` shows, then picks up, the event
+    url = live_server.url
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "o@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+        owner = {"Authorization": f"Bearer {acct['token']}"}
+        pid = c.post(
+            "/api/v1/programs",
+            json={
+                "workspace_id": acct["workspace_id"],
+                "name": "P",
+                "stripe_account_id": "acct_1NobodysAccount",
+            },
+            headers=owner,
+        ).json()["data"]["program_id"]
+    assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
+    today = datetime.now(UTC).date()  # a day either side: midnight cannot split the range
+    start, end = (today - timedelta(days=1)).isoformat(), (today + timedelta(days=1)).isoformat()
+    backfill = ("backfill", "--program", pid, "--from", start, "--to", end)
+    r = tally(home, *backfill)
+    assert r.returncode == 0, r.stderr
+    assert "would pick up 1 unroutable processor event(s): evt_cli_stray" in r.stdout
+    r = tally(home, *backfill, "--apply")
+    assert r.returncode == 0, r.stderr
+    assert "picked up 1 unroutable processor event(s): evt_cli_stray" in r.stdout
+    r = tally(home, "unroutable", "--json", operator=True)
+    assert json.loads(r.stdout) == []

@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from api import schemas
 from api.auth import account_program, require_account, state
-from api.http import body_model, ok
+from api.http import body_model, ok, query_int
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from ingest import control
 from ingest.errors import (
@@ -107,23 +107,11 @@ async def checklist(request: Request) -> Response:
     return ok(request, {"steps": steps})
 
 
-def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise ValidationFailed(
-            f"{name} must be an integer from {low} to {high}",
-            fields=[{"field": name, "message": f"integer from {low} to {high}"}],
-        )
-    return int(raw)
-
-
 async def tracking_log(request: Request) -> Response:
     account = require_account(request)
     program = account_program(request, account)
-    limit = _int_param(request, "limit", 50, 1, 500) or 50
-    before = _int_param(request, "before", None, 1, 2**62)
+    limit = query_int(request, "limit", 50, 1, 500) or 50
+    before = query_int(request, "before", None, 1, 2**62)
     await state(request).writer.sync()
     lines = state(request).store.tracking_log(program.program_id, limit, before)
     entries = [

@@ -58,17 +58,30 @@ def diff_view(result: BackfillDiff) -> dict[str, Any]:
     }
 
 
+def picked_view(event: dict[str, Any]) -> dict[str, Any]:
+    """An unroutable event a backfill picks up, as the response lists it."""
+    return {
+        "event_id": event["event_id"],
+        "type": event["event_type"],
+        "account": event["stripe_account"],
+        "occurred_at": event["occurred_at"],
+        "received_at": event["received_at"],
+    }
+
+
 async def run_backfill(request: Request) -> Response:
     program, actor = _owner_or_operator(request)
     _, inp = await body_model(request, BackfillIn)
     row = engineering.backfill_row(program, inp.start, inp.end, actor)
-    result = await asyncio.to_thread(state(request).reconciler.backfill, row, not inp.dry_run)
+    reconciler = state(request).reconciler
+    result, picked = await asyncio.to_thread(reconciler.backfill, row, not inp.dry_run, inp.start, inp.end)
     data = {
         "program_id": program.program_id,
         "from": inp.start,
         "to": inp.end,
         "dry_run": inp.dry_run,
         **diff_view(result),
+        "picked_up": [picked_view(event) for event in picked],
     }
     if not inp.dry_run:
         data.update(
@@ -143,6 +156,7 @@ document(
                 "partner_totals": [],
                 "adjustments": [],
                 "changes": 0,
+                "picked_up": [],
             },
             errors=(ProgramNotFound, NotFound, OwnerRequired),
             writes=True,

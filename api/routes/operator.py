@@ -10,14 +10,16 @@ from starlette.routing import Route
 
 from api import schemas
 from api.auth import require_operator, state
-from api.http import body_model, ok
-from api.openapi import OPERATOR_TOKEN, Doc, document
+from api.http import body_model, ok, query_int
+from api.openapi import OPERATOR_TOKEN, Doc, Param, document
+from api.state import read_tables
 from api.streaming import progress_stream, summary_view
 from ingest import control
-from ingest.errors import Conflict, NotFound, ProgramNotFound
+from ingest.errors import Conflict, NotFound, ProgramNotFound, ValidationFailed
 from ingest.inputs import AccountIn, AgentKeyIn, LegacyKeyIn, RotationIn
 from ingest.records import Program
 from reconcile.job import RunSummary
+from reports import unroutable
 
 
 def _program(request: Request) -> Program:
@@ -68,8 +70,27 @@ async def reconcile(request: Request) -> Response:
     return ok(request, summary_view(summary))
 
 
+def _cursor(request: Request) -> unroutable.Position | None:
+    raw = request.query_params.get("cursor")
+    if not raw:
+        return None
+    try:
+        return unroutable.decode(raw)
+    except unroutable.BadCursor as exc:
+        raise ValidationFailed(f"cursor: {exc}", fields=[{"field": "cursor", "message": str(exc)}]) from None
+
+
+async def list_unroutable(request: Request) -> Response:
+    require_operator(request)
+    limit = query_int(request, "limit", unroutable.DEFAULT_LIMIT, 1, unroutable.MAX_LIMIT)
+    after = _cursor(request)
+    data = await read_tables(state(request).store, unroutable.page, limit, after)
+    return ok(request, data)
+
+
 routes = [
     Route("/api/v1/operator/reconcile", reconcile, methods=["POST"]),
+    Route("/api/v1/operator/unroutable", list_unroutable, methods=["GET"]),
     Route("/api/v1/operator/accounts", create_account, methods=["POST"]),
     Route("/api/v1/operator/agent-keys", create_agent_key, methods=["POST"]),
     Route("/api/v1/operator/programs/{program_id}/api-key/rotation", flag_rotation, methods=["POST"]),
@@ -82,7 +103,8 @@ document(
             "Run the reconciler now",
             "operator",
             description='With `Accept: application/x-ndjson` the answer streams `{"progress": {...}}` '
-            'lines, then one `{"data": ...}` line (what `tally reconcile` shows).',
+            'lines, then one `{"data": ...}` line (what `tally reconcile` shows). `unroutable` counts '
+            "the processor events routed to no program (`GET /api/v1/operator/unroutable` lists them).",
             auth=(OPERATOR_TOKEN,),
             data=RunSummary,
             result={
@@ -93,9 +115,47 @@ document(
                 "duration_ms": 840,
                 "high_water_seq": 1200,
                 "mode": "incremental",
+                "unroutable": 2,
             },
             content={"application/x-ndjson": {"schema": {"type": "string"}}},
             writes=True,
+        ),
+        list_unroutable: Doc(
+            "Processor events routed to no program, newest first",
+            "operator",
+            description="As of the last reconcile run: each event once, with why it cannot be routed "
+            "(`account_not_connected`, `account_shared`, `no_account`, or `awaiting_backfill` when a "
+            "program has the account now: `routes_to` names it, and its next backfill covering the "
+            "event's date picks it up). Page with `cursor` = the previous page's `next_cursor`.",
+            auth=(OPERATOR_TOKEN,),
+            params=(
+                Param(
+                    "limit",
+                    {"type": "integer", "minimum": 1, "maximum": unroutable.MAX_LIMIT, "default": 50},
+                ),
+                Param("cursor", {"type": "string"}, "the `next_cursor` of the previous page"),
+            ),
+            data=schemas.Unroutable,
+            result={
+                "events": [
+                    {
+                        "event_id": "evt_1Nq",
+                        "type": "invoice.paid",
+                        "account": "acct_1Brand",
+                        "reason": "account_not_connected",
+                        "received_at": "2026-11-21T10:00:00Z",
+                        "routes_to": None,
+                        "metadata_program_id": None,
+                        "object_id": "in_1Nq",
+                        "amount": 4900,
+                        "currency": "usd",
+                        "test_mode": False,
+                        "occurred_at": "2026-11-21T09:59:58Z",
+                    }
+                ],
+                "next_cursor": None,
+            },
+            errors=(ValidationFailed,),
         ),
         create_account: Doc(
             "Create an account owning a new workspace",

@@ -52,7 +52,7 @@ def _int(request: Request, name: str, default: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) > high:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > high:
         raise _bad(name, f"must be an integer from 0 to {high}")
     return int(raw)
 
@@ -126,6 +126,9 @@ def report_response(body: bytes, content_type: str, filename: str, fmt: str) -> 
 
 def _finance(st: State, program_id: str, name: str, period: str, fmt: str) -> tuple[bytes, str, str]:
     with st.store.reader() as db:
+        if fmt == "xlsx":  # with the month's line items on sheets of their own
+            report, lines = lineitems.finance_with_lines(db, program_id, period, program_name=name)
+            return render(report, fmt, lines)
         report = load.finance(db, program_id, period, program_name=name)
     return render(report, fmt)
 
@@ -296,8 +299,42 @@ document(
                 PERIOD,
                 Param("format", {"type": "string", "enum": list(DOUBLE_COUNTING_FORMATS), "default": "json"}),
             ),
-            data=dict[str, Any],
-            result={"period": None, "rows": []},
+            data=schemas.DoubleCounting,
+            result={
+                "program_id": "prog_3k9a",
+                "period": None,
+                "summary": [
+                    {
+                        "currency": "usd",
+                        "kind": "ingest_refused",
+                        "count": 2,
+                        "amount": 5000,
+                        "partner_mismatches": 2,
+                    }
+                ],
+                "totals": [
+                    {"currency": "usd", "lines": 2, "sales": 1, "amount": 5000, "partner_mismatches": 2}
+                ],
+                "double_counts": [
+                    {
+                        "kind": "ingest_refused",
+                        "transaction_id": "in_1Nq",
+                        "sale_id": "in_1Nq",
+                        "duplicate_id": f"sale_{n}",
+                        "duplicate_transaction_id": "in_1Nq",
+                        "matched_on": "invoice_id",
+                        "amount": 5000,
+                        "distinct_amount": 5000 if n == 1 else 0,
+                        "currency": "usd",
+                        "partner_code": "alice",
+                        "duplicate_partner_code": "bob",
+                        "partner_mismatch": True,
+                        "occurred_at": f"2026-11-21T10:0{n}:00Z",
+                        "connect_record_ids": None,
+                    }
+                    for n in (1, 2)
+                ],
+            },
             content={"text/csv": {"schema": {"type": "string"}}},
             errors=(ProgramNotFound, ValidationFailed),
         ),

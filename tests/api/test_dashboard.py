@@ -487,6 +487,7 @@ def test_tracking_log_is_newest_first_and_paginated(world: World) -> None:
     rest = [int(i) for i in re.findall(r"<tr class=\"\w+\">\s*<td>(\d+)</td>", second.text)]
     assert rest and max(rest) < min(ids) and len(ids) + len(rest) == 54
     assert world.client.get(program_path(world, "/log?before=abc")).status_code == 422
+    assert world.client.get(program_path(world, "/log?before=²")).status_code == 422  # not a 500
 
 
 # -- sales and explain (the reconciler's tables) --------------------------------------------------

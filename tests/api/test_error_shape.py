@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from starlette.testclient import TestClient
 
 from ingest.errors import ALL_ERRORS
-from tests.conftest import World, bearer
+from tests.conftest import OP, World, bearer
 
 CONTRACT_CODES = {
     "invalid_json",
@@ -79,3 +80,21 @@ def test_docs_errors_page_documents_every_code(client: TestClient) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     for code in CONTRACT_CODES | {cls.code for cls in ALL_ERRORS if cls.code != "internal_error"}:
         assert f'id="{code}"' in r.text, code
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "１", "-1", "1e3"])
+def test_integer_query_parameters_take_ascii_digits_only(world: World, value: str) -> None:
+    """`str.isdigit` is true for superscripts and other scripts' digits, which `int` refuses
+    (or reads): each integer parameter answers 422 naming itself, never a 500."""
+    base = f"/api/v1/programs/{world.program_id}"
+    for path, name in [
+        (f"{base}/tracking-log", "limit"),
+        (f"{base}/tracking-log", "before"),
+        (f"{base}/sales", "limit"),
+        (f"{base}/sales", "offset"),
+        ("/api/v1/operator/unroutable", "limit"),
+    ]:
+        headers = OP if "operator" in path else world.owner
+        r = world.client.get(path, params={name: value}, headers=headers)
+        assert r.status_code == 422, (path, name, r.text)
+        assert r.json()["error"]["code"] == "validation_error"

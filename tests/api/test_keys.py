@@ -193,3 +193,58 @@ def test_unflagged_key_has_no_rotation_headers(world: World) -> None:
     r = world.sale()
     assert r.status_code == 200
     assert "Deprecation" not in r.headers and "Sunset" not in r.headers and "Link" not in r.headers
+
+
+def test_every_error_answered_to_a_flagged_key_carries_the_warning(world: World) -> None:
+    """CONTRACT 3: while flagged and before the deadline, every response to a request
+    authenticated with that key (success or error) carries the headers and the warning: refusals
+    of the body, of the domain, and of the key's kind on endpoints for other credentials."""
+    _flag(world)
+    refund = {"transaction_id": "in_1", "refund_id": "re_1", "amount": 400}
+    with time_machine.travel(datetime(2026, 11, 20, tzinfo=UTC), tick=False):
+        assert world.sale().status_code == 200
+        assert world.client.post("/api/v1/track/refund", json=refund, headers=world.key).status_code == 200
+        post = world.client.post
+        refusals = [
+            (post("/api/v1/track/sale", content=b"[1, 2]", headers=world.key), 400, "invalid_json"),
+            (
+                post("/api/v1/track/sale", content=b"{" + b" " * 1_100_000 + b"}", headers=world.key),
+                413,
+                "payload_too_large",
+            ),
+            (post("/api/v1/track/refund", json=refund, headers=world.key), 409, "duplicate_refund"),
+            (
+                post(
+                    "/api/v1/track/refund",
+                    json={**refund, "refund_id": "re_2", "amount": 700},
+                    headers=world.key,
+                ),
+                422,
+                "refund_exceeds_sale",
+            ),
+            (
+                post(
+                    "/api/v1/track/lead",
+                    json={"customer_external_id": "u", "program_id": "prog_other"},
+                    headers=world.key,
+                ),
+                422,
+                "program_mismatch",
+            ),
+            (world.client.get("/api/v1/programs", headers=world.key), 401, "account_token_required"),
+            (
+                world.client.get("/api/v1/operator/unroutable", headers=world.key),
+                401,
+                "operator_token_required",
+            ),
+            (world.client.get("/api/agent/v1/programs", headers=world.key), 401, "agent_key_required"),
+        ]
+        for r, status, code in refusals:
+            assert (r.status_code, r.json()["error"]["code"]) == (status, code), r.text
+            assert "Deprecation" in r.headers, code
+            _assert_rotation_headers(r.headers)
+            [warning] = r.json()["warnings"]
+            assert (warning["code"], warning["deadline"]) == ("api_key_rotation_required", DEADLINE), code
+    # another program's key, unflagged, refused the same way: no warning
+    r = world.client.get("/api/v1/programs", headers=world.owner)
+    assert "warnings" not in r.json() and "Deprecation" not in r.headers

@@ -159,3 +159,26 @@ def test_finance_pages_print_on_a4_without_cut_columns(shop: Shop, page: Page) -
         assert len(pdf) > 1000
     finally:
         page.send("Emulation.setEmulatedMedia", media="")
+
+
+@pytest.mark.browser
+def test_three_decimal_currencies_show_their_three_decimals(shop: Shop, page: Page) -> None:
+    """Money has one formatter (reports/money.py) on every page: 12.345 KWD (its minor unit is a
+    thousandth) is never shown as 123.45 KWD, in the sales list, the explain view and the
+    finance tab, as Chromium renders them."""
+    log_in(page, shop)
+    kwd_sale = LONG_TXN.replace("0", "3", 1)
+    page.navigate(shop.url("/sales"))
+    cells = page.evaluate(
+        "[...document.querySelectorAll('tr')].filter(tr => tr.textContent.includes('KWD'))"
+        ".map(tr => [...tr.querySelectorAll('td.num')].map(td => td.innerText))"
+    )
+    # amount, commission (30 %), platform fee (none), refunded: every one with three decimals
+    assert cells == [["12.345 KWD", "3.704 KWD", "0.000 KWD", "0.000 KWD"]]
+    page.navigate(shop.url(f"/sales/{kwd_sale}"))
+    assert "12.345 KWD" in page.evaluate("document.body.innerText")
+    page.navigate(shop.url("/finance?period=2026-01"))
+    gross = page.evaluate(
+        "document.querySelector('tr[data-field=gross_sales] td[data-currency=kwd]').innerText"
+    )
+    assert gross == "12.345 KWD"

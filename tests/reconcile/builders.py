@@ -119,13 +119,13 @@ def track_refund(refund_id: str, transaction_id: str, amount: int, **kw: Any) ->
 
 def stripe_row(event_id: str, event_type: str, object_id: str, **kw: Any) -> dict[str, Any]:
     kw.setdefault("livemode", not kw.get("test_mode", False))
+    kw.setdefault("stripe_account", "acct_1")
     return row(
         source="stripe",
         kind="stripe",
         event_id=event_id,
         event_type=event_type,
         object_id=object_id,
-        stripe_account="acct_1",
         **kw,
     )
 
@@ -218,6 +218,18 @@ def period_close(close_id: str, period: str, **kw: Any) -> dict[str, Any]:
         body=json.dumps({"period": period}),
         **kw,
     )
+
+
+def picked_up(event: dict[str, Any], program_id: str = PROGRAM, **kw: Any) -> dict[str, Any]:
+    """A backfill's copy of the unroutable `event`, routed to `program_id` (ingest/engineering.py)."""
+    return {
+        **event,
+        "source": "backfill",
+        "program_id": program_id,
+        "outcome": "accepted",
+        "actor": "operator",
+        **kw,
+    }
 
 
 def programs(**settings: Any) -> pl.DataFrame:

@@ -322,6 +322,74 @@ def refused_duplicates(rows: list[Row], ids: dict[tuple[str, str], tuple[str, st
     return out
 
 
+def uncounted_partners(
+    rows: list[Row], doubles: list[Row], clicks: dict[tuple[str, str], str], leads: list[Row]
+) -> dict[tuple[str, str], str | None]:
+    """(program, duplicate id) -> the partner the record that was not counted names on its own:
+    the ladder on the record as it came, without its processor customer."""
+    paired = {(d["program_id"], d["duplicate_id"]) for d in doubles if d["kind"] != "ingest_refused"}
+    records = [
+        {**s, "processor_customer_id": None}
+        for s in self_hosted_sales(rows)
+        if (s["program_id"], s["sale_id"]) in paired
+    ]
+    for r in rows:
+        if (
+            r["kind"] == "sale"
+            and r["outcome"] == "duplicate"
+            and r["program_id"] is not None
+            and r["event_id"] is not None
+        ):
+            records.append(
+                {
+                    "program_id": r["program_id"],
+                    "sale_id": r["event_id"],
+                    "occurred_at": r["occurred_at"],
+                    "test_mode": is_test(r),
+                    "click_id": r["click_id"],
+                    "customer_key": r["customer_key"],
+                    "email": r["email"],
+                    "processor_customer_id": None,
+                    "meta_program_id": r["meta_program_id"],
+                    "metadata_missing": False,
+                }
+            )
+    attribute(records, clicks, leads)
+    return {(s["program_id"], s["sale_id"]): s["partner_code"] for s in records}
+
+
+def finish_doubles(
+    doubles: list[Row], sales: list[Row], named: dict[tuple[str, str], str | None]
+) -> list[Row]:
+    """Each line with the partner each record named, and each sale's money on its first line."""
+    partner_of = {(s["program_id"], s["sale_id"]): s["partner_code"] for s in sales}
+
+    def nulls_last(value: Any) -> tuple[bool, Any]:
+        return (value is None, value if value is not None else "")
+
+    ordered = sorted(
+        doubles,
+        key=lambda d: tuple(
+            nulls_last(d[c]) for c in ("program_id", "occurred_at", "kind", "transaction_id", "duplicate_id")
+        ),
+    )
+    seen: set[tuple[Any, ...]] = set()
+    for d in ordered:
+        d["partner_code"] = partner_of.get((d["program_id"], d["sale_id"]))
+        d["duplicate_partner_code"] = named.get((d["program_id"], d["duplicate_id"]))
+        named_one = d["duplicate_partner_code"]
+        d["partner_mismatch"] = named_one is not None and named_one != d["partner_code"]
+        if d["sale_id"] is not None:
+            sale = (d["program_id"], "sale", d["sale_id"])
+        elif d["transaction_id"] is not None:
+            sale = (d["program_id"], "transaction", d["transaction_id"])
+        else:
+            sale = (d["program_id"], "line", d["duplicate_id"])
+        d["distinct_amount"] = 0 if sale in seen else (d["amount"] or 0)
+        seen.add(sale)
+    return ordered
+
+
 # --- metadata fixes --------------------------------------------------------------------------
 
 
@@ -836,13 +904,15 @@ def ledger(
     sales = connect + self_hosted
     apply_fixes(rows, sales)
     clicks = click_partners(rows)
-    attribute(sales, clicks, lead_records(rows, clicks))
+    lead_list = lead_records(rows, clicks)
+    attribute(sales, clicks, lead_list)
     value_commissions(sales, settings, partner_emails)
     ids = build_id_map(connect, self_hosted)
     refunds = refund_rows(rows, events, ids)
     apply_refunds(refunds, sales)
     finish(sales, now)
     doubles += refused_duplicates(rows, ids)
+    doubles = finish_doubles(doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list))
     return {
         "sales": sales,
         "lines": commission_lines(sales),
@@ -927,18 +997,59 @@ def reconcile_reference(
     lines = apply_periods(
         rows, current["lines"], lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"]
     )
-    unroutable: dict[str, Row] = {}
-    for r in sorted(
-        (r for r in rows if r["outcome"] == "unroutable"),
-        key=lambda r: (r["occurred_at"], r["event_id"] or ""),
-    ):
-        kept = unroutable.setdefault(r["event_id"], {**r, "reason": "program_unroutable"})
-        kept["received_at"] = min(kept["received_at"], r["received_at"])
     return {
         "sales": current["sales"],
         "commissions": lines,
         "refunds": current["refunds"],
         "double_counts": current["double_counts"],
         "explain": current["explain"],
-        "unroutable": list(unroutable.values()),
+        "unroutable": unroutable_events(rows, settings),
     }
+
+
+# --- unroutable events -----------------------------------------------------------------------
+
+
+def route_now(r: Row, settings: dict[str, Row]) -> tuple[str | None, str]:
+    """(the program routing picks now, the reason it is unroutable): ingest's rule."""
+    account, meta = r["stripe_account"], r["meta_program_id"]
+    sharing = sorted(
+        p for p, s in settings.items() if account is not None and s.get("stripe_account_id") == account
+    )
+    if account is not None:
+        target = sharing[0] if len(sharing) == 1 else meta if meta in sharing else None
+    else:
+        target = meta if meta in settings else None
+    if target is not None:
+        return target, "awaiting_backfill"
+    if account is None:
+        return None, "no_account"
+    return None, "account_shared" if sharing else "account_not_connected"
+
+
+def unroutable_events(rows: list[Row], settings: dict[str, Row]) -> list[Row]:
+    """Each unroutable event once (its first record by time), unless a backfill picked it up."""
+    taken = {
+        r["event_id"]
+        for r in rows
+        if r["kind"] == "stripe"
+        and r["source"] == "backfill"
+        and r["outcome"] == "accepted"
+        and r["program_id"] is not None
+        and r["event_id"] is not None
+    }
+    found: dict[str | None, Row] = {}
+    stray = [
+        r
+        for r in rows
+        if r["kind"] == "stripe"
+        and r["outcome"] == "unroutable"
+        and r["program_id"] is None
+        and r["event_id"] not in taken
+    ]
+    for r in sorted(stray, key=lambda r: (r["occurred_at"], r["event_id"] or "", r["seq"])):
+        kept = found.setdefault(r["event_id"], dict(r))
+        kept["received_at"] = min(kept["received_at"], r["received_at"])
+    for kept in found.values():
+        kept["routes_to"], kept["reason"] = route_now(kept, settings)
+    return list(found.values())

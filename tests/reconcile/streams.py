@@ -35,6 +35,8 @@ def profile(default: int, ci: int | None = None) -> settings:
 
 
 PROGRAMS = ("prog_a", "prog_b", "prog_c")
+# Connect accounts of programs and of unroutable events (None: no account).
+ACCOUNTS = ("acct_1", "acct_1", "acct_2", "acct_9", None)
 PARTNERS = ("p1", "p2", "p3", "p4")
 PARTNER_EMAILS = {"p1": "u1@x.com", "p2": "p2@x.com", "p3": None, "p4": "u3@x.com"}
 CLICKS = tuple(f"clk_{i}" for i in range(1, 6))
@@ -354,6 +356,9 @@ def _unroutable(draw: st.DrawFn, n: int) -> Row:
         program_id=None,
         outcome="unroutable",
         occurred_at=_time(draw),
+        stripe_account=draw(st.sampled_from(ACCOUNTS)),
+        meta_program_id=draw(st.sampled_from((None, None, *PROGRAMS, "prog_x"))),
+        click_id=draw(st.sampled_from((None, *CLICKS))),
     )
 
 
@@ -386,7 +391,8 @@ def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> St
             )
     kinds = [k for k in MAKERS if closes or k != "period_close"]
     weights = st.sampled_from(
-        [k for k in kinds for _ in range(2 if k in ENGINEER else 4)] + ["retry", "copy", "unroutable"]
+        [k for k in kinds for _ in range(2 if k in ENGINEER else 4)]
+        + ["retry", "copy", "unroutable", "pickup"]
     )
     for n in range(draw(st.integers(0, max_events))):
         kind = draw(weights)
@@ -402,6 +408,11 @@ def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> St
                 rows.append({**original, "event_id": f"evt_{n}", "occurred_at": _time(draw)})
         elif kind == "unroutable":
             rows.append(_unroutable(draw, n))
+        elif kind == "pickup":  # a backfill's copy of an unroutable event, routed to a program
+            stray = [r for r in rows if r["outcome"] == "unroutable"]
+            if stray:
+                original = draw(st.sampled_from(stray))
+                rows.append(b.picked_up(original, _program(draw), received_at=b.at(hours=n)))
         else:
             rows.append(MAKERS[kind](draw, n, _program(draw)))
     return Stream(rows=rows, programs=_programs(draw), partners=_partners(), now=_now(draw))
@@ -420,7 +431,7 @@ def _programs(draw: st.DrawFn) -> pl.DataFrame:
                 "platform_fee_bps": draw(st.sampled_from((0, 500, 1250, 10_000))),
                 "holding_days": draw(st.sampled_from((0, 7, 30, 3650))),
                 "requires_server_side_leads": False,
-                "stripe_account_id": "acct_1",
+                "stripe_account_id": draw(st.sampled_from(ACCOUNTS)),
             }
         )
     return b.program_frame(rows)

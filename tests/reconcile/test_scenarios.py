@@ -589,6 +589,49 @@ def test_connect_and_self_hosted_record_of_one_sale_count_once_processor_wins() 
     ]
 
 
+def test_a_sale_seen_twice_counts_its_money_once_and_names_both_records_partners() -> None:
+    """Issue 13: amounts count each distinct sale once (a refused retry is a line, not more
+    money); a column shows when the processor record and the self-hosted call named different
+    partners."""
+    rows = [
+        b.click("clk_1", "p1"),
+        b.click("clk_2", "p2"),
+        b.lead("lead_3", "ck_3", click_id="clk_2"),
+        # the processor's record names p1 (its metadata's click); the brand's call names p2
+        b.invoice("evt_1", "in_1", 10_000, click_id="clk_1", occurred_at=at(1)),
+        b.track_sale("sale_1", "in_1", 10_000, click_id="clk_2", occurred_at=at(2)),
+        # ...and its retries were refused: the same sale, no more money
+        b.track_sale("sale_2", "in_1", 10_000, click_id="clk_2", outcome="duplicate", occurred_at=at(3)),
+        b.track_sale("sale_3", "in_1", 10_000, customer_key="ck_1", outcome="duplicate", occurred_at=at(4)),
+        # a second sale: both records name p1
+        b.invoice("evt_9", "in_9", 2_500, click_id="clk_1", occurred_at=at(5)),
+        b.track_sale("sale_9", "in_9", 2_500, click_id="clk_1", occurred_at=at(6)),
+        # a refused attempt whose sale is unknown (the first names p2 by its lead), twice: one sale
+        b.track_sale("sale_x1", "tx_x", 700, customer_key="ck_3", outcome="duplicate", occurred_at=at(7)),
+        b.track_sale("sale_x2", "tx_x", 700, outcome="duplicate", occurred_at=at(8)),
+    ]
+    result = run(rows)
+    got = result.double_counts.sort("occurred_at").select(
+        "kind",
+        "sale_id",
+        "duplicate_id",
+        "amount",
+        "partner_code",
+        "duplicate_partner_code",
+        "partner_mismatch",
+        "distinct_amount",
+    )
+    assert got.rows() == [
+        ("connect_and_self_hosted", "in_1", "sale_1", 10_000, "p1", "p2", True, 10_000),
+        ("ingest_refused", "in_1", "sale_2", 10_000, "p1", "p2", True, 0),
+        ("ingest_refused", "in_1", "sale_3", 10_000, "p1", None, False, 0),  # it named nobody
+        ("connect_and_self_hosted", "in_9", "sale_9", 2_500, "p1", "p1", False, 2_500),
+        ("ingest_refused", None, "sale_x1", 700, None, "p2", True, 700),
+        ("ingest_refused", None, "sale_x2", 700, None, None, False, 0),
+    ]
+    assert result.double_counts.get_column("distinct_amount").sum() == 13_200  # 3 sales, each once
+
+
 # --- backfill, period close, unroutable, explain ---------------------------------------------
 
 
@@ -640,14 +683,69 @@ def test_closed_period_is_frozen_and_later_changes_become_adjustments() -> None:
     assert sale(result, "sale_1")["commission"] == 1_500
 
 
-def test_unroutable_events_are_reported_once() -> None:
-    """CONTRACT 5: unroutable events are stored and reported, never dropped."""
-    event = b.invoice("evt_u", "in_u", 500, program_id=None, outcome="unroutable")
-    result = run([event, {**event, "received_at": at(1)}])
-    assert result.unroutable.select("event_id", "reason", "object_id", "amount").rows() == [
-        ("evt_u", "program_unroutable", "in_u", 500)
+def _stray(event_id: str, account: str | None, meta: str | None = None, **kw: Any) -> dict[str, Any]:
+    return b.invoice(
+        event_id,
+        f"in_{event_id}",
+        500,
+        program_id=None,
+        outcome="unroutable",
+        stripe_account=account,
+        meta_program_id=meta,
+        **kw,
+    )
+
+
+def test_unroutable_events_are_reported_once_with_why_as_the_programs_are_now() -> None:
+    """CONTRACT 5: routing by `account`; when several programs share an account,
+    `metadata.program_id` picks one. Unroutable events are stored and reported, never dropped."""
+    programs = b.program_frame(
+        [
+            {"program_id": "prog_a", "stripe_account_id": "acct_solo"},
+            {"program_id": "prog_b", "stripe_account_id": "acct_shared"},
+            {"program_id": "prog_c", "stripe_account_id": "acct_shared"},
+        ]
+    )
+    nobody = _stray("evt_u", "acct_nobody", received_at=at(0))
+    rows = [
+        nobody,
+        {**nobody, "received_at": at(1)},  # a second record of one event: listed once
+        _stray("evt_solo", "acct_solo"),
+        _stray("evt_shared", "acct_shared"),
+        _stray("evt_shared_named", "acct_shared", "prog_c"),
+        _stray("evt_shared_other", "acct_shared", "prog_a"),
+        _stray("evt_none", None),
+        _stray("evt_none_named", None, "prog_b"),
+    ]
+    result = checked(b.frame(rows), programs, PARTNERS, NOW)
+    got = result.unroutable.select("event_id", "reason", "routes_to", "amount", "received_at")
+    assert sorted(got.rows()) == [
+        ("evt_none", "no_account", None, 500, at(0)),
+        ("evt_none_named", "awaiting_backfill", "prog_b", 500, at(0)),
+        ("evt_shared", "account_shared", None, 500, at(0)),
+        ("evt_shared_named", "awaiting_backfill", "prog_c", 500, at(0)),
+        ("evt_shared_other", "account_shared", None, 500, at(0)),
+        ("evt_solo", "awaiting_backfill", "prog_a", 500, at(0)),
+        ("evt_u", "account_not_connected", None, 500, at(0)),
     ]
     assert result.sales.is_empty()
+
+
+def test_an_unroutable_event_picked_up_by_a_backfill_is_the_programs_and_leaves_the_list() -> None:
+    """CONTRACT 5: a program that later gets the stripe_account_id picks them up on its next
+    backfill: the copy the backfill appends is a sale of the program like any delivery."""
+    stray = _stray("evt_u", "acct_1", click_id="clk_1", occurred_at=at(3))
+    rows = [
+        b.click("clk_1", "p1"),
+        stray,
+        b.picked_up(stray, received_at=at(40)),
+        b.backfill("bf_1", "2026-01-01", "2026-01-31", occurred_at=at(40)),
+    ]
+    result = run(rows)
+    assert result.unroutable.is_empty()
+    picked = sale(result, "in_evt_u")
+    assert (picked["partner_code"], picked["commission"], picked["occurred_at"]) == ("p1", 150, at(3))
+    assert run(rows[:2]).unroutable.get_column("reason").to_list() == ["awaiting_backfill"]
 
 
 def test_explain_lists_every_step_and_the_answer() -> None:

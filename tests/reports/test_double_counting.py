@@ -35,12 +35,23 @@ def test_rows_and_summary() -> None:
         ("connect_and_self_hosted", "pi_9", "cs_9", "s9", "payment_intent_id", 3_000),
         ("ingest_refused", "tx_1", "s1", "s1_feb", "transaction_id", 500),
     ]
+    # s1's two refused retries are one sale: its money once (the first line's), not 10,500
+    assert report.rows.get_column("distinct_amount").to_list() == [10_000, 3_000, 0]
     assert report.summary.rows() == [
-        ("usd", "connect_and_self_hosted", 1, 3_000),
-        ("usd", "ingest_refused", 2, 10_500),
+        ("usd", "connect_and_self_hosted", 1, 3_000, 0),
+        ("usd", "ingest_refused", 2, 10_000, 0),
+    ]
+    assert report.totals.rows() == [("usd", 3, 2, 13_000, 0)]
+    # the partners each record named: a retry without a customer key names nobody (no mismatch)
+    assert report.rows.select("partner_code", "duplicate_partner_code", "partner_mismatch").rows() == [
+        ("p1", "p1", False),
+        ("p2", None, False),
+        ("p1", None, False),
     ]
     january_only = report_for(JANUARY)
     assert january_only.rows.get_column("duplicate_id").to_list() == ["s1_again", "s9"]
+    february = report_for("2026-02")  # s1's money was counted in January, on its first line
+    assert february.totals.rows() == [("usd", 1, 1, 0, 0)]
     assert render(january_only, "csv")[2] == f"double-counting-{PROGRAM}-{JANUARY}.csv"
 
 
@@ -58,6 +69,8 @@ def test_csv_parses_back_to_the_json() -> None:
         for key, value in expected.items():
             if isinstance(value, list):
                 assert row[key].split() == value
+            elif isinstance(value, bool):
+                assert row[key] == ("true" if value else "false"), key
             else:
                 assert row[key] == ("" if value is None else str(value)), key
 

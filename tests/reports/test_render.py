@@ -9,6 +9,7 @@ import json
 import re
 import zipfile
 from dataclasses import replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -16,11 +17,12 @@ import openpyxl
 import polars as pl
 import pytest
 
-from reports import charts
+from reports import charts, reads
 from reports.finance import FinanceReport, from_result, rechecked
 from reports.html import DOCUMENT_CSP, STYLESHEET
 from reports.labels import COLUMN_LABELS, SUMMARY_LABELS, check_label, is_money
-from reports.money import minor
+from reports.lineitems import LineItems
+from reports.money import excel_format, minor
 from reports.render import SECTIONS, finance_data, render
 from tests.helpers import as_cell, parse_finance_csv
 from tests.reconcile import builders as b
@@ -241,3 +243,33 @@ def test_chart_groups_partners_beyond_the_largest_twelve() -> None:
 def test_style_declarations_without_a_presentation_attribute_are_refused() -> None:
     with pytest.raises(ValueError, match="font"):
         charts.inline_svg('<svg x="1"><text style="font: 10px sans">a</text></svg>', "p-")
+
+
+def test_xlsx_line_item_sheets_keep_text_as_text_and_filter_an_empty_month() -> None:
+    """The line-item sheets: an id that looks like a formula stays a string; warnings read as
+    the CSV writes them; a month without commission lines still has its header and filters."""
+    sale = dict.fromkeys(reads.SALE_FIELDS)
+    sale |= {
+        "sale_id": "s1",
+        "transaction_id": "=1+1",
+        "amount": 1_250,
+        "currency": "eur",
+        "warnings": ["click_not_found", "metadata_fixed"],
+        "test_mode": False,
+        "occurred_at": datetime(2026, 2, 3, 4, 5, 6, tzinfo=UTC),
+    }
+    body = render(_february(), "xlsx", LineItems(sales=[sale], commissions=[]))[0]
+    book = openpyxl.load_workbook(io.BytesIO(body))
+    sales = book["Sales"]
+    columns = [c.value for c in sales[1]]
+    row = dict(zip(columns, sales[2], strict=True))
+    assert (row["transaction_id"].value, row["transaction_id"].data_type) == ("=1+1", "s")
+    assert row["warnings"].value == "click_not_found metadata_fixed" and row["test_mode"].value == "false"
+    assert (row["amount"].value, row["amount"].number_format) == (12.5, excel_format("eur"))
+    # a time is a date cell, in UTC (a spreadsheet has no time zones)
+    assert row["occurred_at"].value.replace(tzinfo=UTC) == sale["occurred_at"]
+    assert row["partner_code"].value is None
+    empty = book["Commissions"]
+    assert [c.value for c in empty[1]] == list(reads.COMMISSION_FIELDS) and empty.max_row == 1
+    assert empty.freeze_panes == "A2" and empty.auto_filter.ref.endswith("1")
+    assert "Sales" not in openpyxl.load_workbook(io.BytesIO(render(_february(), "xlsx")[0])).sheetnames
