@@ -13,6 +13,7 @@ from rich.console import Console
 
 from api.cli_http import CliError, operator_target, stream
 from api.cli_ops import progress_bar
+from ingest.backend import is_shared
 from ingest.backup import BackupSummary, SourceUnavailable, backup_offline
 from ingest.errors import TallyError
 
@@ -71,6 +72,11 @@ def _online(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 
 def _offline(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    if is_shared(args.database):  # (the URL may hold a password: never echoed)
+        raise CliError(
+            "a PostgreSQL database is backed up with pg_dump (docs/operations.md); tally backup copies"
+            " the embedded database only"
+        )
     if not Path(args.database).is_file():
         raise CliError(f"database {args.database} does not exist")
     with progress_bar(console) as bar:

@@ -217,6 +217,11 @@ def backup_offline(database: str, output: str, progress: Progress) -> BackupSumm
     holds it)."""
     from ingest.duckdb_store import DatabaseInUse, DuckStore
 
+    if database.startswith(("postgresql://", "postgres://")):
+        raise SourceUnavailable(
+            "a PostgreSQL database is backed up with pg_dump (docs/operations.md); tally backup copies"
+            " the embedded database only"
+        )
     target = check_target(output, database)
     try:
         store = DuckStore(database)

@@ -151,6 +151,21 @@ def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[objec
     if not keys:
         return
     amount, currency = row.get("amount"), row.get("currency")
+    if len(keys) == 1:  # a track sale: one id, looked up by equality (a plan that uses the key)
+        write(
+            b"WITH made AS (INSERT INTO key_ledgers (amount, currency, refunded) SELECT %(a)s, %(c)s, 0"
+            b"   WHERE NOT EXISTS (SELECT 1 FROM key_sales WHERE program_id = %(p)s AND key = %(k)s)"
+            b"   RETURNING id)"
+            b" INSERT INTO key_sales (program_id, key, ledger) SELECT %(p)s, %(k)s, id FROM made"
+            b" ON CONFLICT DO NOTHING",
+            {
+                "p": program_id,
+                "k": keys[0],
+                "a": amount if isinstance(amount, int) else None,
+                "c": currency if isinstance(currency, str) else None,
+            },
+        )
+        return
     write(
         b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
         b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"

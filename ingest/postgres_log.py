@@ -190,7 +190,11 @@ class PgResultSink:
         return str(row[0]) if row else None
 
     def replace(
-        self, tables: Iterable[tuple[str, pa.RecordBatchReader]], views: Mapping[str, str], run: RunRecord
+        self,
+        tables: Iterable[tuple[str, pa.RecordBatchReader]],
+        views: Mapping[str, str],
+        indexes: Mapping[str, Sequence[Sequence[str]]],
+        run: RunRecord,
     ) -> None:
         """Every table replaced and the run recorded, in one transaction: a replica killed
         half-way (or a failure) leaves the previous run's tables as they were."""
@@ -199,6 +203,10 @@ class PgResultSink:
         with _adbc(self._store) as con, con.cursor() as cur:
             for name, data in tables:
                 cur.adbc_ingest(name + suffix, data, mode="create")
+                for number, columns in enumerate(indexes.get(name, ())):
+                    cur.execute(
+                        f'CREATE INDEX "{name}_{number}{suffix}" ON "{name}{suffix}" ({", ".join(columns)})'
+                    )
                 names.append(name)
             for view in views:
                 cur.execute(f"DROP VIEW IF EXISTS {view}")

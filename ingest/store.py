@@ -211,10 +211,15 @@ class ResultSink(Protocol):
         """The id of the run the published tables are of (None before the first)."""
 
     def replace(
-        self, tables: Iterable[tuple[str, pa.RecordBatchReader]], views: Mapping[str, str], run: RunRecord
+        self,
+        tables: Iterable[tuple[str, pa.RecordBatchReader]],
+        views: Mapping[str, str],
+        indexes: Mapping[str, Sequence[Sequence[str]]],
+        run: RunRecord,
     ) -> None:
-        """Replace every table (name, rows: each read whole before the next is asked for) and
-        view (name, SELECT) and record the run, in one transaction."""
+        """Replace every table (name, rows: each read whole before the next is asked for), with
+        its indexes (table -> column lists, where the database keeps indexes), and view (name,
+        SELECT), and record the run, in one transaction."""
 
     def patch(self, changes: Changes, run: RunRecord) -> None:
         """Apply an incremental run's changes and record the run, in one transaction."""

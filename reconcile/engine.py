@@ -41,6 +41,15 @@ from reconcile import closure, explain, incremental, job
 
 log = logging.getLogger("tally.reconcile")
 
+# The published tables' indexes: what the reads filter on (reports/reads.py, reports/load.py, the
+# dashboard) and what an incremental publish deletes by (incremental.KEYS).
+PUBLISHED_INDEXES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "rc_sales": (("program_id", "occurred_at", "sale_id"), ("program_id", "transaction_id"), ("sale_id",)),
+    "rc_commissions": (("program_id", "period"), ("sale_id",)),
+    "rc_refunds": (("program_id", "period"), ("event_id",)),
+    "rc_double_counts": (("program_id", "occurred_at"), ("duplicate_id",)),
+    "rc_evidence": (("program_id", "sale_id"),),
+}
 STATE_DDL = "CREATE TABLE IF NOT EXISTS engine_state (identity VARCHAR NOT NULL, pulled_seq BIGINT NOT NULL)"
 ARROW_BATCH_ROWS = 262_144
 
@@ -77,7 +86,8 @@ class Publisher:
         tables = (
             (name, con.sql(f"SELECT * FROM {name}").to_arrow_reader(ARROW_BATCH_ROWS)) for name in job.STAGED
         )
-        self._sink.replace(tables, {"rc_explain": explain.query("rc_evidence", "rc_sales")}, run)
+        views = {"rc_explain": explain.query("rc_evidence", "rc_sales")}
+        self._sink.replace(tables, views, PUBLISHED_INDEXES, run)
         self.mode = "replace"
 
     def patch(self, con: duckdb.DuckDBPyConnection, patch: incremental.Patch) -> None:

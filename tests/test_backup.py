@@ -173,6 +173,15 @@ def test_offline_backup_includes_rows_only_in_the_journal(tmp_path: Path) -> Non
     _assert_whole_groups(copy, db)
 
 
+def test_offline_backup_of_a_postgresql_database_is_refused_in_one_line(tmp_path: Path) -> None:
+    url = "postgresql://tally:secret@127.0.0.1:5432/tally"
+    done = _tally("backup", "--database", url, "--output", str(tmp_path / "copy.duckdb"))
+    assert done.returncode != 0
+    assert "pg_dump" in done.stderr and "secret" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "copy.duckdb").exists()
+
+
 def test_offline_backup_refuses_a_database_a_server_holds(live_server: LiveServer, tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"  # the live_server fixture's database
     done = _tally("backup", "--database", str(db), "--output", str(tmp_path / "copy.duckdb"))
