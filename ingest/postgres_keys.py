@@ -24,6 +24,10 @@ Cursor = psycopg.Cursor[Any]
 # Runs a write whose result nobody reads (the writer queues them: ingest/postgres_store.py).
 Write = Callable[[bytes, Any], None]
 
+_ONE_LEDGER = (
+    "SELECT l.amount, l.currency, l.refunded FROM key_sales s JOIN key_ledgers l ON l.id = s.ledger"
+    " WHERE s.program_id = %s AND s.key = %s"
+)
 _LEDGER = (
     "SELECT l.amount, l.currency, l.refunded FROM key_sales s JOIN key_ledgers l ON l.id = s.ledger"
     " WHERE s.program_id = %s AND s.key = ANY(%s) ORDER BY array_position(%s, s.key) LIMIT 1"
@@ -37,8 +41,12 @@ def sale(cur: Cursor, program_id: str, keys: Sequence[str], lock: bool = False) 
     wanted = [k for k in keys if k]
     if not wanted:
         return None
-    sql = _LEDGER + (" FOR UPDATE OF l" if lock else "")
-    row = cur.execute(sql.encode(), (program_id, wanted, wanted)).fetchone()
+    lock_clause = " FOR UPDATE OF l" if lock else ""
+    if len(wanted) == 1:  # the usual case, by equality (a plan on the key whatever the value)
+        sql = _ONE_LEDGER + lock_clause
+        row = cur.execute(sql.encode(), (program_id, wanted[0])).fetchone()
+    else:
+        row = cur.execute((_LEDGER + lock_clause).encode(), (program_id, wanted, wanted)).fetchone()
     return SaleLedger(row[0], row[1], int(row[2])) if row else None
 
 
