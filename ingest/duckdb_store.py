@@ -485,6 +485,17 @@ class DuckTx:
         cred = self.index.credentials[token_hash]
         self.index.put_credential(replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo)
 
+    def claim_sale(
+        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
+    ) -> str | None:
+        if not self.claim_keys(program_id, [transaction_id], raw_seq):
+            return None
+        partner = self._kx.click_partner(program_id, click_id) if click_id is not None else None
+        if partner is None:
+            binding = self._kx.binding(program_id, customer_key)
+            partner = binding.partner_code if binding else None
+        return partner or ""
+
     # -- lookups inside the transaction (the key index's writer sees this batch's rows) ------
     def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
         return self._kx.sale(program_id, keys)

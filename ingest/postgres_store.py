@@ -32,6 +32,7 @@ fed through `PgLogSource` and publishes its tables through `PgResultSink`
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -197,6 +198,7 @@ class PgTx:
         # has been sent.
         self._pending: list[tuple[int, bytes, Any]] = []
         self._numbered = 0  # writes numbered so far
+        self._marked = 0  # the number at the latest mark: the operation running now wrote after it
         self._sent = 0  # the highest number sent to the database
         self._pipe: AbstractContextManager[psycopg.Pipeline] | None = con.pipeline()
         self._pipe.__enter__()
@@ -212,16 +214,22 @@ class PgTx:
         self._numbered += 1
         self._pending.append((self._numbered, sql, params))
 
-    def _read(self) -> keys.Cursor:
-        """The cursor, once every pending write is on its way (the read sees them)."""
+    def _read(self, upto: int | None = None) -> keys.Cursor:
+        """The cursor, once the pending writes (those numbered up to `upto`, if given) are on
+        their way (the read sees them)."""
         if self._pending:
+            kept = []
             for number, sql, params in self._pending:
+                if upto is not None and number > upto:
+                    kept.append((number, sql, params))
+                    continue
                 self._cur.execute(sql, params)
                 self._sent = number
-            self._pending.clear()
+            self._pending = kept
         return self._cur
 
     def mark(self) -> tuple[int, int, int, int, dict[tuple[str, str], datetime]]:
+        self._marked = self._numbered
         return (self._numbered, len(self._raw), len(self._logs), len(self._claims), dict(self._checks))
 
     def release(self, mark: tuple[int, int, int, int, dict[tuple[str, str], datetime]]) -> bool:
@@ -290,6 +298,21 @@ class PgTx:
             self._sent = self._numbered
         self._claims += [[program_id, key, raw_seq] for key in claimed]
         return claimed
+
+    def claim_sale(
+        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
+    ) -> str | None:
+        """One statement: the claim and the partner lookup. Pending writes of earlier operations
+        go out with it (a click or lead of this group is seen); this operation's own (its sale's
+        ledger, which the lookup does not read) wait, so a refused claim leaves nothing sent."""
+        partner = keys.claim_sale(
+            self._read(upto=self._marked), program_id, transaction_id, click_id, customer_key
+        )
+        if partner is not None:
+            self._numbered += 1
+            self._sent = self._numbered
+            self._claims.append([program_id, transaction_id, raw_seq])
+        return partner
 
     def log(
         self,
@@ -456,8 +479,14 @@ def _credential(r: Sequence[Any]) -> Credential:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _settings(stored: str, program_id: str) -> ProgramSettings:
+    """Stored settings parsed once per distinct text (the model is frozen: sharing it is safe)."""
+    return ProgramSettings.from_stored(stored, program_id)
+
+
 def _program(r: Sequence[Any]) -> Program:
-    return Program(r[0], r[1], r[2], ProgramSettings.from_stored(r[3], r[0]), r[4], r[5])
+    return Program(r[0], r[1], r[2], _settings(r[3], r[0]), r[4], r[5])
 
 
 _CREDENTIAL = (

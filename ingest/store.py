@@ -108,6 +108,13 @@ class Tx(Protocol):
         by the backend's unique key, not by a read before it (another process's claim of the
         same key, still in flight, is waited for)."""
 
+    def claim_sale(
+        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
+    ) -> str | None:
+        """Claim a track sale's transaction id (as `claim_keys`). When this write claimed it:
+        the partner its click names, else its customer's binding, '' for none (what the answer
+        says at once; attribution proper is the reconciler's). None when the id was taken."""
+
     # Lookups inside the transaction: they see its own appends (and, on a shared database,
     # lock what a decision depends on: a sale's ledger until the transaction ends).
     def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None: ...

@@ -218,16 +218,11 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
         # replica holds it already.
         mark = tx.mark()
         seq = tx.append(_row(call, pid, "sale", **typed))
-        if tx.claim_keys(pid, [txn], seq):
-            partner: str | None = None
-            if inp.click_id is not None:
-                partner = tx.click_partner(pid, inp.click_id)
-            if partner is None:
-                binding = tx.binding(pid, customer)
-                partner = binding.partner_code if binding else None
+        partner = tx.claim_sale(pid, txn, seq, inp.click_id, customer)
+        if partner is not None:
             _log(tx, call, pid, 200, "accepted", f"sale {txn} {amount} {inp.currency}", seq)
             tx.check(pid, "sale_received", call.received_at)
-            return partner or ""
+            return partner
         _lost(tx, mark)
         seq = tx.append(_row(call, pid, "sale", outcome="duplicate", **typed))
         _log(tx, call, pid, 409, "duplicate_transaction", f"transaction {txn} already recorded", seq)
