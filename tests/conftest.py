@@ -32,14 +32,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # -- the backends: every test that takes `backend` (through `database`, `settings`, `client`,
 # `world`...) runs on the embedded DuckDB file and on PostgreSQL, unless it is marked `embedded`
-# (it looks into the embedded backend's own files: journal, key index, DuckDB file, tmpfs faults).
+# (it looks into the embedded backend's own files: journal, key index, DuckDB file, tmpfs faults),
+# or `shared` (it checks what only a database several processes share does: PostgreSQL).
 BACKENDS = ("duckdb", "postgresql")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
-        embedded = metafunc.definition.get_closest_marker("embedded") is not None
-        metafunc.parametrize("backend", BACKENDS[:1] if embedded else BACKENDS, indirect=True)
+        if metafunc.definition.get_closest_marker("embedded") is not None:
+            backends = BACKENDS[:1]
+        elif metafunc.definition.get_closest_marker("shared") is not None:
+            backends = BACKENDS[1:]
+        else:
+            backends = BACKENDS
+        metafunc.parametrize("backend", backends, indirect=True)
 
 
 @pytest.fixture

@@ -358,10 +358,9 @@ def test_writes_committed_during_the_copy_stay_out_of_it(
     _assert_whole_groups(target, None)
 
 
-def test_a_shared_database_is_not_copied_by_tally(client: TestClient, backend: str, tmp_path: Path) -> None:
+@pytest.mark.shared
+def test_a_shared_database_is_not_copied_by_tally(client: TestClient, tmp_path: Path) -> None:
     """On PostgreSQL the endpoint refuses before any work and says what backs it up instead."""
-    if backend != "postgresql":
-        return  # the embedded backend's copies are the tests above
     target = tmp_path / "copy.duckdb"
     r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
     assert r.status_code == 422, r.text

@@ -359,13 +359,12 @@ def test_two_instances_claiming_the_same_keys_at_once_each_key_goes_to_one(
         first.close()
 
 
+@pytest.mark.shared
 def test_a_key_revoked_through_one_instance_is_refused_through_another_at_once(
     open_store: Callable[[], Store], backend: str
 ) -> None:
     """A regenerated key: the old credential revoked and the new one issued through instance A
     is what instance B answers from the moment A's commit returns (no cache to go stale)."""
-    if not _shared(backend):
-        return  # one instance per embedded database (the test above)
     a, b = open_store(), open_store()
     try:
         _seed(a)
@@ -389,6 +388,7 @@ def test_a_key_revoked_through_one_instance_is_refused_through_another_at_once(
         a.close()
 
 
+@pytest.mark.shared
 def test_a_transaction_that_commits_late_never_lands_below_the_watermark(
     open_store: Callable[[], Store], backend: str
 ) -> None:
@@ -396,8 +396,6 @@ def test_a_transaction_that_commits_late_never_lands_below_the_watermark(
     another commits. The watermark read meanwhile covers only rows already visible, and the
     held rows, once committed, all come above every seq that was visible before: a reconciler
     that has read up to the watermark never misses them."""
-    if not _shared(backend):
-        return  # one writer: rows become visible in seq order (the watermark test above)
     a, b = open_store(), open_store()
     try:
         held = a.begin()
@@ -419,3 +417,40 @@ def test_a_transaction_that_commits_late_never_lands_below_the_watermark(
     finally:
         b.close()
         a.close()
+
+
+@pytest.mark.shared
+def test_the_raw_log_refuses_updates_deletes_and_truncation_in_the_database(
+    open_store: Callable[[], Store], backend: str, database: str
+) -> None:
+    """On PostgreSQL the database itself keeps the raw log append-only: whatever a client with
+    tally's own role tries, UPDATE, DELETE and TRUNCATE of `raw_events` are refused and the rows
+    stay as they were. (The embedded file has one process, tally's: tests/ingest/test_append_only.py
+    checks no code path of it issues such statements.)"""
+    import psycopg
+
+    store = open_store()
+    try:
+        tx = store.begin()
+        for n in range(3):
+            tx.append(_click(n))
+        tx.commit()
+        before = sql_rows(store, "SELECT * FROM raw_events ORDER BY seq")
+    finally:
+        store.close()
+    for statement in (
+        "UPDATE raw_events SET partner_code = 'mallory'",
+        "DELETE FROM raw_events WHERE seq = 2",
+        "TRUNCATE raw_events",
+        "TRUNCATE raw_events CASCADE",
+    ):
+        with (
+            psycopg.connect(database, autocommit=True) as con,
+            pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"),
+        ):
+            con.execute(statement.encode())
+    store = open_store()
+    try:
+        assert sql_rows(store, "SELECT * FROM raw_events ORDER BY seq") == before
+    finally:
+        store.close()
