@@ -9,7 +9,10 @@ Reports read the published `rc_*` tables with psycopg on a pooled connection.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -29,7 +32,8 @@ if TYPE_CHECKING:
     from ingest.postgres_store import PgStore
 
 TRACK_KINDS = ("click", "lead", "sale", "refund", "stripe")
-PULL_WINDOW = 1_000_000  # raw rows per query while the working copy catches up
+PULL_WINDOW = 500_000  # raw rows per query while the working copy catches up
+PULL_CONNECTIONS = 2  # windows fetched at once
 
 
 class _WholeNumeric(NumericLoader):
@@ -167,14 +171,43 @@ class PgLogSource:
             for name in RAW_EVENT_FIELDS
         )
         where = "seq > $1 AND seq <= $2" + (" AND program_id = $3" if program_id is not None else "")
-        with _adbc(self._store) as con, con.cursor() as cur:
-            at = after_seq
-            while at < upto_seq:
-                end = min(at + PULL_WINDOW, upto_seq)
-                params: tuple[Any, ...] = (at, end) if program_id is None else (at, end, program_id)
-                cur.execute(f"SELECT {columns} FROM raw_events WHERE {where} ORDER BY seq", parameters=params)
-                yield from cur.fetch_arrow_table().to_batches()
-                at = end
+        sql = f"SELECT {columns} FROM raw_events WHERE {where} ORDER BY seq"
+        windows = [(at, min(at + PULL_WINDOW, upto_seq)) for at in range(after_seq, upto_seq, PULL_WINDOW)]
+        if not windows:
+            return
+        local = threading.local()
+
+        def fetch(window: tuple[int, int]) -> pa.Table:
+            cur = getattr(local, "cur", None)
+            if cur is None:
+                con = adbc.connect(self._store.adbc_info)
+                cur = local.cur = con.cursor()
+                opened.append((con, cur))
+            params = window if program_id is None else (*window, program_id)
+            cur.execute(sql, parameters=params)
+            table: pa.Table = cur.fetch_arrow_table()
+            return table
+
+        # Windows are fetched ahead on PULL_CONNECTIONS connections (the database's COPY and
+        # the driver's decoding of one window overlap the caller's work on the one before),
+        # and handed over in seq order.
+        opened: list[tuple[adbc.Connection, adbc.Cursor]] = []
+        ahead: deque[Future[pa.Table]] = deque()
+        with ThreadPoolExecutor(PULL_CONNECTIONS, thread_name_prefix="tally-pull") as pool:
+            try:
+                for window in windows:  # at most PULL_CONNECTIONS windows in memory ahead of the caller
+                    ahead.append(pool.submit(fetch, window))
+                    if len(ahead) > PULL_CONNECTIONS:
+                        yield from ahead.popleft().result().to_batches()
+                while ahead:
+                    yield from ahead.popleft().result().to_batches()
+            finally:
+                for future in ahead:
+                    future.cancel()
+                pool.shutdown(wait=True)
+                for con, cur in opened:
+                    cur.close()
+                    con.close()
 
 
 class PgResultSink:
