@@ -90,12 +90,9 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str
     microseconds so that no session time zone takes part. `dialect` duckdb or postgresql (the
     published tables of a shared database, ingest/postgres_log.py)."""
 
-    def epoch_us(value: str) -> str:
-        if dialect == "postgresql":
-            return f"CAST(extract(epoch FROM CAST({value} AS TIMESTAMPTZ)) * 1000000 AS BIGINT)"
-        return f"epoch_us({value})"
-
-    now = f"CAST({now_param} AS TIMESTAMPTZ)" if dialect == "postgresql" else now_param
+    if dialect == "postgresql":
+        return _refresh_postgresql(now_param)
+    now = now_param
     line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
     lines = (
         f"UPDATE rc_commissions SET status = {line}"
@@ -107,11 +104,36 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str
         f" WHERE h.program_id = rc_sales.program_id), {default})"
     )
     sale = (
-        f"CASE WHEN {epoch_us(now_param)} >= {epoch_us('occurred_at')} + {days} * CAST(86400000000 AS BIGINT)"
+        f"CASE WHEN epoch_us({now_param}) >= epoch_us(occurred_at) + {days} * CAST(86400000000 AS BIGINT)"
         " THEN 'approved' ELSE 'pending' END"
     )
     sales = (
         f"UPDATE rc_sales SET commission_status = {sale}"
         f" WHERE commission_status IN ('pending', 'approved') AND commission_status <> {sale}"
+    )
+    return lines, sales
+
+
+def _refresh_postgresql(now_param: str) -> tuple[str, str]:
+    """`refresh_sql` for PostgreSQL: the holding days joined in once (a correlated lookup per
+    row costs seconds there), times compared as instants (its sessions are UTC, and a day is
+    86,400 s, as in the embedded database's microsecond arithmetic)."""
+    now = f"CAST({now_param} AS TIMESTAMPTZ)"
+    line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
+    lines = (
+        f"UPDATE rc_commissions SET status = {line}"
+        f" WHERE status IN ('pending', 'approved') AND status <> {line}"
+    )
+    default = int(str(PROGRAM_DEFAULTS["holding_days"]))
+    sale = (
+        f"CASE WHEN {now} >= s.occurred_at + coalesce(h.holding_days, {default}) * INTERVAL '1 day'"
+        " THEN 'approved' ELSE 'pending' END"
+    )
+    sales = (
+        f"UPDATE rc_sales AS t SET commission_status = n.status FROM ("
+        f"SELECT s.program_id, s.sale_id, {sale} AS status FROM rc_sales s"
+        " LEFT JOIN _rc_holding h ON h.program_id = s.program_id"
+        " WHERE s.commission_status IN ('pending', 'approved')) AS n"
+        " WHERE t.program_id = n.program_id AND t.sale_id = n.sale_id AND t.commission_status <> n.status"
     )
     return lines, sales
