@@ -6,13 +6,19 @@ Stages (each module's docstring states its rules):
 2. reconcile/doubles.py: self-hosted records of connect sales are not counted; pairs reported.
 3. reconcile/fixes.py: backfilled metadata fixes folded into the sales' metadata.
 4. reconcile/leads.py + reconcile/attribution.py: the ladder, per program.
-5. reconcile/commissions.py: eligibility (real, attributed, recurring window), amounts.
-6. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
-7. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
-8. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
+5. reconcile/customers.py + reconcile/commissions.py: eligibility (real, attributed, inside the
+   customer's recurring window), amounts.
+6. reconcile/layers.py: each sale's values before and after each applied backfill.
+7. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
+8. reconcile/ledger.py: commission lines frozen once approved; later refunds and backfills as
+   clawback and adjustment lines of their own.
+9. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
+10. reconcile/payouts.py: the lines each payout batch takes; paid batches' lines `paid`.
+11. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
-actions (metadata fixes, backfills, period closes), which are ordered by `seq`. Everything else
+actions (metadata fixes, backfills, period closes, payout batches and their payment), which are
+ordered by `seq`. Everything else
 is ordered by business time and stable ids: records by (occurred_at, event_id), sales by
 (occurred_at, sale_id), leads by (occurred_at, lead_id), refunds by (occurred_at, event_id).
 The same log gives the same rows whatever the order of its rows (`Result.sorted()` puts them in
@@ -23,10 +29,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 import polars as pl
 
-from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods
+from reconcile import (
+    attribution,
+    commissions,
+    doubles,
+    explain,
+    fixes,
+    layers,
+    leads,
+    normalise,
+    payouts,
+    periods,
+)
+from reconcile import ledger as ledger_rules
 from reconcile import refunds as refund_rules
 from reconcile.lookup import lookup
 from reconcile.schema import (
@@ -34,6 +53,7 @@ from reconcile.schema import (
     DOUBLE_COUNTS_SCHEMA,
     ENGINE,
     EVIDENCE_SCHEMA,
+    PAYOUTS_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
     UNROUTABLE_SCHEMA,
@@ -46,12 +66,13 @@ from reconcile.schema import (
 )
 
 SALES_ORDER = ("program_id", "occurred_at", "sale_id")
-COMMISSIONS_ORDER = ("program_id", "period", "sale_id", "kind", "partner_code")
+COMMISSIONS_ORDER = ("program_id", "period", "sale_id", "kind", "partner_code", "cause")
 REFUNDS_ORDER = ("program_id", "occurred_at", "event_id", "source")
 DOUBLES_ORDER = ("program_id", "kind", "transaction_id", "duplicate_id")
 EXPLAIN_ORDER = ("program_id", "sale_id", "step")
 EVIDENCE_ORDER = ("program_id", "sale_id")
 UNROUTABLE_ORDER = ("occurred_at", "event_id")
+PAYOUTS_ORDER = ("program_id", "number")
 
 
 @dataclass(frozen=True)
@@ -69,6 +90,7 @@ class Result:
     double_counts: pl.DataFrame
     evidence: pl.DataFrame
     unroutable: pl.DataFrame
+    payouts: pl.DataFrame
 
     @property
     def explain(self) -> pl.DataFrame:
@@ -84,6 +106,7 @@ class Result:
             double_counts=self.double_counts.sort(DOUBLES_ORDER, nulls_last=True),
             evidence=self.evidence.sort(EVIDENCE_ORDER, nulls_last=True),
             unroutable=self.unroutable.sort(UNROUTABLE_ORDER, nulls_last=True),
+            payouts=self.payouts.sort(PAYOUTS_ORDER, nulls_last=True),
         )
 
 
@@ -117,13 +140,16 @@ def reconcile(
     people = prepare_partners(partners).collect(engine=ENGINE)
     current = ledger(log, settings, people, now)
     lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, settings, people, now).lines)
+    made = payouts.batches(log)
+    marks = payouts.paid(log, made)
     return Result(
         sales=_conform(current.sales, SALES_SCHEMA),
-        commissions=_conform(lines, COMMISSIONS_SCHEMA),
+        commissions=_conform(payouts.assign(lines, made, marks), COMMISSIONS_SCHEMA),
         refunds=_conform(current.refunds, REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
         unroutable=_conform(unroutable(log).collect(engine=ENGINE), UNROUTABLE_SCHEMA),
+        payouts=_conform(payouts.table(made, marks), PAYOUTS_SCHEMA),
     )
 
 
@@ -137,21 +163,22 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     split = doubles.split_self_hosted(connect.sales, normalise.self_hosted_sales(raw))
     combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
     sales = fixes.apply(combined, fixes.effective_fixes(raw, combined)).rechunk()
-    del combined
 
     click_table = leads.clicks(raw)
     lead_frame = leads.leads(raw, click_table)
-    attributed = attribution.attribute(
-        sales,
-        click_table,
-        leads.lookup_table(lead_frame, "customer_key"),
-        leads.lookup_table(lead_frame, "email_norm"),
-    )
-    del click_table, lead_frame
+    by_key = leads.lookup_table(lead_frame, "customer_key")
+    by_email = leads.lookup_table(lead_frame, "email_norm")
+    del lead_frame
+    attributed = attribution.attribute(sales, click_table, by_key, by_email)
     sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
     evidence = attributed.select(attribution.EVIDENCE)
     del attributed
     sales = sales.hstack(commissions.gross(sales, programs, partners).get_columns())
+
+    engineer = raw.filter(pl.col("kind").is_in(["metadata_fix", "backfill"])).collect(engine=ENGINE).lazy()
+    value = partial(_valued, combined, (click_table, by_key, by_email), programs, partners)
+    states = layers.states(engineer, combined, sales.select("program_id", "sale_id", *layers.VALUES), value)
+    del combined, click_table, by_key, by_email, value
 
     ids = doubles.id_map(connect.sales, doubles.wanted_ids(raw), split.counted)
     refund_rows = pl.concat(
@@ -181,10 +208,29 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     double_counts = pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed")
     return Ledger(
         sales=final,
-        lines=commissions.lines(final),
+        lines=ledger_rules.lines(final, states, applied.counted, now),
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,
+    )
+
+
+def _valued(
+    combined: pl.DataFrame,
+    lookups: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
+    programs: pl.DataFrame,
+    partners: pl.DataFrame,
+    program_id: str,
+    fix_set: pl.DataFrame,
+) -> pl.DataFrame:
+    """A program's sales valued with `fix_set` as their effective fixes (layers.Value): partner
+    and commission, from the sales before fixes and the ladder's lookups (clicks, leads by
+    customer key, leads by email)."""
+    mine = fixes.apply(combined.filter(pl.col("program_id") == program_id), fix_set)
+    found = attribution.attribute(mine, *lookups)
+    mine = mine.hstack(found.select(attribution.OUTPUT).get_columns())
+    return mine.select("program_id", "sale_id", "partner_code").hstack(
+        commissions.gross(mine, programs, partners).get_columns()
     )
 
 

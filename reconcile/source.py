@@ -10,6 +10,7 @@ import duckdb
 import polars as pl
 
 from ingest.records import ProgramSettings
+from reconcile import payouts
 from reconcile.pipeline import unroutable
 from reconcile.schema import (
     ENGINE,
@@ -21,7 +22,8 @@ from reconcile.schema import (
     prepare_raw,
 )
 
-ENGINEER_KINDS = ("backfill", "period_close")
+# Engineer actions read with their `body` (metadata fixes carry typed columns instead).
+ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS)
 
 # Each group of rows is read with its own columns (schema.READ_COLUMNS), filtered by
 # `{where}`. Engineer actions are the only rows whose `body` is read: they are read apart, so
