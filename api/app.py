@@ -24,6 +24,7 @@ from api.routes import (
     dashboard,
     docs,
     operator,
+    payouts,
     reference,
     reports,
     script,
@@ -71,7 +72,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
             store.close()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
-    routes += [*webhooks.routes, *script.routes, *backfill.routes]
+    routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]
     routes += dashboard.routes
     routes += reference.routes
     routes += backup_routes.routes

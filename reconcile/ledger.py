@@ -3,8 +3,11 @@
 A sale's commission is *approved* at `available_at` = occurred_at + holding_days. What its
 `commission` line (in the sale's month) says is decided by the sale's state just before then:
 
-- refunds count from their *effective time*, the later of their occurred_at and the time the log
-  first held them (reconcile/refunds.py `known_at`): a refund reported late is booked when known;
+- refunds count from their occurred_at; but a refund the log received (reconcile/refunds.py
+  `known_at`) only after a payout batch that could take the sale's line (a batch of the program
+  made at or after the sale's available_at, with a cut-off on or after the sale's day) counts
+  from the later of its occurred_at and that receipt: what a batch may have paid is never
+  changed by a refund reported afterwards, whatever date it gives;
 - backfills (re-attribution through metadata fixes) count from their log time
   (reconcile/layers.py, which gives each sale's states between backfills).
 
@@ -98,12 +101,28 @@ def _status(now: datetime, since: pl.Expr) -> pl.Expr:
     return pl.when(pl.lit(now, UTC) >= since).then(pl.lit("approved")).otherwise(pl.lit("pending"))
 
 
-def lines(sales: pl.DataFrame, states: pl.DataFrame, refunds: pl.DataFrame, now: datetime) -> pl.DataFrame:
+def _first_batch(info: pl.LazyFrame, batches: pl.DataFrame) -> pl.LazyFrame:
+    """SALE and `first_batch_at`: when the first payout batch that could take the sale's line
+    was made (at or after its available_at, cut-off after its occurred_at), if any."""
+    return (
+        info.select(*SALE, "available_at", "occurred_at")
+        .join(batches.lazy().select("program_id", "created_at", "cutoff"), on="program_id")
+        .filter((pl.col("created_at") >= pl.col("available_at")) & (pl.col("occurred_at") < pl.col("cutoff")))
+        .group_by(SALE)
+        .agg(first_batch_at=pl.col("created_at").min())
+    )
+
+
+def lines(
+    sales: pl.DataFrame, states: pl.DataFrame, refunds: pl.DataFrame, batches: pl.DataFrame, now: datetime
+) -> pl.DataFrame:
     """The ledger lines of `sales` (program_id, sale_id, SALE_INFO, STATE_VALUES: their final
-    values), given their backfill `states` (reconcile/layers.py) and counted `refunds`
-    (program_id, sale_id, event_id, amount, occurred_at, known_at)."""
+    values), given their backfill `states` (reconcile/layers.py), counted `refunds`
+    (program_id, sale_id, event_id, amount, occurred_at, known_at) and the payout `batches`
+    (reconcile/payouts.py `batches`)."""
     table = _states(sales, states).lazy()
     info = sales.lazy().select(*SALE, *SALE_INFO).join(table.select(SALE).unique(), on=SALE, how="semi")
+    reported_late = pl.col("known_at") >= pl.col("first_batch_at")
     layer_events = (
         states.lazy()
         .filter(pl.col("state") > 0)
@@ -111,13 +130,19 @@ def lines(sales: pl.DataFrame, states: pl.DataFrame, refunds: pl.DataFrame, now:
             *SALE, "at", rank=pl.lit(0, pl.Int8), state="state", amount=pl.lit(0, pl.Int64), cause="cause"
         )
     )
-    refund_events = refunds.lazy().select(
-        *SALE,
-        at=pl.max_horizontal("occurred_at", "known_at"),
-        rank=pl.lit(1, pl.Int8),
-        state=pl.lit(None, pl.Int64),
-        amount="amount",
-        cause="event_id",
+    refund_events = (
+        refunds.lazy()
+        .join(_first_batch(info, batches), on=SALE, how="left")
+        .select(
+            *SALE,
+            at=pl.when(reported_late.fill_null(False))
+            .then(pl.max_horizontal("occurred_at", "known_at"))
+            .otherwise(pl.col("occurred_at")),
+            rank=pl.lit(1, pl.Int8),
+            state=pl.lit(None, pl.Int64),
+            amount="amount",
+            cause="event_id",
+        )
     )
     events = (
         pl.concat([layer_events, refund_events], how="vertical_relaxed")

@@ -208,7 +208,7 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     double_counts = pl.concat([pairs, doubles.refused(raw, ids)], how="diagonal_relaxed")
     return Ledger(
         sales=final,
-        lines=ledger_rules.lines(final, states, applied.counted, now),
+        lines=ledger_rules.lines(final, states, applied.counted, payouts.batches(raw), now),
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,

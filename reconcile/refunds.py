@@ -19,8 +19,8 @@ fee) reversed so far is round_half_even(commission * refunded_so_far / gross_amo
 the whole commission once the sale is fully refunded; each refund reverses the difference.
 
 Each refund also says when the log first held it (`known_at`: its row's receive time; for a
-processor level, the earliest delivery reporting it): the ledger books a refund at the later of
-that and its occurred_at (reconcile/ledger.py).
+processor level, the earliest delivery reporting it): a refund reported after a payout batch
+could pay its sale counts from then (reconcile/ledger.py).
 """
 
 from __future__ import annotations

@@ -814,7 +814,11 @@ def approved_money(s: Row, lines: dict[str, Row], refunded: int) -> bool:
 
 
 def ledger_lines(
-    sales: list[Row], states: dict[tuple[str, str], list[Any]], refunds: list[Row], now: datetime
+    sales: list[Row],
+    states: dict[tuple[str, str], list[Any]],
+    refunds: list[Row],
+    batches: list[Row],
+    now: datetime,
 ) -> list[Row]:
     """Walk each sale's events in time order. The line is frozen at available_at when its state
     then is approved money, else after the first later event that makes it so; from then on each
@@ -826,9 +830,20 @@ def ledger_lines(
         if not any(values[1] for _, _, values in own):
             continue
         events = [(at, 0, k, cause, 0) for k, (at, cause, _) in enumerate(own) if k > 0]
+        could_pay = [
+            b["created_at"]
+            for b in batches
+            if b["program_id"] == s["program_id"]
+            and b["cutoff"] is not None
+            and b["created_at"] >= s["available_at"]
+            and s["occurred_at"] < b["cutoff"]
+        ]
         for r in refunds:
             if r["outcome"] == "applied" and (r["program_id"], r["sale_id"]) == key:
-                events.append((max(r["occurred_at"], r["known_at"]), 1, 0, r["event_id"], r["amount"]))
+                # a refund logged after a batch could pay the line counts from then at the earliest
+                late = bool(could_pay) and r["known_at"] >= min(could_pay)
+                at = max(r["occurred_at"], r["known_at"]) if late else r["occurred_at"]
+                events.append((at, 1, 0, r["event_id"], r["amount"]))
         events.sort(key=lambda e: (e[0], e[1], e[2], e[3]))
         gross = s["gross_amount"]
 
@@ -1037,7 +1052,7 @@ def ledger(
     doubles += refused_duplicates(rows, ids)
     return {
         "sales": sales,
-        "lines": ledger_lines(sales, states, refunds, now),
+        "lines": ledger_lines(sales, states, refunds, payout_batches(rows), now),
         "refunds": refunds,
         "double_counts": doubles,
         "explain": [step for s in sales for step in explain(s)],
