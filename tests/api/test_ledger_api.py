@@ -92,6 +92,19 @@ def brief(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     )
 
 
+def finance(world: World, period: str) -> dict[str, Any]:
+    """The month's usd figures of the finance report, after checking that every check holds
+    (paid + unpaid + clawbacks = commissions among them)."""
+    r = world.client.get(
+        f"/api/v1/programs/{world.program_id}/reports/finance?period={period}", headers=world.owner
+    )
+    data = r.json()["data"]
+    assert data["reconciled"] is True
+    assert any(c["name"] == "payouts_commissions" and c["ok"] for c in data["checks"])
+    (usd,) = [row for row in data["summary"] if row["currency"] == "usd"]
+    return dict(usd)
+
+
 def payouts_path(world: World, suffix: str = "") -> str:
     return f"/api/v1/programs/{world.program_id}/payouts{suffix}"
 
@@ -270,6 +283,10 @@ def test_payout_batch_refund_after_payment_and_a_negative_balance_carried(
         ("in_1", "clawback"): (-3_000, second["payout_id"]),
         ("in_3", "commission"): (600, second["payout_id"]),
     }
+
+    january, february = finance(world, "2026-01"), finance(world, "2026-02")
+    assert [january[k] for k in ("commissions", "paid", "unpaid", "clawbacks")] == [4_500, 4_500, 0, 0]
+    assert [february[k] for k in ("commissions", "paid", "unpaid", "clawbacks")] == [-2_400, 0, 600, -3_000]
 
     sale(world, "in_4", 20_000, "2026-03-01T10:00:00Z")
     clock.move_to(at("2026-04-05T09:00:00Z"))
