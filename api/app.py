@@ -22,6 +22,7 @@ from api.routes import (
     agent,
     backfill,
     dashboard,
+    dashboard_payouts,
     docs,
     operator,
     payouts,
@@ -73,7 +74,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]
-    routes += dashboard.routes
+    routes += [*dashboard.routes, *dashboard_payouts.routes]
     routes += reference.routes
     routes += backup_routes.routes
     routes += metrics_routes.routes

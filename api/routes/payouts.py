@@ -46,23 +46,63 @@ def _new_batch(st: State, program: Program, up_to: date, actor: str) -> dict[str
     return row if payable else None
 
 
-async def create_payout(request: Request) -> Response:
-    program, actor = _owner(request)
-    _, inp = await body_model(request, PayoutIn)
-    st = state(request)
-    row = await asyncio.to_thread(st.reconciler.act, lambda: _new_batch(st, program, inp.up_to, actor))
+async def make_batch(st: State, program: Program, up_to: date, actor: str) -> tuple[bool, dict[str, Any]]:
+    """(made, batch): a new batch of every line payable now up to `up_to`; when there is none,
+    (False, the newest batch with this cut-off or an empty one). Shared with the dashboard."""
+    row = await asyncio.to_thread(st.reconciler.act, lambda: _new_batch(st, program, up_to, actor))
     partners = _partners(st, program.program_id)
     if row is None:
         existing = await read_tables(
-            st.store, payouts.latest_with_cutoff, program.program_id, inp.up_to, partners
+            st.store, payouts.latest_with_cutoff, program.program_id, up_to, partners
         )
-        return ok(request, existing or payouts.empty(inp.up_to))
+        return False, existing or payouts.empty(up_to)
     made = await read_tables(st.store, payouts.batch, program.program_id, row["event_id"], partners)
     if made is None:
         raise RuntimeError(
             f"payout batch {row['event_id']} was appended and reconciled but is not in rc_payouts"
         )
-    return ok(request, made, 201)
+    return True, made
+
+
+def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any] | None:
+    """The row marking the batch paid; None when it already is; NotFound for no such batch."""
+    with st.store.reader() as db:
+        found = payouts.batch(db, program.program_id, payout_id, {})
+    if found is None:
+        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
+    if found["status"] == "paid":
+        return None
+    return engineering.payout_paid_row(program, payout_id, actor)
+
+
+async def _found(st: State, program: Program, payout_id: str) -> dict[str, Any]:
+    found = await read_tables(
+        st.store, payouts.batch, program.program_id, payout_id, _partners(st, program.program_id)
+    )
+    if found is None:
+        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
+    return found
+
+
+async def settle(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any]:
+    """Mark a batch paid (once: again changes nothing); NotFound for no such batch."""
+    await asyncio.to_thread(st.reconciler.act, lambda: _payment(st, program, payout_id, actor))
+    return await _found(st, program, payout_id)
+
+
+async def export(st: State, program: Program, payout_id: str, fmt: str) -> Response:
+    """A batch as a csv or xlsx download."""
+    found = await _found(st, program, payout_id)
+    if fmt == "xlsx":
+        return report_response(payouts.to_xlsx(found), payouts.XLSX, f"payout-{payout_id}.xlsx", fmt)
+    return report_response(payouts.to_csv(found), payouts.CSV, f"payout-{payout_id}.csv", fmt)
+
+
+async def create_payout(request: Request) -> Response:
+    program, actor = _owner(request)
+    _, inp = await body_model(request, PayoutIn)
+    made, batch = await make_batch(state(request), program, inp.up_to, actor)
+    return ok(request, batch, 201 if made else 200)
 
 
 async def list_payouts(request: Request) -> Response:
@@ -79,40 +119,14 @@ async def get_payout(request: Request) -> Response:
     fmt = format_param(request, payouts.FORMATS)
     st = state(request)
     payout_id = request.path_params["payout_id"]
-    found = await read_tables(
-        st.store, payouts.batch, program.program_id, payout_id, _partners(st, program.program_id)
-    )
-    if found is None:
-        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
-    if fmt == "csv":
-        return report_response(payouts.to_csv(found), payouts.CSV, f"payout-{payout_id}.csv", fmt)
-    if fmt == "xlsx":
-        return report_response(payouts.to_xlsx(found), payouts.XLSX, f"payout-{payout_id}.xlsx", fmt)
-    return ok(request, found)
-
-
-def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any] | None:
-    """The row marking the batch paid; None when it already is; NotFound for no such batch."""
-    with st.store.reader() as db:
-        found = payouts.batch(db, program.program_id, payout_id, {})
-    if found is None:
-        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
-    if found["status"] == "paid":
-        return None
-    return engineering.payout_paid_row(program, payout_id, actor)
+    if fmt != "json":
+        return await export(st, program, payout_id, fmt)
+    return ok(request, await _found(st, program, payout_id))
 
 
 async def mark_paid(request: Request) -> Response:
     program, actor = _owner(request)
-    st = state(request)
-    payout_id = request.path_params["payout_id"]
-    await asyncio.to_thread(st.reconciler.act, lambda: _payment(st, program, payout_id, actor))
-    found = await read_tables(
-        st.store, payouts.batch, program.program_id, payout_id, _partners(st, program.program_id)
-    )
-    if found is None:
-        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
-    return ok(request, found)
+    return ok(request, await settle(state(request), program, request.path_params["payout_id"], actor))
 
 
 routes = [

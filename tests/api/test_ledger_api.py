@@ -21,6 +21,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
+from tests.helpers import logged_in, program_path
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
@@ -373,3 +374,67 @@ def test_payout_errors_follow_the_contract(client: TestClient, clock: time_machi
     ).json()["data"]["token"]
     r = client.get(payouts_path(world), headers={"Authorization": f"Bearer {other}"})
     assert (r.status_code, r.json()["error"]["code"]) == (404, "program_not_found")
+
+
+# --- the dashboard's Payouts tab -------------------------------------------------------------
+
+
+def test_dashboard_payouts_tab_shows_whats_due_makes_a_batch_exports_and_marks_it_paid(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """Owners get a Payouts tab: what is due per partner, a form that makes a batch (CSRF
+    checked), its rows and downloads, a button that marks it paid. Members see no tab and are
+    refused the page."""
+    world = shop(client)
+    sale(world, "in_1", 10_000, "2026-01-05T10:00:00Z")
+    clock.move_to(at("2026-02-15T09:00:00Z"))
+    reconcile(client)
+    token = logged_in(client, world.account_token)
+    page = client.get(program_path(world, "/payouts"))
+    assert page.status_code == 200
+    assert 'href="/dashboard/programs/' + world.program_id + '/payouts" class="current"' in page.text
+    assert '<tr data-partner="alice" data-currency="usd">' in page.text and "30.00 USD" in page.text
+    assert 'value="2026-01-31"' in page.text  # the cut-off proposed: the end of last month
+    refused = client.post(
+        program_path(world, "/payouts"), data={"up_to": "2026-01-31"}, follow_redirects=False
+    )
+    assert refused.status_code == 403 and "csrf_refused" in refused.text
+    r = client.post(
+        program_path(world, "/payouts"),
+        data={"up_to": "2026-01-31", "csrf_token": token},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and "made=po_" in r.headers["location"]
+    (batch,) = client.get(payouts_path(world), headers=world.owner).json()["data"]
+    page = client.get(r.headers["location"])
+    assert f'id="payout-{batch["payout_id"]}"' in page.text and 'id="nothing-due"' in page.text
+    download = client.get(program_path(world, f"/payouts/{batch['payout_id']}/export?format=xlsx"))
+    assert download.status_code == 200 and download.content[:2] == b"PK"
+    r = client.post(
+        program_path(world, f"/payouts/{batch['payout_id']}/paid"),
+        data={"csrf_token": token},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    page = client.get(r.headers["location"])
+    assert 'id="marked"' in page.text and "Mark paid" not in page.text
+    assert client.get(payouts_path(world), headers=world.owner).json()["data"][0]["status"] == "paid"
+    r = client.post(
+        program_path(world, "/payouts"),
+        data={"up_to": "2026-01-31", "csrf_token": token},
+        follow_redirects=False,
+    )
+    assert "nothing=2026-01-31" in r.headers["location"]
+
+    member = world.member()["Authorization"].removeprefix("Bearer ")
+    client.cookies.clear()
+    logged_in(client, member)
+    assert "/payouts" not in client.get(program_path(world, "/finance")).text
+    refused = client.get(program_path(world, "/payouts"))
+    assert refused.status_code == 403 and "owner_required" in refused.text
+
+
+def test_settings_say_the_window_belongs_to_the_customer(client: TestClient, world: World) -> None:
+    logged_in(client, world.account_token)
+    page = client.get(program_path(world))
+    assert "The window belongs to the referred customer" in page.text
