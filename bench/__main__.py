@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, reconcile, report, scale, slowclients, webhook
+from bench import ingest, ledger, reconcile, report, scale, slowclients, webhook
 
 
 def main() -> None:
@@ -15,6 +15,7 @@ def main() -> None:
         "webhook": webhook.main,
         "report": report.main,
         "reconcile": reconcile.main,
+        "ledger": ledger.main,
         "slowclients": slowclients.main,
         "scale": scale.main,
     }
