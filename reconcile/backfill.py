@@ -3,7 +3,8 @@
 `preview` reconciles the log twice, as it is and with one more (hypothetical) `backfill` row for
 the range, and `diff` lists only the sales whose partner, rule, reason or commission would
 change, with before/after values, plus per-partner commission deltas (per currency, never summed
-across currencies) and the adjustment lines that closed months would receive.
+across currencies) and the adjustment lines it would add: for approved lines (reconcile/ledger.py)
+and for closed months.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def diff(before: Result, after: Result) -> BackfillDiff:
         .filter(pl.col("delta") != 0)
         .sort("partner_code", "currency")
     )
-    line_key = ["sale_id", "partner_code", "kind", "period"]
+    line_key = ["sale_id", "partner_code", "kind", "cause", "period"]
     adjustments = (
         after.commissions.filter(pl.col("kind") == "adjustment")
         .join(
