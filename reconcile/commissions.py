@@ -44,11 +44,14 @@ INPUT = (
 OUTPUT = ("commissionable", "gross_commission", "gross_fee", "self_referral", "holding_days")
 
 
-def _customers(frame: pl.DataFrame) -> pl.DataFrame:
-    """INPUT plus the sale's normalised email and its customer (customers.components)."""
-    return frame.select(INPUT).with_columns(
-        email_norm=norm_email(pl.col("email")), customer=customers.components(frame)
-    )
+def _customers(frame: pl.DataFrame, limited: pl.Series) -> pl.DataFrame:
+    """INPUT plus the sale's normalised email and its customer (customers.components), found
+    only where `limited` (the program limits the window; lifetime programs need no anchor)."""
+    found = pl.int_range(0, frame.height, dtype=pl.UInt32, eager=True)
+    if limited.any():
+        rows = found.filter(limited)
+        found = found.scatter(rows, rows.gather(customers.components(frame.filter(limited))))
+    return frame.select(INPUT).with_columns(email_norm=norm_email(pl.col("email")), customer=found)
 
 
 def _window_end(months: pl.Expr, anchor: pl.Expr, distinct: list[int]) -> pl.Expr:
@@ -65,12 +68,13 @@ SETTINGS = tuple(name for name in PROGRAM_SCHEMA if name != "program_id")
 def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -> pl.DataFrame:
     """For sales (columns INPUT), aligned with them: OUTPUT."""
     eligible = ~pl.col("test_mode") & pl.col("partner_code").is_not_null()
-    windowed = _customers(sales)
-    settings = lookup_small(windowed.get_column("program_id"), programs, "program_id", SETTINGS).with_columns(
+    settings = lookup_small(sales.get_column("program_id"), programs, "program_id", SETTINGS).with_columns(
         pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
         for name, value in PROGRAM_DEFAULTS.items()
     )
-    windowed = windowed.hstack(settings.get_columns())
+    windowed = _customers(sales, settings.get_column("recurring_months").is_not_null()).hstack(
+        settings.get_columns()
+    )
     # Anchors matter only where the program limits the window (lifetime programs need none).
     limited = eligible & pl.col("recurring_months").is_not_null()
     line = ["program_id", "customer"]

@@ -120,6 +120,10 @@ def lines(
     values), given their backfill `states` (reconcile/layers.py), counted `refunds`
     (program_id, sale_id, event_id, amount, occurred_at, known_at) and the payout `batches`
     (reconcile/payouts.py `batches`)."""
+    # Most sales have no event (no refund, no backfill change): their line is their final state.
+    eventful = pl.concat([refunds.select(SALE), states.select(SALE)]).unique()
+    plain = _plain(sales.join(eventful, on=SALE, how="anti"), now)
+    sales = sales.join(eventful, on=SALE, how="semi")
     table = _states(sales, states).lazy()
     info = sales.lazy().select(*SALE, *SALE_INFO).join(table.select(SALE).unique(), on=SALE, how="semi")
     reported_late = pl.col("known_at") >= pl.col("first_batch_at")
@@ -244,8 +248,40 @@ def lines(
         available_at=pl.when(pl.col("frozen")).then(pl.col("approved_at")).otherwise(pl.col("available_at")),
         dated_at="occurred_at",
     )
-    return pl.concat([commission, _changes(events, per_sale, table, now)], how="vertical_relaxed").collect(
-        engine=ENGINE
+    return pl.concat(
+        [plain, commission, _changes(events, per_sale, table, now)], how="vertical_relaxed"
+    ).collect(engine=ENGINE)
+
+
+def _plain(sales: pl.DataFrame, now: datetime) -> pl.LazyFrame:
+    """The commission lines of commissioned sales without refunds or backfill changes: what the
+    walk gives them (their only state, nothing refunded), without walking."""
+    return (
+        sales.lazy()
+        .filter(pl.col("commissionable"))
+        .select(
+            *SALE,
+            "transaction_id",
+            "partner_code",
+            kind=pl.lit("commission"),
+            cause=pl.lit(""),
+            adjusts=pl.lit(None, pl.String),
+            period="period",
+            sale_period="period",
+            currency="currency",
+            amount="gross_commission",
+            reversed=pl.lit(0, pl.Int64),
+            platform_fee="gross_fee",
+            platform_fee_reversed=pl.lit(0, pl.Int64),
+            refunded=pl.lit(0, pl.Int64),
+            status=pl.when(pl.col("self_referral"))
+            .then(pl.lit("held"))
+            .otherwise(_status(now, pl.col("available_at"))),
+            self_referral="self_referral",
+            occurred_at="occurred_at",
+            available_at="available_at",
+            dated_at="occurred_at",
+        )
     )
 
 

@@ -59,6 +59,7 @@ from reconcile.schema import (
     UNROUTABLE_SCHEMA,
     UTC,
     conform,
+    norm_email,
     period_of,
     prepare_partners,
     prepare_programs,
@@ -176,7 +177,7 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     sales = sales.hstack(commissions.gross(sales, programs, partners).get_columns())
 
     engineer = raw.filter(pl.col("kind").is_in(["metadata_fix", "backfill"])).collect(engine=ENGINE).lazy()
-    value = partial(_valued, combined, (click_table, by_key, by_email), programs, partners)
+    value = partial(_valued, (click_table, by_key, by_email), programs, partners)
     states = layers.states(engineer, combined, sales.select("program_id", "sale_id", *layers.VALUES), value)
     del combined, click_table, by_key, by_email, value
 
@@ -216,22 +217,37 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
 
 
 def _valued(
-    combined: pl.DataFrame,
     lookups: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
     programs: pl.DataFrame,
     partners: pl.DataFrame,
-    program_id: str,
-    fix_set: pl.DataFrame,
-) -> pl.DataFrame:
-    """A program's sales valued with `fix_set` as their effective fixes (layers.Value): partner
-    and commission, from the sales before fixes and the ladder's lookups (clicks, leads by
-    customer key, leads by email)."""
-    mine = fixes.apply(combined.filter(pl.col("program_id") == program_id), fix_set)
-    found = attribution.attribute(mine, *lookups)
-    mine = mine.hstack(found.select(attribution.OUTPUT).get_columns())
-    return mine.select("program_id", "sale_id", "partner_code").hstack(
-        commissions.gross(mine, programs, partners).get_columns()
+    jobs: list[layers.Job],
+) -> list[pl.DataFrame]:
+    """Sales before fixes (whole customers of one program each) valued with other effective
+    fixes (layers.Value): partner and commission, with the ladder's lookups (clicks, leads by
+    customer key, leads by email), cut down once to the rows these sales can find (a lookup's
+    cost grows with its table)."""
+    fixed = [(program_id, fixes.apply(sales, fix_set)) for program_id, sales, fix_set in jobs]
+    every = pl.concat([sales for _, sales in fixed])
+    clicks, by_key, by_email = lookups
+    wanted = (
+        clicks.filter(pl.col("click_id").is_in(every.get_column("click_id").drop_nulls().implode())),
+        by_key.filter(pl.col("customer_key").is_in(every.get_column("customer_key").drop_nulls().implode())),
+        by_email.filter(
+            pl.col("email_norm").is_in(
+                every.select(norm_email(pl.col("email"))).to_series().drop_nulls().implode()
+            )
+        ),
     )
+    out = []
+    for _, mine in fixed:
+        found = attribution.attribute(mine, *wanted)
+        attributed = mine.hstack(found.select(attribution.OUTPUT).get_columns())
+        out.append(
+            attributed.select("program_id", "sale_id", "partner_code").hstack(
+                commissions.gross(attributed, programs, partners).get_columns()
+            )
+        )
+    return out
 
 
 def unroutable(raw: pl.LazyFrame) -> pl.LazyFrame:
