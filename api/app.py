@@ -22,8 +22,10 @@ from api.routes import (
     agent,
     backfill,
     dashboard,
+    dashboard_payouts,
     docs,
     operator,
+    payouts,
     reference,
     reports,
     script,
@@ -74,8 +76,8 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
             store.close()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
-    routes += [*webhooks.routes, *script.routes, *backfill.routes]
-    routes += dashboard.routes
+    routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]
+    routes += [*dashboard.routes, *dashboard_payouts.routes]
     routes += reference.routes
     routes += backup_routes.routes
     routes += metrics_routes.routes

@@ -16,6 +16,7 @@ from api.cli_backup import add_backup
 from api.cli_http import ApiError, CliError, call, emit, examples, read_token, save_login
 from api.cli_migrate import add_migrate
 from api.cli_ops import add_operations
+from api.cli_payouts import add_payouts
 from api.settings import SettingsError, load_settings
 from reconcile import allocator
 
@@ -211,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--program", required=True, help="program id (prog_...)")
     regen.set_defaults(func=cmd_keys_regenerate)
     add_operations(sub)
+    add_payouts(sub)
     add_migrate(sub)
     add_backup(sub)
     return parser

@@ -109,6 +109,13 @@ def load_login() -> tuple[str, str]:
 def call(
     method: str, path: str, *, url: str | None = None, token: str | None = None, body: Any = None
 ) -> Any:
+    return call_status(method, path, url=url, token=token, body=body)[1]
+
+
+def call_status(
+    method: str, path: str, *, url: str | None = None, token: str | None = None, body: Any = None
+) -> tuple[int, Any]:
+    """`call`, with the HTTP status of the success (200 and 201 can mean different things)."""
     if url is None or token is None:
         url, token = load_login()
     try:
@@ -127,7 +134,7 @@ def call(
         raise CliError(f"{method} {path}: HTTP {response.status_code} without the data envelope")
     for warning in payload.get("warnings", []) or []:
         print(f"warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
-    return payload.get("data")
+    return response.status_code, payload.get("data")
 
 
 def emit(data: Any) -> None:

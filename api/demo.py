@@ -386,6 +386,24 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
     )
 
 
+def _payouts(demo: Demo, saved: dict[str, Any]) -> dict[str, Any]:
+    """Finance pays: a batch of what was approved and dated up to the end of last month, marked
+    paid; then a refund of a paid sale, which becomes a clawback line the next batch nets. Run
+    again: nothing new to pay for that cut-off, the same batch (paid already)."""
+    pid, owner = saved["program_id"], saved["token"]
+    up_to = (datetime.now(UTC).date().replace(day=1) - timedelta(days=1)).isoformat()
+    batch: dict[str, Any] = demo.post(f"/api/v1/programs/{pid}/payouts", {"up_to": up_to}, owner)
+    if batch["payout_id"] and batch["status"] == "open":
+        batch = demo.post(f"/api/v1/programs/{pid}/payouts/{batch['payout_id']}/paid", None, owner)
+    demo.post(
+        "/api/v1/track/refund",
+        {"transaction_id": "in_demo_ben_1", "refund_id": "rf_demo_after_payout", "amount": 1000},
+        saved["api_key"],
+        expect=(200, 409),
+    )
+    return batch
+
+
 def run_demo(url: str, operator_token: str, state: Path) -> None:
     secrets = [s for s in os.environ.get("TALLY_STRIPE_WEBHOOK_SECRETS", "").split(",") if s.strip()]
     if not secrets:
@@ -402,11 +420,17 @@ def run_demo(url: str, operator_token: str, state: Path) -> None:
         saved = _setup(demo, state)
         _traffic(demo, saved)
         _save(state, saved)
+        batch = _payouts(demo, saved)
         summary = demo.post("/api/v1/operator/reconcile", None, operator_token)
     print(
         f"demo: program {saved['program_id']} reconciled ({summary['sales']} sales, "
         f"{summary['commissions']} commission lines)"
     )
+    if batch["payout_id"]:
+        paid = (
+            ", ".join(f"{t['amount_decimal']} {t['currency'].upper()}" for t in batch["totals"]) or "nothing"
+        )
+        print(f"demo: payout {batch['payout_id']} up to {batch['up_to']} {batch['status']} ({paid})")
     print(f"demo: dashboard {url}/dashboard  (log in with the account token in {state})")
     print(
         f"demo: try `tally login --url {url} --token <token>` then "

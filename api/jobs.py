@@ -117,25 +117,42 @@ class Reconciler:
             if not held:
                 log.info("scheduled reconcile skipped: another process holds the run lease")
                 return None
-            report = self._renewing(on_progress)
-            report("flushing the journal", 0, 1)
-            self._writer.sync_blocking()
-            report("catching up with the log", 0, 1)
-            with self._store.engine() as engine:
-                cur = engine.cursor
-                started = time.perf_counter()
-                try:
-                    summary = job.run(cur, utcnow(), report, publish=engine.publish)
-                except job.ReconcileFailed as exc:
-                    self._failed(exc)
-                    if self._store.resource_fault(exc):
-                        raise DatabaseUnavailable(f"reconcile could not write its results: {exc}") from exc
-                    raise
-                except Exception as exc:
-                    self._failed(exc)
-                    raise
-                self._ran(summary, time.perf_counter() - started)
-                return summary
+            return self._run_held(self._renewing(on_progress))
+
+    def _run_held(self, report: Progress) -> job.RunSummary:
+        """One run, the run lock held: the journal flushed, the engine brought up to the log,
+        then reconcile.job.run (publishing where the engine is not the database itself)."""
+        report("flushing the journal", 0, 1)
+        self._writer.sync_blocking()
+        report("catching up with the log", 0, 1)
+        with self._store.engine() as engine:
+            started = time.perf_counter()
+            try:
+                summary = job.run(engine.cursor, utcnow(), report, publish=engine.publish)
+            except job.ReconcileFailed as exc:
+                self._failed(exc)
+                if self._store.resource_fault(exc):
+                    raise DatabaseUnavailable(f"reconcile could not write its results: {exc}") from exc
+                raise
+            except Exception as exc:
+                self._failed(exc)
+                raise
+            self._ran(summary, time.perf_counter() - started)
+            return summary
+
+    def act(self, decide: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """An engineer action decided on up-to-date tables, one at a time: under the run lock,
+        reconcile; `decide()` (reading the fresh tables) gives the raw-log row to append, or
+        None; an appended row is reconciled at once. The row appended, or None."""
+        with self._run_lock():
+            report = self._renewing(None)
+            self._run_held(report)
+            row = decide()
+            if row is None:
+                return None
+            self._writer.run_sync(lambda tx: tx.append(row), flush=True)
+            self._run_held(report)
+            return row
 
     def _ran(self, summary: job.RunSummary, seconds: float) -> None:
         """Log a finished run (its id, mode, duration and rows) and record it in the metrics."""

@@ -185,6 +185,8 @@ class CommissionRow(BaseModel):
     status: Literal["pending", "approved", "held", "reversed", "paid"]
     period: str
     kind: Literal["commission", "adjustment", "clawback"]
+    adjusts: str | None = None  # the transaction id a clawback or adjustment corrects
+    payout_id: str | None = None  # the payout batch that took the line
 
 
 class Fix(BaseModel):
@@ -301,3 +303,41 @@ class Close(_Out):
     closed_by: str
     close_id: str
     reconcile_run_id: str
+
+
+class PayoutRow(_Out):
+    """What a payout batch pays one partner in one currency (reports/payouts.py)."""
+
+    partner_code: str
+    partner_name: str | None
+    partner_email: str | None
+    amount: int  # paid: max(0, net + carried_in), minor units
+    amount_decimal: str  # the same in whole units, e.g. "147.00"
+    currency: str
+    lines: int
+    net: int  # the batch's lines for this partner and currency
+    carried_in: int  # what earlier batches carried (<= 0)
+    carried_forward: int  # what this batch carries to the next (<= 0)
+
+
+class PayoutTotal(_Out):
+    currency: str
+    amount: int
+    amount_decimal: str
+    lines: int
+
+
+class Payout(_Out):
+    """A payout batch; `status` "empty" only in the answer to a batch that found nothing to pay."""
+
+    payout_id: str | None
+    number: int | None
+    up_to: date | None
+    created_at: datetime | None
+    created_by: str | None
+    status: Literal["open", "paid", "empty"]
+    paid_at: datetime | None
+    paid_by: str | None
+    rows: list[PayoutRow]
+    totals: list[PayoutTotal]
+    lines: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, pgingest, pgreconcile, reconcile, report, scale, slowclients, webhook
+from bench import ingest, ledger, pgingest, pgreconcile, reconcile, report, scale, slowclients, webhook
 
 
 def main() -> None:
@@ -17,6 +17,7 @@ def main() -> None:
         "report": report.main,
         "reconcile": reconcile.main,
         "pgreconcile": pgreconcile.main,
+        "ledger": ledger.main,
         "slowclients": slowclients.main,
         "scale": scale.main,
     }

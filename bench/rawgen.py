@@ -30,7 +30,9 @@ track (double counts). The mix, as shares of the log:
   processor events 0.3 %;
 - engineer actions: a metadata fix for 0.2 % of subscriptions renewing without metadata and one
   backfill per program that has fixes; `period_closes` programs close every month up to two
-  months before the end (default none: each close costs the reconciler one more pass).
+  months before the end (default none: each close costs the reconciler one more pass);
+  `payouts` programs make a payout batch on the 3rd of every month up to the previous month's
+  end, marked paid on the 8th (default none).
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def _later(series: pl.Series, micros: np.ndarray) -> pl.Series:
     return series + pl.Series(micros).cast(pl.Duration("us"))
 
 
-def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0) -> Log:
+def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts: int = 0) -> Log:
     """The first `n` events (arrival order) of the generated log; see the module docstring."""
     draw = _Draw(seed)
     rng = draw.rng
@@ -555,6 +557,17 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0) -> Log:
             actions.append(
                 _action("period_close", program, name, closed, {"period": month.strftime("%Y-%m")})
             )
+    for program in range(payouts):
+        for m in range(1, 13):  # batches made 2025-02-03 .. 2026-01-03
+            made = datetime(2025 + m // 12, m % 12 + 1, 3, tzinfo=UTC)
+            up_to = (made.replace(day=1) - timedelta(days=1)).date().isoformat()
+            batch = f"po_{program}_{m}"
+            actions.append(_action("payout_batch", program, batch, made, {"up_to": up_to, "by": "operator"}))
+            if m < 12:
+                body = {"payout_id": batch, "by": "operator"}
+                actions.append(
+                    _action("payout_paid", program, f"paid_{program}_{m}", made + timedelta(days=5), body)
+                )
     parts.append(
         pl.concat(actions, how="diagonal_relaxed").with_columns(
             source=pl.lit("backfill"),

@@ -1,10 +1,12 @@
-"""Engineer actions on the raw log: metadata fixes, backfill applications and period closes.
+"""Engineer actions on the raw log: metadata fixes, backfill applications, period closes, payout
+batches and their payment.
 
 Each is appended as its own raw-log row (source `backfill`), never edited into earlier rows; the
-reconciler orders these human actions by `seq` (see reconcile/fixes.py and reconcile/periods.py).
-A backfill also picks up the unroutable processor events that route to its program now
-(reconcile/unroutable.py): each is appended again, routed to the program (source `backfill`,
-outcome `accepted`, the original body), before the backfill's own row, which lists them.
+reconciler orders these human actions by `seq` (see reconcile/fixes.py, reconcile/periods.py and
+reconcile/payouts.py), so the ledger stays a function of the log. A backfill also picks up the
+unroutable processor events that route to its program now (reconcile/unroutable.py): each is
+appended again, routed to the program (source `backfill`, outcome `accepted`, the original body),
+before the backfill's own row, which lists them.
 """
 
 from __future__ import annotations
@@ -140,3 +142,15 @@ async def close_period(writer: Writer, program: Program, period: str, actor: str
         "closed_by": actor,
         "close_id": row["event_id"],
     }
+
+
+def payout_batch_row(program: Program, up_to: date, actor: str) -> dict[str, Any]:
+    """The raw-log row of a payout batch with cut-off `up_to` (reconcile/payouts.py decides which
+    lines it takes: those approved by the row's receive time and dated up to the cut-off)."""
+    body = {"up_to": up_to.isoformat(), "by": actor}
+    return _row(program, "payout_batch", actor, body, event_id=new_id("po"))
+
+
+def payout_paid_row(program: Program, payout_id: str, actor: str) -> dict[str, Any]:
+    """The raw-log row marking payout batch `payout_id` paid: its lines become `paid`."""
+    return _row(program, "payout_paid", actor, {"payout_id": payout_id, "by": actor}, event_id=new_id("paid"))

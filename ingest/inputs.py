@@ -188,6 +188,12 @@ class MetadataFixesIn(Strict):
     fixes: list[MetadataFixIn] = Field(min_length=1, max_length=10_000)
 
 
+class PayoutIn(Strict):
+    """A payout batch: every approved, unpaid line dated up to `up_to` (a date, inclusive)."""
+
+    up_to: Day
+
+
 class BackfillIn(Strict):
     start: Day | None = Field(default=None, validation_alias=AliasChoices("from", "start"))
     end: Day | None = Field(default=None, validation_alias=AliasChoices("to", "end"))

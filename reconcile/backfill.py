@@ -5,7 +5,8 @@ the range, preceded by the copies of the unroutable events it would pick up
 (reconcile/unroutable.py), and `diff` lists only the sales whose partner, rule, reason or
 commission would change (a sale picked up appears, its `before_*` values null), with
 before/after values, plus per-partner commission deltas (per currency, never summed across
-currencies) and the adjustment lines that closed months would receive.
+currencies) and the adjustment lines it would add: for approved lines (reconcile/ledger.py)
+and for closed months.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def diff(before: Result, after: Result) -> BackfillDiff:
         .filter(pl.col("delta") != 0)
         .sort("partner_code", "currency")
     )
-    line_key = ["sale_id", "partner_code", "kind", "period"]
+    line_key = ["sale_id", "partner_code", "kind", "cause", "period"]
     adjustments = (
         after.commissions.filter(pl.col("kind") == "adjustment")
         .join(

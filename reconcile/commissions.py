@@ -1,11 +1,13 @@
 """Commissions and platform fees: who earns what on which sale, and its status today.
 
 A sale is commissioned when it is real (not a test), attributed, and inside the program's
-recurring window. The window belongs to the sale's *customer line*: its subscription id, else
-its customer key, else processor customer id, else email, else the sale alone. The line's anchor
-is its first real attributed sale in (occurred_at, sale_id) order, which is always commissioned;
-`recurring_months` null = every later sale too (lifetime), 0 = the anchor only, N = sales that
-occurred before anchor + N calendar months (month ends clamp: Jan 31 + 1 month = Feb 28/29).
+recurring window. The window belongs to the referred *customer* (reconcile/customers.py): the
+program's real sales linked through any identity they share (customer key, processor customer
+id, subscription id, normalised email), so a one-time purchase followed by a subscription, or two
+subscriptions, share one window. Its anchor is the customer's first real attributed sale in
+(occurred_at, sale_id) order, which is always commissioned; `recurring_months` null = every
+later sale too (lifetime), 0 = the anchor only, N = sales that occurred before anchor + N
+calendar months (month ends clamp: Jan 31 + 1 month = Feb 28/29).
 
 - commission: `percent` -> round_half_even(amount * commission_bps / 10000); `flat` ->
   `commission_flat` (minor units of the sale's currency).
@@ -13,13 +15,15 @@ occurred before anchor + N calendar months (month ends clamp: Jan 31 + 1 month =
   Both on the amount net of tax, in integer minor units.
 - status: `reversed` once the sale is fully refunded; else `held` for a self-referral (the
   sale's email equals the partner's email, case-insensitively); else `approved` when
-  now >= occurred_at + holding_days, else `pending`.
+  now >= occurred_at + holding_days, else `pending`. (The sale's view; its ledger lines, which
+  never rewrite approved money, are reconcile/ledger.py's.)
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from reconcile import customers
 from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
 from reconcile.schema import ENGINE, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, norm_email
@@ -40,25 +44,14 @@ INPUT = (
 OUTPUT = ("commissionable", "gross_commission", "gross_fee", "self_referral", "holding_days")
 
 
-def _window(frame: pl.DataFrame) -> pl.DataFrame:
-    """The customer line of each sale: (window_kind, window_value), without building strings."""
-    email = norm_email(pl.col("email"))
-    sources = [
-        pl.col("subscription_id"),
-        pl.col("customer_key"),
-        pl.col("processor_customer_id"),
-        email,
-    ]
-    kind: pl.Expr = pl.lit(len(sources), pl.Int8)
-    for index in reversed(range(len(sources))):
-        kind = pl.when(sources[index].is_not_null()).then(pl.lit(index, pl.Int8)).otherwise(kind)
-    return frame.select(
-        INPUT,
-    ).with_columns(
-        email_norm=email,
-        window_kind=kind,
-        window_value=pl.coalesce(*sources, pl.col("sale_id")),
-    )
+def _customers(frame: pl.DataFrame, limited: pl.Series) -> pl.DataFrame:
+    """INPUT plus the sale's normalised email and its customer (customers.components), found
+    only where `limited` (the program limits the window; lifetime programs need no anchor)."""
+    found = pl.int_range(0, frame.height, dtype=pl.UInt32, eager=True)
+    if limited.any():
+        rows = found.filter(limited)
+        found = found.scatter(rows, rows.gather(customers.components(frame.filter(limited))))
+    return frame.select(INPUT).with_columns(email_norm=norm_email(pl.col("email")), customer=found)
 
 
 def _window_end(months: pl.Expr, anchor: pl.Expr, distinct: list[int]) -> pl.Expr:
@@ -75,15 +68,16 @@ SETTINGS = tuple(name for name in PROGRAM_SCHEMA if name != "program_id")
 def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -> pl.DataFrame:
     """For sales (columns INPUT), aligned with them: OUTPUT."""
     eligible = ~pl.col("test_mode") & pl.col("partner_code").is_not_null()
-    windowed = _window(sales)
-    settings = lookup_small(windowed.get_column("program_id"), programs, "program_id", SETTINGS).with_columns(
+    settings = lookup_small(sales.get_column("program_id"), programs, "program_id", SETTINGS).with_columns(
         pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
         for name, value in PROGRAM_DEFAULTS.items()
     )
-    windowed = windowed.hstack(settings.get_columns())
+    windowed = _customers(sales, settings.get_column("recurring_months").is_not_null()).hstack(
+        settings.get_columns()
+    )
     # Anchors matter only where the program limits the window (lifetime programs need none).
     limited = eligible & pl.col("recurring_months").is_not_null()
-    line = ["program_id", "window_kind", "window_value"]
+    line = ["program_id", "customer"]
     anchors = (
         windowed.lazy()
         .filter(limited)
@@ -167,27 +161,4 @@ def finish(sales: pl.DataFrame, totals: pl.DataFrame, now: pl.Expr) -> pl.DataFr
             commission_status=status,
         )
         .collect(engine=ENGINE)
-    )
-
-
-def lines(sales: pl.DataFrame) -> pl.DataFrame:
-    """One `commission` line per commissioned sale, in the sale's own month."""
-    return sales.filter(pl.col("commissionable")).select(
-        "program_id",
-        "sale_id",
-        "transaction_id",
-        "partner_code",
-        kind=pl.lit("commission"),
-        period="period",
-        sale_period="period",
-        currency="currency",
-        amount="commission",
-        reversed="reversed",
-        platform_fee="platform_fee",
-        platform_fee_reversed="fee_reversed",
-        refunded="refunded",
-        status="commission_status",
-        self_referral="self_referral",
-        occurred_at="occurred_at",
-        available_at="available_at",
     )

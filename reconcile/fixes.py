@@ -43,6 +43,18 @@ def backfills(raw: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def applied(raw: pl.LazyFrame) -> pl.DataFrame:
+    """Applied backfills in `seq` order: program_id, seq, event_id, received_at."""
+    dry = pl.col("body").str.json_path_match("$.dry_run") == "true"
+    return (
+        _engineer_rows(raw, "backfill")
+        .filter(~dry.fill_null(False))
+        .select("program_id", "seq", "event_id", "received_at")
+        .sort("seq")
+        .collect(engine=ENGINE)
+    )
+
+
 def metadata_fixes(raw: pl.LazyFrame) -> pl.LazyFrame:
     return _engineer_rows(raw, "metadata_fix").select(
         "program_id",

@@ -7,8 +7,9 @@ when all of these hold:
   rc_* schema changes), the Polars version (an upgrade may change results), program settings
   and partners;
 - its high water seq is not above the log's, and every rc_* table exists;
-- no engineer action (metadata fix, backfill, period close) arrived since: a backfill re-scopes
-  a date range of a whole program, a close freezes a month of every sale of one.
+- no engineer action (metadata fix, backfill, period close, payout batch or its payment) arrived
+  since: a backfill re-scopes a date range of a whole program, a close freezes a month of every
+  sale of one, a payout batch takes lines of every customer of one.
 
 Months closed before the previous run need no full run: a closed month's lines are composed per
 commission line key from the ledgers of the log's prefixes before each close
@@ -46,10 +47,19 @@ from reconcile.pipeline import Result, reconcile
 from reconcile.schema import ENGINE, prepare_programs
 from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
-ENGINE_VERSION = "5"
+ENGINE_VERSION = "6"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
-STAGED = ("rc_sales", "rc_commissions", "rc_refunds", "rc_double_counts", "rc_evidence", "rc_unroutable")
-# Result attribute -> the column its materialised rows are keyed by (closure.stale_keys).
+STAGED = (
+    "rc_sales",
+    "rc_commissions",
+    "rc_refunds",
+    "rc_double_counts",
+    "rc_evidence",
+    "rc_payouts",
+    "rc_unroutable",
+)
+# Result attribute -> the column its materialised rows are keyed by (closure.stale_keys). Payout
+# batches are engineer actions, after which a run is always full: incremental runs leave them.
 KEYS = {
     "sales": "sale_id",
     "evidence": "sale_id",
@@ -96,6 +106,8 @@ class Patch:
             if self.result is not None:
                 stale = register("_rc_stale", self.stale)
                 for table, (attribute, _) in self.tables.items():
+                    if attribute not in KEYS:
+                        continue
                     con.execute(f"DELETE FROM {table} WHERE {KEYS[attribute]} IN (SELECT value FROM {stale})")
                     rows = register(f"_rc_new_{attribute}", getattr(self.result, attribute))
                     con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {rows}")

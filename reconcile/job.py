@@ -18,7 +18,7 @@ run goes:
    rows from DuckDB) and reconciled (reconcile/pipeline.py); its rows are appended to this run's
    staging tables by a second thread while the next chunk is reconciled;
 4. the staging tables replace `rc_sales`, `rc_commissions`, `rc_refunds`, `rc_double_counts`,
-   `rc_evidence` and `rc_unroutable` (unroutable events belong to no program; read once), the
+   `rc_evidence`, `rc_payouts` and `rc_unroutable` (unroutable events belong to no program; read once), the
    view `rc_explain` (steps rendered from `rc_evidence` and `rc_sales`, reconcile/explain.py) is
    (re)created, the mirror's new segments are registered and a row is appended to `rc_runs`;
    then COMMIT. On any error: ROLLBACK, previous results stay.
@@ -46,6 +46,7 @@ from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
     EVIDENCE_SCHEMA,
+    PAYOUTS_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
     UNIQUE_STRINGS,
@@ -61,6 +62,7 @@ TABLES: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "rc_refunds": ("refunds", REFUNDS_SCHEMA),
     "rc_double_counts": ("double_counts", DOUBLE_COUNTS_SCHEMA),
     "rc_evidence": ("evidence", EVIDENCE_SCHEMA),
+    "rc_payouts": ("payouts", PAYOUTS_SCHEMA),
 }
 
 # rc_runs, the record of every run, is made by the schema migrations (ingest/migrations.py).

@@ -5,14 +5,16 @@ close of a month counts. Closing is an engineer action, ordered by `seq`: the bo
 close are what the log held before it (rows with a smaller seq). So for a program with closes at
 seqs T1 < T2 < ... < Tk, the ledger is computed on each prefix (seq < Tj) and on the whole log.
 
-A commission line is keyed by (sale_id, partner_code). For a line whose sale month P is closed
-at Ta:
+A ledger line (reconcile/ledger.py) is keyed by (sale_id, partner_code, kind, cause); its month
+P is its own `period` (the sale's month for a `commission` line, the month of the change for a
+clawback or adjustment). For a line whose month P is closed at Ta:
 
-- the `commission` line in P holds the values as of Ta (no line if the key did not exist then);
-- each later change, from snapshot j to j+1 (j >= a), is booked as an `adjustment` line in the
-  first month after P that was still open at Tj; changes landing in the same month add up, and
-  only non-zero adjustments are kept. An adjustment's status is the key's current status
-  (`reversed` once the key no longer exists, e.g. after re-attribution).
+- the line in P holds the values as of Ta (no line if the key did not exist then);
+- each later change, from snapshot j to j+1 (j >= a), is booked in the first month after P that
+  was still open at Tj, as a line of the key's kind if that is `clawback`, else an `adjustment`
+  (with `adjusts` = the sale's transaction id, dated at the start of that month at the earliest);
+  changes landing in the same month add up, and only non-zero ones are kept. Its status is the
+  key's current status (`reversed` once the key no longer exists, e.g. after re-attribution).
 
 Lines of months never closed are the current ledger's. Programs without closes cost nothing
 extra; each close costs one more pass over that program's prefix of the log.
@@ -27,7 +29,7 @@ import polars as pl
 from reconcile.schema import ENGINE
 
 VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
-KEY = ("sale_id", "partner_code")
+KEY = ("sale_id", "partner_code", "kind", "cause")
 PERIOD_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"
 
 Compute = Callable[[pl.LazyFrame], pl.DataFrame]
@@ -80,13 +82,13 @@ def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute) -> pl.Data
 
 
 def _schedule(close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
-    """(sale_period, snap) -> month receiving the change from snapshot `snap` to `snap + 1`."""
+    """(line_period, snap) -> month receiving the change from snapshot `snap` to `snap + 1`."""
     rows: list[dict[str, object]] = []
     for period, seq in close_at.items():
         for snap in range(seqs.index(seq), len(seqs)):
             shut = {p for p, s in close_at.items() if s <= seqs[snap]}
-            rows.append({"sale_period": period, "snap": snap, "month": first_open_after(period, shut)})
-    return pl.DataFrame(rows, schema={"sale_period": pl.String, "snap": pl.Int64, "month": pl.String})
+            rows.append({"line_period": period, "snap": snap, "month": first_open_after(period, shut)})
+    return pl.DataFrame(rows, schema={"line_period": pl.String, "snap": pl.Int64, "month": pl.String})
 
 
 def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
@@ -99,9 +101,12 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
     described = (
         long.sort("snap")
         .group_by(KEY)
-        .agg(pl.col(c).last() for c in columns if c not in (*KEY, *VALUES, "kind", "period", "status"))
+        .agg(
+            *(pl.col(c).last() for c in columns if c not in (*KEY, *VALUES, "period", "status")),
+            line_period=pl.col("period").last(),
+        )
         .with_columns(
-            close_snap=pl.col("sale_period").replace_strict(
+            close_snap=pl.col("line_period").replace_strict(
                 {p: seqs.index(s) for p, s in close_at.items()}, default=None, return_dtype=pl.Int64
             )
         )
@@ -126,14 +131,22 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
         .sort("snap")
         .with_columns(pl.col(v).shift(-1).over(KEY) - pl.col(v) for v in VALUES)
         .filter(pl.col("snap") < last)
-        .join(_schedule(close_at, seqs), on=["sale_period", "snap"])
+        .join(_schedule(close_at, seqs), on=["line_period", "snap"])
     )
+    month_start = (pl.col("month") + "-01").str.to_datetime("%Y-%m-%d", time_unit="us", time_zone="UTC")
     adjustments = (
         grid.group_by(*KEY, "month")
         .agg(pl.col(v).sum() for v in VALUES)
         .filter(pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
-        .join(described.drop("close_snap"), on=KEY)
-        .with_columns(kind=pl.lit("adjustment"), period=pl.col("month"))
+        .join(described.drop("close_snap", "line_period"), on=KEY)
+        .with_columns(
+            kind=pl.when(pl.col("kind") == "clawback")
+            .then(pl.lit("clawback"))
+            .otherwise(pl.lit("adjustment")),
+            period=pl.col("month"),
+            adjusts=pl.col("transaction_id"),
+            dated_at=pl.max_horizontal("dated_at", month_start),
+        )
         .select(columns)
     )
     return pl.concat(

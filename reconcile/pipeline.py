@@ -7,13 +7,19 @@ Stages (each module's docstring states its rules):
    (with the partner each record named, and each sale's money once).
 3. reconcile/fixes.py: backfilled metadata fixes folded into the sales' metadata.
 4. reconcile/leads.py + reconcile/attribution.py: the ladder, per program.
-5. reconcile/commissions.py: eligibility (real, attributed, recurring window), amounts.
-6. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
-7. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
-8. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
+5. reconcile/customers.py + reconcile/commissions.py: eligibility (real, attributed, inside the
+   customer's recurring window), amounts.
+6. reconcile/layers.py: each sale's values before and after each applied backfill.
+7. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
+8. reconcile/ledger.py: commission lines frozen once approved; later refunds and backfills as
+   clawback and adjustment lines of their own.
+9. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
+10. reconcile/payouts.py: the lines each payout batch takes; paid batches' lines `paid`.
+11. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
-actions (metadata fixes, backfills, period closes), which are ordered by `seq`. Everything else
+actions (metadata fixes, backfills, period closes, payout batches and their payment), which are
+ordered by `seq`. Everything else
 is ordered by business time and stable ids: records by (occurred_at, event_id), sales by
 (occurred_at, sale_id), leads by (occurred_at, lead_id), refunds by (occurred_at, event_id).
 The same log gives the same rows whatever the order of its rows (`Result.sorted()` puts them in
@@ -24,10 +30,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 import polars as pl
 
-from reconcile import attribution, commissions, doubles, explain, fixes, leads, normalise, periods, unroutable
+from reconcile import (
+    attribution,
+    commissions,
+    doubles,
+    explain,
+    fixes,
+    layers,
+    leads,
+    normalise,
+    payouts,
+    periods,
+    unroutable,
+)
+from reconcile import ledger as ledger_rules
 from reconcile import refunds as refund_rules
 from reconcile.lookup import lookup
 from reconcile.schema import (
@@ -35,10 +55,12 @@ from reconcile.schema import (
     DOUBLE_COUNTS_SCHEMA,
     ENGINE,
     EVIDENCE_SCHEMA,
+    PAYOUTS_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
     UTC,
     conform,
+    norm_email,
     period_of,
     prepare_partners,
     prepare_programs,
@@ -46,12 +68,13 @@ from reconcile.schema import (
 )
 
 SALES_ORDER = ("program_id", "occurred_at", "sale_id")
-COMMISSIONS_ORDER = ("program_id", "period", "sale_id", "kind", "partner_code")
+COMMISSIONS_ORDER = ("program_id", "period", "sale_id", "kind", "partner_code", "cause")
 REFUNDS_ORDER = ("program_id", "occurred_at", "event_id", "source")
 DOUBLES_ORDER = ("program_id", "kind", "transaction_id", "duplicate_id")
 EXPLAIN_ORDER = ("program_id", "sale_id", "step")
 EVIDENCE_ORDER = ("program_id", "sale_id")
 UNROUTABLE_ORDER = ("occurred_at", "event_id")
+PAYOUTS_ORDER = ("program_id", "number")
 
 
 @dataclass(frozen=True)
@@ -69,6 +92,7 @@ class Result:
     double_counts: pl.DataFrame
     evidence: pl.DataFrame
     unroutable: pl.DataFrame
+    payouts: pl.DataFrame
 
     @property
     def explain(self) -> pl.DataFrame:
@@ -84,6 +108,7 @@ class Result:
             double_counts=self.double_counts.sort(DOUBLES_ORDER, nulls_last=True),
             evidence=self.evidence.sort(EVIDENCE_ORDER, nulls_last=True),
             unroutable=self.unroutable.sort(UNROUTABLE_ORDER, nulls_last=True),
+            payouts=self.payouts.sort(PAYOUTS_ORDER, nulls_last=True),
         )
 
 
@@ -117,13 +142,16 @@ def reconcile(
     people = prepare_partners(partners).collect(engine=ENGINE)
     current = ledger(log, settings, people, now)
     lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, settings, people, now).lines)
+    made = payouts.batches(log)
+    marks = payouts.paid(log, made)
     return Result(
         sales=_conform(current.sales, SALES_SCHEMA),
-        commissions=_conform(lines, COMMISSIONS_SCHEMA),
+        commissions=_conform(payouts.assign(lines, made, marks), COMMISSIONS_SCHEMA),
         refunds=_conform(current.refunds, REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
         unroutable=unroutable.listing(log, settings),
+        payouts=_conform(payouts.table(made, marks), PAYOUTS_SCHEMA),
     )
 
 
@@ -138,7 +166,6 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     split = doubles.split_self_hosted(connect.sales, self_hosted)
     combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
     sales = fixes.apply(combined, fixes.effective_fixes(raw, combined)).rechunk()
-    del combined
 
     click_table = leads.clicks(raw)
     lead_frame = leads.leads(raw, click_table)
@@ -149,11 +176,16 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     named = ghosts.select("program_id", "sale_id").hstack(
         attribution.attribute(ghosts, click_table, by_key, by_email).select("partner_code").get_columns()
     )
-    del click_table, lead_frame, by_key, by_email, self_hosted, ghosts
+    del lead_frame, self_hosted, ghosts
     sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
     evidence = attributed.select(attribution.EVIDENCE)
     del attributed
     sales = sales.hstack(commissions.gross(sales, programs, partners).get_columns())
+
+    engineer = raw.filter(pl.col("kind").is_in(["metadata_fix", "backfill"])).collect(engine=ENGINE).lazy()
+    value = partial(_valued, (click_table, by_key, by_email), programs, partners)
+    states = layers.states(engineer, combined, sales.select("program_id", "sale_id", *layers.VALUES), value)
+    del combined, click_table, by_key, by_email, value
 
     ids = doubles.id_map(connect.sales, doubles.wanted_ids(raw), split.counted)
     refund_rows = pl.concat(
@@ -185,8 +217,42 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     )
     return Ledger(
         sales=final,
-        lines=commissions.lines(final),
+        lines=ledger_rules.lines(final, states, applied.counted, payouts.batches(raw), now),
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,
     )
+
+
+def _valued(
+    lookups: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
+    programs: pl.DataFrame,
+    partners: pl.DataFrame,
+    jobs: list[layers.Job],
+) -> list[pl.DataFrame]:
+    """Sales before fixes (whole customers of one program each) valued with other effective
+    fixes (layers.Value): partner and commission, with the ladder's lookups (clicks, leads by
+    customer key, leads by email), cut down once to the rows these sales can find (a lookup's
+    cost grows with its table)."""
+    fixed = [(program_id, fixes.apply(sales, fix_set)) for program_id, sales, fix_set in jobs]
+    every = pl.concat([sales for _, sales in fixed])
+    clicks, by_key, by_email = lookups
+    wanted = (
+        clicks.filter(pl.col("click_id").is_in(every.get_column("click_id").drop_nulls().implode())),
+        by_key.filter(pl.col("customer_key").is_in(every.get_column("customer_key").drop_nulls().implode())),
+        by_email.filter(
+            pl.col("email_norm").is_in(
+                every.select(norm_email(pl.col("email"))).to_series().drop_nulls().implode()
+            )
+        ),
+    )
+    out = []
+    for _, mine in fixed:
+        found = attribution.attribute(mine, *wanted)
+        attributed = mine.hstack(found.select(attribution.OUTPUT).get_columns())
+        out.append(
+            attributed.select("program_id", "sale_id", "partner_code").hstack(
+                commissions.gross(attributed, programs, partners).get_columns()
+            )
+        )
+    return out

@@ -17,6 +17,10 @@ Counted refunds of a sale are applied in the order (occurred_at, event_id); the 
 refunded amount is capped at the sale's gross amount. After each refund, the commission (and
 fee) reversed so far is round_half_even(commission * refunded_so_far / gross_amount), and exactly
 the whole commission once the sale is fully refunded; each refund reverses the difference.
+
+Each refund also says when the log first held it (`known_at`: its row's receive time; for a
+processor level, the earliest delivery reporting it): a refund reported after a payout batch
+could pay its sale counts from then (reconcile/ledger.py).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ REFUND_ROW = (
     "sale_id",
     "amount",
     "occurred_at",
+    "known_at",
     "raw_currency",
 )
 
@@ -71,6 +76,7 @@ def track_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
         sale_id="sale_id",
         amount="amount",
         occurred_at="occurred_at",
+        known_at="received_at",
         raw_currency=pl.col("currency"),
     )
 
@@ -100,6 +106,7 @@ def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
             occurred_at=pl.col("occurred_at").first(),
             event_id=pl.col("event_id").first(),
             refund_id=pl.col("refund_id").drop_nulls().first(),
+            known_at=pl.col("received_at").min(),
         )
         .sort("program_id", "charge", "amount")
         .with_columns(previous=pl.col("amount").shift(1).over("program_id", "charge"))
@@ -120,16 +127,19 @@ def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
         sale_id=pl.coalesce("by_invoice", "by_intent", "by_charge"),
         amount=pl.col("increment"),
         occurred_at="occurred_at",
+        known_at="known_at",
         raw_currency="raw_currency",
     )
 
 
 @dataclass(frozen=True)
 class Applied:
-    """Refund report rows, and per sale: refunded, commission/fee reversed."""
+    """Refund report rows; per sale: refunded, commission/fee reversed; and the counted refunds
+    themselves (program_id, sale_id, event_id, amount as reported, occurred_at, known_at)."""
 
     rows: pl.DataFrame
     totals: pl.DataFrame
+    counted: pl.DataFrame
 
 
 def apply(refund_rows: pl.DataFrame, sales: pl.DataFrame) -> Applied:
@@ -222,4 +232,5 @@ def apply(refund_rows: pl.DataFrame, sales: pl.DataFrame) -> Applied:
         occurred_at="occurred_at",
         period=period_of(pl.col("occurred_at")),
     )
-    return Applied(rows=report, totals=totals)
+    counted_rows = applied.select("program_id", "sale_id", "event_id", "amount", "occurred_at", "known_at")
+    return Applied(rows=report, totals=totals, counted=counted_rows)

@@ -180,17 +180,24 @@ SALES_SCHEMA: dict[str, pl.DataType] = {
     "period": STR,
 }
 
-# Commission ledger lines. Every money column is the line's own contribution, so any of them can
-# be summed over lines (per currency): `amount` = commission net of reversals (gross = amount +
-# reversed), `platform_fee` = fee net of `platform_fee_reversed`, `refunded` = refunded amount.
-# `kind` `commission` is a sale's line in its own month (`period` = `sale_period`); `adjustment`
-# carries later changes to a closed month into `period` (reconcile/periods.py).
+# Commission ledger lines (reconcile/ledger.py, reconcile/periods.py, reconcile/payouts.py).
+# Every money column is the line's own contribution, so any of them can be summed over lines
+# (per currency): `amount` = commission net of reversals (gross = amount + reversed),
+# `platform_fee` = fee net of `platform_fee_reversed`, `refunded` = refunded amount. `kind`
+# `commission` is a sale's line in its own month (`period` = `sale_period`), frozen once
+# approved; `clawback` (a refund after approval) and `adjustment` (a later backfill, or a later
+# change to a closed month) are lines of their own, dated (`dated_at`) when the change happened,
+# with `adjusts` = the sale's transaction id. A line is identified by (program_id, sale_id,
+# partner_code, kind, cause, period): `cause` is "" for commission lines, else the refund event
+# or backfill that made the line. `payout_id`: the payout batch that took the line, if any.
 COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "sale_id": STR,
     "transaction_id": STR,
     "partner_code": STR,
     "kind": STR,
+    "cause": STR,
+    "adjusts": STR,
     "period": STR,
     "sale_period": STR,
     "currency": STR,
@@ -203,6 +210,22 @@ COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "self_referral": BOOL,
     "occurred_at": UTC,
     "available_at": UTC,
+    "dated_at": UTC,
+    "payout_id": STR,
+}
+
+# Payout batches (reconcile/payouts.py): one row per batch action of the raw log; `number` is
+# the batch's place among its program's batches (1, 2, ...), the order they take lines in.
+PAYOUTS_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": STR,
+    "payout_id": STR,
+    "number": INT,
+    "up_to": STR,
+    "created_at": UTC,
+    "created_by": STR,
+    "status": STR,
+    "paid_at": UTC,
+    "paid_by": STR,
 }
 
 REFUNDS_SCHEMA: dict[str, pl.DataType] = {

@@ -1,17 +1,19 @@
 """The finance report's checks: per currency, each total against the sum of its detail lines.
 
-Partner lines sum to the commission, reversal, fee, adjustment and per-status totals; statuses
-sum to the commissions; net = gross - refunds; attributed + unattributed = all sales; the
-unattributed reasons and double-count kinds sum to their totals. Totals (`expected`) come from
-the summary or the by-status section, sums (`actual`) from the detail sections; each section is
-computed separately from the month's rows, so a wrong grouping or a tampered section fails.
+Partner lines sum to the commission, reversal, fee, adjustment, clawback and per-status totals;
+statuses sum to the commissions; what is paid, what is not and the clawbacks sum to the
+commissions (paid + unpaid + clawbacks = commissions); net = gross - refunds; attributed +
+unattributed = all sales; the unattributed reasons and double-count kinds sum to their totals.
+Totals (`expected`) come from the summary or the by-status section, sums (`actual`) from the
+detail sections; each section is computed separately from the month's rows, so a wrong grouping
+or a tampered section fails.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-STATUSES = ("pending", "approved", "held", "reversed")
+STATUSES = ("pending", "approved", "held", "reversed", "paid")
 INT = pl.Int64()
 
 CHECK_SCHEMA: dict[str, pl.DataType] = {
@@ -32,10 +34,12 @@ CHECK_LABELS = {
     "partners_commissions_reversed": "partner lines sum to commissions reversed",
     "partners_platform_fees": "partner lines sum to platform fees",
     "partners_adjustments": "partner lines sum to adjustments",
+    "partners_clawbacks": "partner lines sum to clawbacks",
+    "payouts_commissions": "paid + unpaid + clawbacks = commissions",
     "partners_lines": "partner lines sum to the commission line count",
     "statuses_commissions": "statuses sum to commissions",
     **{f"partners_{s}": f"partner lines sum to {s} commissions" for s in STATUSES},
-    "adjustment_lines": "adjustment lines sum to adjustments",
+    "adjustment_lines": "adjustment and clawback lines sum to adjustments + clawbacks",
     "double_count_kinds": "double-count kinds sum to double counts",
 }
 
@@ -72,13 +76,20 @@ def verify(
             ),
             (c, "partners_platform_fees", s["platform_fees"], _total(by_partner, c, "platform_fee")),
             (c, "partners_adjustments", s["adjustments"], _total(by_partner, c, "adjustments")),
+            (c, "partners_clawbacks", s["clawbacks"], _total(by_partner, c, "clawbacks")),
+            (c, "payouts_commissions", s["commissions"], s["paid"] + s["unpaid"] + s["clawbacks"]),
             (c, "partners_lines", s["commission_lines"], _total(by_partner, c, "lines")),
             (c, "statuses_commissions", s["commissions"], _total(by_status, c, "commission")),
             *(
                 (c, f"partners_{st}", _total(by_status, c, "commission", st), _total(by_partner, c, st))
                 for st in STATUSES
             ),
-            (c, "adjustment_lines", s["adjustments"], _total(adjustments, c, "commission")),
+            (
+                c,
+                "adjustment_lines",
+                s["adjustments"] + s["clawbacks"],
+                _total(adjustments, c, "commission"),
+            ),
             (c, "double_count_kinds", s["double_counts_count"], _total(double_counts, c, "count")),
         ]
     checks = pl.DataFrame(rows, schema={k: v for k, v in CHECK_SCHEMA.items() if k != "ok"}, orient="row")

@@ -10,10 +10,14 @@ What each figure means (all integer minor units, one row per currency, currencie
   sale is in: `refunds` is the amount applied to real sales (capped at each sale), `net_sales` is
   `gross_sales - refunds`. Refunds whose sale is unknown are listed apart (`unmatched_refunds`).
 - Commissions are the ledger lines of the month (rc_commissions.period): `commission` lines of
-  sales of the month and `adjustment` lines (corrections to closed months, booked here).
-  `commissions` and `platform_fees` are net of the reversals refunds caused (`*_reversed`), so a
-  closed month keeps the values it was closed with. `adjustments` is the part of `commissions`
-  that adjustment lines carry.
+  sales of the month, `clawback` lines (refunds of approved or paid commissions, booked in the
+  refund's month) and `adjustment` lines (later partner changes and corrections to closed months,
+  booked here). `commissions` and `platform_fees` are net of the reversals refunds caused
+  (`*_reversed`), so a closed month keeps the values it was closed with. `adjustments` and
+  `clawbacks` are the parts of `commissions` those lines carry.
+- Payouts: of the month's commissions, `paid` is what paid payout batches took (clawbacks
+  apart), `unpaid` the rest (clawbacks apart), `clawbacks` the clawback lines, paid or not;
+  they add up to `commissions`.
 - Double counts are the sales seen twice (connect + self-hosted, repeats, duplicates refused at
   ingest) whose record occurred in the month; each was counted once. Their amounts count each
   sale once too (rc_double_counts.distinct_amount: a refused retry is a line, not more money).
@@ -94,6 +98,10 @@ SUMMARY_COLUMNS = (
     "platform_fees_reversed",
     "adjustments_count",
     "adjustments",
+    "clawbacks_count",
+    "clawbacks",
+    "paid",
+    "unpaid",
     "double_counts_count",
     "double_counts_amount",
 )
@@ -182,6 +190,8 @@ def build_finance(
     real = sale.filter(~pl.col("test_mode"))
     attributed = pl.col("partner_code").is_not_null()
     adjustment = pl.col("kind") == "adjustment"
+    clawback = pl.col("kind") == "clawback"
+    paid = pl.col("status") == "paid"
     applied = pl.col("outcome") == "applied"
     unmatched = pl.col("outcome") == "sale_not_found"
     parts = [
@@ -211,6 +221,10 @@ def build_finance(
             platform_fees_reversed=pl.col("platform_fee_reversed").sum(),
             adjustments_count=_count_if(adjustment),
             adjustments=_sum_if("amount", adjustment),
+            clawbacks_count=_count_if(clawback),
+            clawbacks=_sum_if("amount", clawback),
+            paid=_sum_if("amount", paid & ~clawback),
+            unpaid=_sum_if("amount", ~paid & ~clawback),
         ),
         double.group_by("currency").agg(
             double_counts_count=pl.len().cast(INT), double_counts_amount=pl.col("distinct_amount").sum()
@@ -233,13 +247,15 @@ def build_finance(
         commission_reversed=pl.col("reversed").sum(),
         platform_fee=pl.col("platform_fee").sum(),
         adjustments=_sum_if("amount", adjustment),
+        clawbacks=_sum_if("amount", clawback),
         **{status: _sum_if("amount", pl.col("status") == status) for status in STATUSES},
     )
-    adjustments = line.filter(adjustment).select(
+    adjustments = line.filter(adjustment | clawback).select(
         "currency",
         "sale_period",
         "transaction_id",
         "partner_code",
+        "kind",
         "status",
         commission="amount",
         commission_reversed="reversed",

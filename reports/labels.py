@@ -33,6 +33,10 @@ SUMMARY_LABELS: dict[str, str] = {
     "platform_fees_reversed": "Platform fees reversed by refunds",
     "adjustments_count": "Adjustment lines",
     "adjustments": "Adjustments (in commissions)",
+    "clawbacks_count": "Clawback lines",
+    "clawbacks": "Clawbacks (in commissions)",
+    "paid": "Paid out (clawbacks apart)",
+    "unpaid": "Not paid out yet (clawbacks apart)",
     "double_counts_count": "Double counts (counted once)",
     "double_counts_amount": "Double counts amount",
 }
@@ -46,6 +50,7 @@ COLUMN_LABELS: dict[str, str] = {
     "commission_reversed": "Reversed by refunds",
     "platform_fee": "Platform fee",
     "adjustments": "Adjustments",
+    "clawbacks": "Clawbacks",
     **{s: f"{s.capitalize()}" for s in STATUSES},
     "sale_period": "Sale month",
     "transaction_id": "Transaction",
@@ -106,6 +111,7 @@ CODE_LABELS: dict[str, dict[str, str]] = {
         "approved": "Approved",
         "held": "Held (self-referral)",
         "reversed": "Reversed",
+        "paid": "Paid",
     },
     "warning": {
         "click_not_found": "Click not found",

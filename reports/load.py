@@ -105,7 +105,7 @@ def _finance_inputs(
         "rc_commissions",
         LINE_INPUT,
         "SELECT currency, partner_code, kind, status, amount, reversed, platform_fee, platform_fee_reversed,"
-        " sale_period, CASE WHEN kind = 'adjustment' THEN transaction_id END AS transaction_id"
+        " sale_period, CASE WHEN kind <> 'commission' THEN transaction_id END AS transaction_id"
         " FROM rc_commissions WHERE program_id = ? AND period = ?",
         [program_id, period],
     )

@@ -102,8 +102,11 @@ COMMISSION_FIELDS = (
     "period",
     "sale_period",
     "kind",
+    "adjusts",
+    "payout_id",
     "self_referral",
     "available_at",
+    "dated_at",
 )
 
 
@@ -118,7 +121,8 @@ def commissions(db: Reader, program_id: str, period: str | None) -> list[dict[st
     return db.dicts(
         "SELECT transaction_id, sale_id, partner_code, amount, amount + reversed AS gross,"
         " reversed, platform_fee, currency, status, period,"
-        " sale_period, kind, self_referral, available_at"
-        f" FROM rc_commissions WHERE {' AND '.join(where)} ORDER BY period, occurred_at, sale_id, kind",
+        " sale_period, kind, adjusts, payout_id, self_referral, available_at, dated_at"
+        f" FROM rc_commissions WHERE {' AND '.join(where)}"
+        " ORDER BY period, dated_at, sale_id, kind, partner_code, cause",
         params,
     )

@@ -266,3 +266,70 @@ def test_reconcile_counts_and_unroutable_lists_the_events_no_program_takes(
     assert "picked up 1 unroutable processor event(s): evt_cli_stray" in r.stdout
     r = tally(home, "unroutable", "--json", operator=True)
     assert json.loads(r.stdout) == []
+
+
+def test_payouts_create_list_export_and_mark_paid(live_server: LiveServer, tmp_path: Path) -> None:
+    """`tally payouts ...` with an owner's login: a batch of the approved line (a sale 60 days
+    old, 30 holding days), the same cut-off again makes nothing new, the CSV export, mark paid."""
+    from datetime import UTC, datetime, timedelta
+
+    sold = (datetime.now(UTC) - timedelta(days=60)).replace(microsecond=0)
+    up_to = datetime.now(UTC).date().isoformat()
+    with httpx.Client(base_url=live_server.url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "p@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+        owner = {"Authorization": f"Bearer {acct['token']}"}
+        pid = c.post(
+            "/api/v1/programs", json={"workspace_id": acct["workspace_id"], "name": "P"}, headers=owner
+        ).json()["data"]["program_id"]
+        key = {
+            "Authorization": "Bearer "
+            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
+        }
+        c.post(
+            f"/api/v1/programs/{pid}/partners",
+            json={"code": "alice", "name": "Alice Ö", "email": "alice@p.test"},
+            headers=owner,
+        )
+        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
+            "data"
+        ]
+        c.post(
+            "/api/v1/track/lead",
+            json={"customer_external_id": "u1", "click_id": click["click_id"]},
+            headers=key,
+        )
+        body = {
+            "transaction_id": "in_pay",
+            "customer_external_id": "u1",
+            "amount": 2000,
+            "occurred_at": sold.isoformat().replace("+00:00", "Z"),
+        }
+        assert c.post("/api/v1/track/sale", json=body, headers=key).status_code == 200
+    home = tmp_path / "cfg"
+    assert tally(home, "login", "--url", live_server.url, "--token", acct["token"]).returncode == 0
+
+    r = tally(home, "payouts", "create", "--program", pid, "--up-to", up_to, "--json")
+    assert r.returncode == 0, r.stderr
+    batch = json.loads(r.stdout)
+    assert [(x["partner_code"], x["amount"], x["amount_decimal"], x["lines"]) for x in batch["rows"]] == [
+        ("alice", 600, "6.00", 1)
+    ]
+    r = tally(home, "payouts", "create", "--program", pid, "--up-to", up_to)
+    assert r.returncode == 0, r.stderr
+    assert f"nothing new to pay: batch {batch['payout_id']}" in r.stdout
+    r = tally(home, "payouts", "list", "--program", pid)
+    assert r.returncode == 0 and batch["payout_id"] in r.stdout and "6.00 USD" in r.stdout
+    out = tmp_path / "payout.csv"
+    r = tally(home, "payouts", "export", "--program", pid, "--payout", batch["payout_id"], "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_bytes().decode("utf-8")
+    assert text.startswith(
+        "\ufeffpartner_code,partner_name,partner_email,amount,amount_decimal,currency,lines"
+    )
+    assert "alice,Alice Ö,alice@p.test,600,6.00,usd,1," in text
+    r = tally(home, "payouts", "mark-paid", "--program", pid, "--payout", batch["payout_id"])
+    assert r.returncode == 0 and "paid" in r.stdout, r.stderr
+    r = tally(home, "payouts", "mark-paid", "--program", pid, "--payout", "po_nope")
+    assert r.returncode == 1 and r.stderr.startswith("tally: not_found:") and len(r.stderr.splitlines()) == 1

@@ -56,6 +56,22 @@ def test_demo_is_realistic_and_idempotent(live_server: LiveServer, tmp_path: Pat
     )
     assert doubles.status_code == 200 and "in_demo_dee_1" in doubles.text
 
+    # finance pays: a batch up to last month's end, marked paid; a refund after payment is a
+    # clawback; the finance report's checks (paid + unpaid + clawbacks = commissions among them)
+    # hold in every month the demo touched
+    base = f"{live_server.url}/api/v1/programs/{saved['program_id']}"
+    (batch,) = httpx.get(f"{base}/payouts", headers=auth).json()["data"]
+    assert (
+        batch["status"] == "paid" and batch["lines"] >= 2 and "payout " + batch["payout_id"] in first.stdout
+    )
+    lines = httpx.get(f"{base}/commissions", headers=auth).json()["data"]
+    assert any(r["kind"] == "clawback" and r["adjusts"] == "in_demo_ben_1" for r in lines)
+    assert {r["status"] for r in lines if r["payout_id"] == batch["payout_id"]} == {"paid"}
+    for period in sorted({r["period"] for r in lines} | {s["occurred_at"][:7] for s in sales}):
+        report = httpx.get(f"{base}/reports/finance?period={period}", headers=auth).json()["data"]
+        assert report["reconciled"] is True, (period, [c for c in report["checks"] if not c["ok"]])
+        assert any(c["name"] == "payouts_commissions" for c in report["checks"]) or not report["summary"]
+
     second = _demo(live_server, state)
     assert second.returncode == 0, second.stderr
     again = httpx.get(
@@ -63,3 +79,6 @@ def test_demo_is_realistic_and_idempotent(live_server: LiveServer, tmp_path: Pat
     ).json()["data"]
     assert json.loads(state.read_text()) == saved  # same account, program and key
     assert sorted(s["sale_id"] for s in again) == sorted(s["sale_id"] for s in sales)
+    assert [b["payout_id"] for b in httpx.get(f"{base}/payouts", headers=auth).json()["data"]] == [
+        batch["payout_id"]
+    ]

@@ -115,6 +115,7 @@ def pages(shop: Shop) -> list[tuple[str, str]]:
         ("explain unattributed", shop.url("/sales/in_x")),
         ("finance tab", shop.url("/finance?period=2026-01")),
         ("html report", shop.url("/finance/export?period=2026-01&format=html")),
+        ("payouts tab", shop.url("/payouts")),
         ("error page", shop.url("/sales/in_nope")),
     ]
 

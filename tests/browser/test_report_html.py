@@ -165,9 +165,9 @@ def assert_report_in_dom(page: Page) -> None:
         statuses = js(
             page, f"[...document.querySelectorAll('#status-{code} tbody tr')].map(r => r.dataset.status)"
         )
-        assert statuses == ["pending", "approved", "held", "reversed"]
+        assert statuses == ["pending", "approved", "held", "reversed", "paid"]
         assert js(page, f"document.querySelectorAll('#checks-{code} tbody tr.bad').length") == 0
-    assert js(page, "document.querySelectorAll('#summary tbody tr').length") == 23
+    assert js(page, "document.querySelectorAll('#summary tbody tr').length") == 27
     assert (
         js(
             page,

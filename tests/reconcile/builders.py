@@ -232,6 +232,30 @@ def picked_up(event: dict[str, Any], program_id: str = PROGRAM, **kw: Any) -> di
     }
 
 
+def payout_batch(payout_id: str, up_to: str, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="payout_batch",
+        event_id=payout_id,
+        event_type="payout_batch",
+        actor="operator",
+        body=json.dumps({"up_to": up_to, "by": "operator"}),
+        **kw,
+    )
+
+
+def payout_paid(mark_id: str, payout_id: str, **kw: Any) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="payout_paid",
+        event_id=mark_id,
+        event_type="payout_paid",
+        actor="operator",
+        body=json.dumps({"payout_id": payout_id, "by": "operator"}),
+        **kw,
+    )
+
+
 def programs(**settings: Any) -> pl.DataFrame:
     """One program `prog_a` with the given settings (unset ones default in the reconciler)."""
     base: dict[str, Any] = {

@@ -13,6 +13,7 @@ from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
     EXPLAIN_SCHEMA,
+    PAYOUTS_SCHEMA,
     REFUNDS_SCHEMA,
     SALES_SCHEMA,
     UNROUTABLE_SCHEMA,
@@ -26,6 +27,7 @@ TABLES: dict[str, tuple[dict[str, pl.DataType], tuple[str, ...]]] = {
     "double_counts": (DOUBLE_COUNTS_SCHEMA, pipeline.DOUBLES_ORDER),
     "explain": (EXPLAIN_SCHEMA, pipeline.EXPLAIN_ORDER),
     "unroutable": (UNROUTABLE_SCHEMA, pipeline.UNROUTABLE_ORDER),
+    "payouts": (PAYOUTS_SCHEMA, pipeline.PAYOUTS_ORDER),
 }
 
 

@@ -31,6 +31,7 @@ ORDERS = {
     "double_counts": pipeline.DOUBLES_ORDER,
     "evidence": pipeline.EVIDENCE_ORDER,
     "unroutable": pipeline.UNROUTABLE_ORDER,
+    "payouts": pipeline.PAYOUTS_ORDER,
 }
 
 NOW = at(days=100)

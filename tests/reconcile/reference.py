@@ -12,7 +12,7 @@ import calendar
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 Row = dict[str, Any]
@@ -589,26 +589,40 @@ def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[
 # --- commissions -----------------------------------------------------------------------------
 
 
-def window_key(s: Row) -> str:
-    """The customer line: subscription, else customer key, processor customer, email, the sale."""
-    for label, value in (
-        ("sub", s["subscription_id"]),
-        ("key", s["customer_key"]),
-        ("pc", s["processor_customer_id"]),
-        ("email", norm_email(s["email"])),
-    ):
-        if value is not None:
-            return f"{label}:{value}"
-    return f"sale:{s['sale_id']}"
+def customers(sales: list[Row]) -> dict[int, int]:
+    """id(sale) -> a customer number: real sales of one program sharing a customer key, processor
+    customer, subscription or normalised email, directly or through others (union-find)."""
+    parent = {id(s): id(s) for s in sales}
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    owner: dict[tuple[str, str, str], int] = {}
+    for s in sales:
+        if s["test_mode"]:
+            continue
+        for kind, value in (
+            ("key", s["customer_key"]),
+            ("pc", s["processor_customer_id"]),
+            ("sub", s["subscription_id"]),
+            ("email", norm_email(s["email"])),
+        ):
+            if value is not None:
+                other = owner.setdefault((s["program_id"], kind, value), id(s))
+                parent[root(id(s))] = root(other)
+    return {id(s): root(id(s)) for s in sales}
 
 
 def value_commissions(
     sales: list[Row], settings: dict[str, dict[str, Any]], partner_emails: dict[tuple[str, str], str | None]
 ) -> None:
-    anchors: dict[tuple[str, str], Row] = {}
+    customer = customers(sales)
+    anchors: dict[int, Row] = {}
     for s in sorted(sales, key=lambda s: (s["occurred_at"], s["sale_id"])):
         if not s["test_mode"] and s["partner_code"] is not None:
-            anchors.setdefault((s["program_id"], window_key(s)), s)
+            anchors.setdefault(customer[id(s)], s)
     for s in sales:
         conf = {**DEFAULTS, **{k: v for k, v in settings.get(s["program_id"], {}).items() if v is not None}}
         months = settings.get(s["program_id"], {}).get("recurring_months")
@@ -619,7 +633,7 @@ def value_commissions(
         s["self_referral"] = False
         if s["test_mode"] or s["partner_code"] is None:
             continue
-        anchor = anchors[(s["program_id"], window_key(s))]
+        anchor = anchors[customer[id(s)]]
         if months is None:
             inside = True
         elif months <= 0:
@@ -659,6 +673,7 @@ def refund_rows(rows: list[Row], events: list[Row], ids: dict[tuple[str, str], t
                 "sale_id": hit[0] if hit else None,
                 "amount": r["amount"],
                 "occurred_at": r["occurred_at"],
+                "known_at": r["received_at"],
                 "raw_currency": r["currency"],
             }
         )
@@ -690,6 +705,14 @@ def refund_rows(rows: list[Row], events: list[Row], ids: dict[tuple[str, str], t
                     "sale_id": hit[0] if hit else None,
                     "amount": level - previous,
                     "occurred_at": at_level[0]["occurred_at"],
+                    "known_at": min(
+                        r["received_at"]
+                        for r in accepted(rows, "stripe")
+                        if r["event_type"] == "charge.refunded"
+                        and r["program_id"] == program
+                        and coalesce(r["object_id"], r["charge_id"]) == charge
+                        and r["amount"] == level
+                    ),
                     "raw_currency": first(e["currency"] for e in evs),
                 }
             )
@@ -765,30 +788,220 @@ def finish(sales: list[Row], now: datetime) -> None:
             s["warnings"] = [*s["warnings"], "self_referral"]
 
 
-def commission_lines(sales: list[Row]) -> list[Row]:
-    return [
-        {
+# --- the ledger: backfill states, frozen lines, clawbacks and adjustments -------------------
+
+STATE_FIELDS = ("partner_code", "commissionable", "gross_commission", "gross_fee", "self_referral")
+
+
+def valued_sales(
+    rows: list[Row], settings: dict[str, dict[str, Any]], partner_emails: dict[tuple[str, str], str | None]
+) -> tuple[list[Row], list[Row], list[Row], list[Row]]:
+    """Sales with fixes, attribution and commissions applied; also (connect, self-hosted, doubles)."""
+    connect = connect_sales(stripe_events(rows))
+    self_hosted, doubles = split_doubles(connect, self_hosted_sales(rows))
+    sales = connect + self_hosted
+    apply_fixes(rows, sales)
+    clicks = click_partners(rows)
+    attribute(sales, clicks, lead_records(rows, clicks))
+    value_commissions(sales, settings, partner_emails)
+    return sales, connect, self_hosted, doubles
+
+
+def backfill_states(
+    rows: list[Row],
+    sales: list[Row],
+    settings: dict[str, dict[str, Any]],
+    partner_emails: dict[tuple[str, str], str | None],
+) -> dict[tuple[str, str], list[tuple[datetime | None, str | None, tuple[Any, ...]]]]:
+    """(program, sale) -> [(effective time, backfill id, values)], for sales whose values a
+    backfill changed: the values with the program's first i applied backfills, i = 0..n, taking
+    effect at the latest log time of those i backfills; consecutive equal values collapsed."""
+    out: dict[tuple[str, str], list[tuple[datetime | None, str | None, tuple[Any, ...]]]] = {}
+    backfills = [b for b in accepted_engineer(rows, "backfill") if not dry_run(b)]
+    for program in sorted({b["program_id"] for b in backfills}):
+        mine = sorted((b for b in backfills if b["program_id"] == program), key=lambda b: b["seq"])
+        layers: list[dict[str, tuple[Any, ...]]] = []
+        for i in range(len(mine)):
+            later = {id(b) for b in mine[i:]}
+            layer_sales, _, _, _ = valued_sales(
+                [r for r in rows if id(r) not in later], settings, partner_emails
+            )
+            layers.append(
+                {
+                    s["sale_id"]: tuple(s[f] for f in STATE_FIELDS)
+                    for s in layer_sales
+                    if s["program_id"] == program
+                }
+            )
+        layers.append(
+            {s["sale_id"]: tuple(s[f] for f in STATE_FIELDS) for s in sales if s["program_id"] == program}
+        )
+        for sale_id in layers[-1]:
+            states: list[tuple[datetime | None, str | None, tuple[Any, ...]]] = [
+                (None, None, layers[0][sale_id])
+            ]
+            for i in range(1, len(layers)):
+                if layers[i][sale_id] != states[-1][2]:
+                    at = max(b["received_at"] for b in mine[:i])
+                    states.append((at, mine[i - 1]["event_id"], layers[i][sale_id]))
+            if len(states) > 1:
+                out[(program, sale_id)] = states
+    return out
+
+
+def dry_run(b: Row) -> bool:
+    try:
+        return json.loads(b["body"] or "{}").get("dry_run") is True
+    except (ValueError, AttributeError):
+        return False
+
+
+def state_lines(s: Row, values: tuple[Any, ...], refunded: int) -> dict[str, Row]:
+    """partner -> the money a sale in this state holds for its partner, `refunded` refunded."""
+    partner, commissionable, commission, fee, self_referral = values
+    if not commissionable:
+        return {}
+    gross = s["gross_amount"]
+    reversed_c, reversed_f = reverse(commission, refunded, gross), reverse(fee, refunded, gross)
+    return {
+        partner: {
+            "amount": commission - reversed_c,
+            "reversed": reversed_c,
+            "platform_fee": fee - reversed_f,
+            "platform_fee_reversed": reversed_f,
+            "refunded": refunded,
+            "self_referral": self_referral,
+        }
+    }
+
+
+def approved_money(s: Row, lines: dict[str, Row], refunded: int) -> bool:
+    """A state is approved money (once its time has come): commissionable, not a self-referral,
+    not fully refunded."""
+    return bool(lines) and not next(iter(lines.values()))["self_referral"] and refunded < s["gross_amount"]
+
+
+def ledger_lines(
+    sales: list[Row],
+    states: dict[tuple[str, str], list[Any]],
+    refunds: list[Row],
+    batches: list[Row],
+    now: datetime,
+) -> list[Row]:
+    """Walk each sale's events in time order. The line is frozen at available_at when its state
+    then is approved money, else after the first later event that makes it so; from then on each
+    event adds a line per partner whose money it changes. A line never frozen ends as it ends."""
+    out = []
+    for s in sales:
+        key = (s["program_id"], s["sale_id"])
+        own = states.get(key, [(None, None, tuple(s[f] for f in STATE_FIELDS))])
+        if not any(values[1] for _, _, values in own):
+            continue
+        events = [(at, 0, k, cause, 0) for k, (at, cause, _) in enumerate(own) if k > 0]
+        could_pay = [
+            b["created_at"]
+            for b in batches
+            if b["program_id"] == s["program_id"]
+            and b["cutoff"] is not None
+            and b["created_at"] >= s["available_at"]
+            and s["occurred_at"] < b["cutoff"]
+        ]
+        for r in refunds:
+            if r["outcome"] == "applied" and (r["program_id"], r["sale_id"]) == key:
+                # a refund logged after a batch could pay the line counts from then at the earliest
+                late = bool(could_pay) and r["known_at"] >= min(could_pay)
+                at = max(r["occurred_at"], r["known_at"]) if late else r["occurred_at"]
+                events.append((at, 1, 0, r["event_id"], r["amount"]))
+        events.sort(key=lambda e: (e[0], e[1], e[2], e[3]))
+        gross = s["gross_amount"]
+
+        def money(state: tuple[int, int]) -> dict[str, Row]:
+            return state_lines(s, own[state[0]][2], state[1])  # noqa: B023 (used in this iteration)
+
+        steps = []  # (time, rank, cause, state before, state after): a state is (index, refunded)
+        state, raw_refunded = 0, 0
+        for at, rank, k, cause, amount in events:
+            before = (state, min(raw_refunded, gross))
+            if rank == 0:
+                state = k
+            raw_refunded += amount
+            steps.append((at, rank, cause, before, (state, min(raw_refunded, gross))))
+        at_approval = ([(0, 0)] + [step[4] for step in steps if step[0] < s["available_at"]])[-1]
+        frozen: tuple[datetime, tuple[int, int]] | None = None
+        later = []
+        if approved_money(s, money(at_approval), at_approval[1]):
+            frozen = (s["available_at"], at_approval)
+        for step in steps:
+            if step[0] < s["available_at"]:
+                continue
+            if frozen is not None:
+                later.append(step)
+            elif approved_money(s, money(step[4]), step[4][1]):
+                frozen = (step[0], step[4])
+        final = (state, min(raw_refunded, gross))
+        base = {
             "program_id": s["program_id"],
             "sale_id": s["sale_id"],
             "transaction_id": s["transaction_id"],
-            "partner_code": s["partner_code"],
-            "kind": "commission",
-            "period": s["period"],
             "sale_period": s["period"],
             "currency": s["currency"],
-            "amount": s["commission"],
-            "reversed": s["reversed"],
-            "platform_fee": s["platform_fee"],
-            "platform_fee_reversed": s["fee_reversed"],
-            "refunded": s["refunded"],
-            "status": s["commission_status"],
-            "self_referral": s["self_referral"],
             "occurred_at": s["occurred_at"],
-            "available_at": s["available_at"],
         }
-        for s in sales
-        if s["commissionable"]
-    ]
+        if frozen is not None:
+            approved_at, chosen_state = frozen
+            chosen = money(chosen_state)
+            status = "approved" if now >= approved_at else "pending"
+        else:
+            approved_at = s["available_at"]
+            chosen = money(final)
+            held = bool(chosen) and next(iter(chosen.values()))["self_referral"]
+            if held:
+                status = "held"
+            elif final[1] >= gross:
+                status = "reversed"
+            else:
+                status = "approved" if now >= approved_at else "pending"
+        for partner, values in chosen.items():
+            out.append(
+                {
+                    **base,
+                    **values,
+                    "partner_code": partner,
+                    "kind": "commission",
+                    "cause": "",
+                    "adjusts": None,
+                    "period": s["period"],
+                    "status": status,
+                    "available_at": approved_at,
+                    "dated_at": s["occurred_at"],
+                }
+            )
+        for at, rank, cause, before, after in later:
+            old, new = money(before), money(after)
+            for partner in sorted(set(old) | set(new)):
+                delta = {
+                    m: new.get(partner, {}).get(m, 0) - old.get(partner, {}).get(m, 0)
+                    for m in ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
+                }
+                if not any(delta.values()):
+                    continue
+                held = (new.get(partner) or old[partner])["self_referral"]
+                out.append(
+                    {
+                        **base,
+                        **delta,
+                        "partner_code": partner,
+                        "kind": "clawback" if rank == 1 else "adjustment",
+                        "cause": cause,
+                        "adjusts": s["transaction_id"],
+                        "period": period(at),
+                        "status": "held" if held else ("approved" if now >= at else "pending"),
+                        "self_referral": held,
+                        "available_at": at,
+                        "dated_at": at,
+                    }
+                )
+    return out
 
 
 # --- explain ---------------------------------------------------------------------------------
@@ -898,24 +1111,19 @@ def ledger(
     partner_emails: dict[tuple[str, str], str | None],
     now: datetime,
 ) -> dict[str, list[Row]]:
-    events = stripe_events(rows)
-    connect = connect_sales(events)
-    self_hosted, doubles = split_doubles(connect, self_hosted_sales(rows))
-    sales = connect + self_hosted
-    apply_fixes(rows, sales)
+    sales, connect, self_hosted, doubles = valued_sales(rows, settings, partner_emails)
+    states = backfill_states(rows, sales, settings, partner_emails)
     clicks = click_partners(rows)
     lead_list = lead_records(rows, clicks)
-    attribute(sales, clicks, lead_list)
-    value_commissions(sales, settings, partner_emails)
     ids = build_id_map(connect, self_hosted)
-    refunds = refund_rows(rows, events, ids)
+    refunds = refund_rows(rows, stripe_events(rows), ids)
     apply_refunds(refunds, sales)
     finish(sales, now)
     doubles += refused_duplicates(rows, ids)
     doubles = finish_doubles(doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list))
     return {
         "sales": sales,
-        "lines": commission_lines(sales),
+        "lines": ledger_lines(sales, states, refunds, payout_batches(rows), now),
         "refunds": refunds,
         "double_counts": doubles,
         "explain": [step for s in sales for step in explain(s)],
@@ -951,23 +1159,26 @@ def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row
         mine = [r for r in rows if r["program_id"] == program]
         snapshots = [compute([r for r in mine if r["seq"] < t]) for t in seqs]
         snapshots.append([line for line in lines if line["program_id"] == program])
-        indexed = [{(line["sale_id"], line["partner_code"]): line for line in snap} for snap in snapshots]
+        indexed = [
+            {(line["sale_id"], line["partner_code"], line["kind"], line["cause"]): line for line in snap}
+            for snap in snapshots
+        ]
         last = len(snapshots) - 1
         keys = {key for snap in indexed for key in snap}
         for key in keys:
             latest = next(indexed[j][key] for j in range(last, -1, -1) if key in indexed[j])
-            sale_period = latest["sale_period"]
-            if sale_period not in close_at:
+            line_period = latest["period"]
+            if line_period not in close_at:
                 if key in indexed[last]:
                     out.append(indexed[last][key])
                 continue
-            a = seqs.index(close_at[sale_period])
+            a = seqs.index(close_at[line_period])
             if key in indexed[a]:
                 out.append(indexed[a][key])
             moved: dict[str, dict[str, int]] = {}
             for j in range(a, last):
                 shut = {p for p, s in close_at.items() if s <= seqs[j]}
-                month = next_month(sale_period)
+                month = next_month(line_period)
                 while month in shut:
                     month = next_month(month)
                 bucket = moved.setdefault(month, dict.fromkeys(VALUES, 0))
@@ -978,8 +1189,88 @@ def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row
             status = indexed[last][key]["status"] if key in indexed[last] else "reversed"
             for month, values in moved.items():
                 if any(values.values()):
-                    out.append({**latest, **values, "kind": "adjustment", "period": month, "status": status})
+                    start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
+                    out.append(
+                        {
+                            **latest,
+                            **values,
+                            "kind": "clawback" if latest["kind"] == "clawback" else "adjustment",
+                            "adjusts": latest["transaction_id"],
+                            "period": month,
+                            "status": status,
+                            "dated_at": max(latest["dated_at"], start),
+                        }
+                    )
     return out
+
+
+# --- payouts ---------------------------------------------------------------------------------
+
+
+def payout_batches(rows: list[Row]) -> list[Row]:
+    """Accepted batch actions in seq order (the first row of each id counts)."""
+    found: dict[tuple[str, str], Row] = {}
+    for r in sorted(accepted(rows, "payout_batch"), key=lambda r: r["seq"]):
+        try:
+            body = json.loads(r["body"] or "{}")
+        except ValueError:
+            body = {}
+        up_to = body.get("up_to") if isinstance(body, dict) else None
+        try:
+            day = (
+                datetime.strptime(up_to[:10], "%Y-%m-%d").replace(tzinfo=UTC)
+                if isinstance(up_to, str)
+                else None
+            )
+        except ValueError:
+            day = None
+        found.setdefault(
+            (r["program_id"], r["event_id"]),
+            {
+                "program_id": r["program_id"],
+                "payout_id": r["event_id"],
+                "seq": r["seq"],
+                "up_to": up_to[:10] if day is not None else None,
+                "cutoff": day + timedelta(days=1) if day is not None else None,
+                "created_at": r["received_at"],
+                "created_by": body.get("by") if isinstance(body, dict) else None,
+                "status": "open",
+                "paid_at": None,
+                "paid_by": None,
+            },
+        )
+    batches = sorted(found.values(), key=lambda b: b["seq"])
+    for b in batches:
+        b["number"] = sum(
+            1 for other in batches if other["program_id"] == b["program_id"] and other["seq"] <= b["seq"]
+        )
+    for r in sorted(accepted(rows, "payout_paid"), key=lambda r: r["seq"]):
+        body = json.loads(r["body"] or "{}")
+        for b in batches:
+            match = (b["program_id"], b["payout_id"]) == (r["program_id"], body.get("payout_id"))
+            if match and r["seq"] > b["seq"] and b["status"] == "open":
+                b.update(status="paid", paid_at=r["received_at"], paid_by=body.get("by"))
+    return batches
+
+
+def apply_payouts(lines: list[Row], batches: list[Row]) -> None:
+    """Each line goes to the first batch (by seq) of its program that finds it payable."""
+    for line in lines:
+        line["payout_id"] = None
+        for b in batches:
+            payable = (
+                b["program_id"] == line["program_id"]
+                and not line["self_referral"]
+                and line["amount"] != 0
+                and b["cutoff"] is not None
+                and line["available_at"] <= b["created_at"]
+                and line["dated_at"] < b["cutoff"]
+            )
+            if payable:
+                line["payout_id"] = b["payout_id"]
+                if b["status"] == "paid":
+                    line["status"] = "paid"
+                break
 
 
 def reconcile_reference(
@@ -997,6 +1288,8 @@ def reconcile_reference(
     lines = apply_periods(
         rows, current["lines"], lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"]
     )
+    batches = payout_batches(rows)
+    apply_payouts(lines, batches)
     return {
         "sales": current["sales"],
         "commissions": lines,
@@ -1004,6 +1297,7 @@ def reconcile_reference(
         "double_counts": current["double_counts"],
         "explain": current["explain"],
         "unroutable": unroutable_events(rows, settings),
+        "payouts": batches,
     }
 
 

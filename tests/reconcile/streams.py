@@ -65,7 +65,7 @@ EDGES = tuple(
         (2029, 2, 28, 23, 59, 59),
     )
 )
-ENGINEER = ("metadata_fix", "backfill", "period_close")
+ENGINEER = ("metadata_fix", "backfill", "period_close", "payout_batch", "payout_paid")
 SESSION_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 
 Row = dict[str, Any]
@@ -347,6 +347,30 @@ def _close(draw: st.DrawFn, n: int, program: str) -> Row:
     return b.period_close(f"close_{n}", period, program_id=program, occurred_at=_time(draw))
 
 
+# Payout cut-offs: month ends (leap day included), a day inside a month, years later.
+CUTOFFS = ("2026-01-31", "2026-02-28", "2026-03-15", "2026-04-30", "2026-12-31", "2028-02-29", "2040-01-01")
+
+
+def _payout(draw: st.DrawFn, n: int, program: str) -> Row:
+    """A payout batch made at any of the stream's times, with a cut-off of CUTOFFS."""
+    return b.payout_batch(
+        f"po_{n}", draw(st.sampled_from(CUTOFFS)), program_id=program, occurred_at=_time(draw)
+    )
+
+
+def _paid(draw: st.DrawFn, n: int, batches: list[Row]) -> Row | None:
+    """Marks a batch of the stream paid (now and then naming another program's batch)."""
+    if not batches:
+        return None
+    batch = draw(st.sampled_from(batches))
+    return b.payout_paid(
+        f"paid_{n}",
+        batch["event_id"],
+        program_id=_sometimes(draw, batch["program_id"], 6) or _program(draw),
+        occurred_at=_time(draw),
+    )
+
+
 def _unroutable(draw: st.DrawFn, n: int) -> Row:
     return b.invoice(
         f"evt_{n}",
@@ -372,6 +396,7 @@ MAKERS = {
     "metadata_fix": _fix,
     "backfill": _backfill,
     "period_close": _close,
+    "payout_batch": _payout,
 }
 
 
@@ -392,7 +417,7 @@ def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> St
     kinds = [k for k in MAKERS if closes or k != "period_close"]
     weights = st.sampled_from(
         [k for k in kinds for _ in range(2 if k in ENGINEER else 4)]
-        + ["retry", "copy", "unroutable", "pickup"]
+        + ["retry", "copy", "unroutable", "pickup", "paid"]
     )
     for n in range(draw(st.integers(0, max_events))):
         kind = draw(weights)
@@ -413,6 +438,10 @@ def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> St
             if stray:
                 original = draw(st.sampled_from(stray))
                 rows.append(b.picked_up(original, _program(draw), received_at=b.at(hours=n)))
+        elif kind == "paid":
+            mark = _paid(draw, n, [r for r in rows if r["kind"] == "payout_batch"])
+            if mark is not None:
+                rows.append(mark)
         else:
             rows.append(MAKERS[kind](draw, n, _program(draw)))
     return Stream(rows=rows, programs=_programs(draw), partners=_partners(), now=_now(draw))
@@ -446,3 +475,75 @@ def _now(draw: st.DrawFn) -> datetime:
     if draw(st.integers(0, 4)) == 4:
         return draw(st.sampled_from((EDGES[9], EDGES[10], datetime(2040, 1, 1, tzinfo=UTC))))
     return b.at(days=draw(st.sampled_from((0, 20, 45, 200))))
+
+
+@st.composite
+def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
+    """A log shaped to exercise the ledger (reconcile/ledger.py, reconcile/payouts.py): one
+    program with a short holding period, customers bound to partners through leads, sales that
+    link customer keys, subscriptions and emails, refunds, re-attribution through fixes and
+    backfills, payout batches and payments, at times before and after each line's approval."""
+    rows: list[Row] = [b.click(f"clk_{i}", PARTNERS[i - 1], occurred_at=b.at(days=-5)) for i in range(1, 5)]
+    for customer in CUSTOMERS:
+        rows.append(
+            b.lead(
+                f"lead_{customer}", f"ck_{customer}", click_id=f"clk_{customer}", occurred_at=b.at(days=-1)
+            )
+        )
+    batches: list[str] = []
+    sold = ["tx_unknown"]
+    for n in range(draw(st.integers(1, max_events))):
+        kind = draw(st.sampled_from(("sale", "sale", "sale", "refund", "refund", "fix", "payout", "paid")))
+        when = b.at(days=draw(st.integers(0, 60)), hours=draw(st.sampled_from((0, 12))))
+        if kind == "sale":
+            sold.append(f"tx_{n}")
+            rows.append(
+                b.track_sale(
+                    f"sale_{n}",
+                    f"tx_{n}",
+                    _amount(draw, zero=False),
+                    currency=draw(st.sampled_from(("usd", "jpy", "kwd"))),
+                    occurred_at=when,
+                    customer_key=_maybe(draw, st.sampled_from([f"ck_{c}" for c in CUSTOMERS])),
+                    email=_maybe(draw, st.sampled_from(("u1@x.com", "u2@x.com", "p2@x.com"))),
+                    subscription_id=_maybe(draw, st.sampled_from(("sub_1", "sub_2"))),
+                    is_recurring=draw(st.booleans()),
+                )
+            )
+        elif kind == "refund":
+            rows.append(
+                b.track_refund(
+                    f"re_{n}",
+                    draw(st.sampled_from(sold)),
+                    _amount(draw, zero=False),
+                    occurred_at=when,
+                    received_at=draw(st.sampled_from((when, when + timedelta(days=40)))),
+                )
+            )
+        elif kind == "fix":
+            rows.append(
+                b.metadata_fix(
+                    f"fix_{n}",
+                    occurred_at=when,
+                    transaction_id=draw(st.sampled_from(sold)),
+                    customer_key=f"ck_{draw(st.sampled_from(CUSTOMERS))}",
+                )
+            )
+            rows.append(b.backfill(f"bf_{n}", "2026-01-01", "2026-12-31", occurred_at=when))
+        elif kind == "payout":
+            batches.append(f"po_{n}")
+            rows.append(b.payout_batch(f"po_{n}", draw(st.sampled_from(CUTOFFS)), occurred_at=when))
+        elif batches:
+            rows.append(b.payout_paid(f"paid_{n}", draw(st.sampled_from(batches)), occurred_at=when))
+    programs = b.programs(
+        holding_days=draw(st.sampled_from((0, 7, 14))),
+        recurring_months=draw(st.sampled_from((None, 0, 1, 12))),
+        commission_type=draw(st.sampled_from(("percent", "percent", "flat"))),
+        commission_flat=draw(st.sampled_from((150, 999))),
+    )
+    return Stream(
+        rows=rows,
+        programs=programs,
+        partners=b.partners(*PARTNER_EMAILS.items()),
+        now=b.at(days=draw(st.sampled_from((20, 45, 200)))),
+    )

@@ -767,3 +767,95 @@ def test_explain_lists_every_step_and_the_answer() -> None:
         ),
         ("result", None, "partner p3 by rule customer_key", "attributed"),
     ]
+
+
+# --- the customer's window and the ledger (issue #13) ----------------------------------------
+
+
+def test_two_subscriptions_of_one_customer_share_one_window() -> None:
+    """CONTRACT 7: sales linked through any identity of the customer share one window, anchored
+    at the customer's first attributed sale: sub_2, started a month after sub_1 by the same
+    customer key, is out of a one-month window from its first payment on."""
+    rows = [
+        *attributed_sale("first", 1_000, occurred_at=at(0), subscription_id="sub_1"),
+        b.track_sale(
+            "second", "tx_second", 1_000, customer_key="ck_1", subscription_id="sub_1", occurred_at=at(20)
+        ),
+        b.track_sale(
+            "other", "tx_other", 1_000, customer_key="ck_1", subscription_id="sub_2", occurred_at=at(31)
+        ),
+    ]
+    result = run(rows, recurring_months=1)
+    assert [sale(result, s)["commission"] for s in ("first", "second", "other")] == [300, 300, 0]
+
+
+def test_a_customer_is_linked_through_email_and_processor_customer_too() -> None:
+    """A one-time connect checkout (processor customer cus_9, email) and a later self-hosted
+    subscription payment of the same email are one customer: recurring_months 0 pays only the
+    first."""
+    rows = [
+        b.click("clk_1", "p1"),
+        b.session(
+            "evt_1",
+            "cs_1",
+            10_000,
+            payment_intent_id="pi_1",
+            click_id="clk_1",
+            processor_customer_id="cus_9",
+            email="Kim@X.test",
+        ),
+        b.track_sale(
+            "renewal",
+            "tx_r",
+            5_000,
+            customer_key="ck_9",
+            email=" kim@x.test",
+            subscription_id="sub_9",
+            occurred_at=at(40),
+        ),
+        b.lead("lead_9", "ck_9", click_id="clk_1"),
+    ]
+    result = run(rows, recurring_months=0)
+    assert (sale(result, "cs_1")["commission"], sale(result, "renewal")["commission"]) == (3_000, 0)
+    assert sale(result, "renewal")["partner_code"] == "p1"
+
+
+def test_a_refund_reported_after_a_payout_batch_is_a_clawback_whatever_its_date() -> None:
+    """A refund dated before approval but logged after a payout batch could pay the line is
+    booked when it was logged: the paid line keeps its 30.00; -15.00 lands in March."""
+    rows = [
+        *attributed_sale("sale_1", 10_000, occurred_at=at(0)),
+        b.payout_batch("po_1", "2026-01-31", occurred_at=at(35)),
+        b.payout_paid("paid_1", "po_1", occurred_at=at(36)),
+        b.track_refund("re_1", "tx_sale_1", 5_000, occurred_at=at(5), received_at=at(50)),
+    ]
+    got = run(rows).commissions.select("kind", "period", "amount", "status", "payout_id").sort("kind").rows()
+    assert got == [
+        ("clawback", "2026-03", -1_500, "approved", None),
+        ("commission", "2026-01", 3_000, "paid", "po_1"),
+    ]
+
+
+def test_a_refund_dated_before_approval_changes_an_unpaid_line_in_place() -> None:
+    """Without a payout batch that could pay it, a refund counts from its occurred_at: dated
+    before approval, it changes the (not yet approved) line in place, even when reported late."""
+    rows = [
+        *attributed_sale("sale_1", 10_000, occurred_at=at(0)),
+        b.track_refund("re_1", "tx_sale_1", 5_000, occurred_at=at(5), received_at=at(50)),
+    ]
+    got = run(rows).commissions.select("kind", "period", "amount", "reversed", "status").rows()
+    assert got == [("commission", "2026-01", 1_500, 1_500, "approved")]
+
+
+def test_a_line_approved_by_a_late_backfill_is_frozen_from_then_on() -> None:
+    """A renewal without metadata is unattributed at its approval time; a fix applied by a
+    backfill on Mar 1 attributes it (approved from then, 30.00); a later refund is a clawback."""
+    backfill = b.backfill("bf_1", "2026-01-01", "2026-01-31", occurred_at=at(50))
+    rows = [
+        *_renewal_without_metadata(),
+        b.metadata_fix("fix_1", subscription_id="sub_1", customer_key="ck_1", occurred_at=at(49)),
+        backfill,
+        b.charge_refunded("evt_r", "ch_1", 2_500, invoice_id="in_1", occurred_at=at(60)),
+    ]
+    got = run(rows).commissions.select("kind", "period", "amount", "available_at").sort("kind").rows()
+    assert got == [("clawback", "2026-03", -750, at(60)), ("commission", "2026-01", 3_000, at(50))]

@@ -57,6 +57,11 @@ def test_usd_summary_has_exact_figures(report: FinanceReport) -> None:
         "platform_fees_reversed": 467,
         "adjustments_count": 0,
         "adjustments": 0,
+        "clawbacks_count": 0,
+        "clawbacks": 0,
+        # no payout batch yet: every commission (no clawback) is still unpaid
+        "paid": 0,
+        "unpaid": 9_800,
         # the connect/self-hosted pair (30.00) and the duplicate refused at ingest (100.00)
         "double_counts_count": 2,
         "double_counts_amount": 13_000,
@@ -70,6 +75,7 @@ def test_commissions_by_status_and_by_partner(report: FinanceReport) -> None:
         ("approved", 1, 2_000, 1_000, 333),
         ("held", 1, 1_500, 0, 250),
         ("reversed", 1, 0, 1_200, 0),
+        ("paid", 0, 0, 0, 0),
     ]
     partners = report.by_partner.filter(pl.col("currency") == "usd").drop("currency")
     assert partners.to_dicts() == [
@@ -80,10 +86,12 @@ def test_commissions_by_status_and_by_partner(report: FinanceReport) -> None:
             "commission_reversed": 1_800,
             "platform_fee": 1_050,
             "adjustments": 0,
+            "clawbacks": 0,
             "pending": 6_300,
             "approved": 0,
             "held": 0,
             "reversed": 0,
+            "paid": 0,
         },
         {
             "partner_code": "p1",
@@ -92,10 +100,12 @@ def test_commissions_by_status_and_by_partner(report: FinanceReport) -> None:
             "commission_reversed": 1_000,
             "platform_fee": 583,
             "adjustments": 0,
+            "clawbacks": 0,
             "pending": 0,
             "approved": 2_000,
             "held": 1_500,
             "reversed": 0,
+            "paid": 0,
         },
     ]
 
@@ -138,7 +148,7 @@ def test_currencies_are_never_summed(report: FinanceReport) -> None:
 
 def test_checks_pass_for_the_real_report(report: FinanceReport) -> None:
     assert report.reconciled
-    assert report.checks.height == 3 * 16
+    assert report.checks.height == 3 * 19
     assert report.checks.filter(pl.col("name") == "partners_commissions").select(
         "currency", "expected", "actual"
     ).rows() == [("eur", 1_500, 1_500), ("usd", 9_800, 9_800), ("xxx", 0, 0)]
@@ -183,6 +193,7 @@ def test_checks_fail_when_a_total_is_tampered(report: FinanceReport) -> None:
     assert failed(replace(report, summary=summary)) == [
         ("eur", "net_sales"),
         ("usd", "partners_commissions"),
+        ("usd", "payouts_commissions"),
         ("usd", "statuses_commissions"),
     ]
     statuses = report.by_status.with_columns(

@@ -1,0 +1,124 @@
+"""The dashboard's Payouts tab (workspace owners): what is due per partner, the batches with their
+rows, downloads, a form to make a batch and a button to mark one paid. Split from
+api/routes/dashboard.py (its pages, sessions and CSRF rules) only for size; the actions are the
+JSON API's own (api/routes/payouts.py)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from api.auth import state
+from api.http import validate
+from api.openapi import Param, document
+from api.pages import render
+from api.routes import payouts as payout_actions
+from api.routes.dashboard import PROGRAM, _page, owned_program, page, posted, program_url, viewer
+from api.routes.reports import format_param
+from api.state import read_tables
+from ingest import control
+from ingest.clock import utcnow
+from ingest.errors import NotFound, ProgramNotFound, ValidationFailed
+from ingest.inputs import PayoutIn
+from ingest.store import Reader
+from reports import payouts
+
+FILE_FORMATS = ("csv", "xlsx")
+
+
+def _last_month_end() -> date:
+    """The default cut-off: the last day of the previous month (UTC)."""
+    return utcnow().date().replace(day=1) - timedelta(days=1)
+
+
+def _overview(db: Reader, program_id: str, partners: dict[str, Any]) -> tuple[bool, list[Any], list[Any]]:
+    reconciled = db.table_exists("rc_commissions")
+    return (
+        reconciled,
+        payouts.due(db, program_id, utcnow(), partners),
+        payouts.batches(db, program_id, partners),
+    )
+
+
+@page
+async def payouts_page(request: Request) -> Response:
+    """Due now per partner and currency, then every batch (newest first)."""
+    who = viewer(request)
+    program = owned_program(request, who)
+    st = state(request)
+    partners = {p.code: p for p in st.store.partners(program.program_id)}
+    reconciled, due, batches = await read_tables(st.store, _overview, program.program_id, partners)
+    return render(
+        "payouts.html",
+        viewer=who,
+        program=control.program_view(st.store, program),
+        reconciled=reconciled,
+        due=due,
+        batches=batches,
+        up_to=request.query_params.get("up_to") or _last_month_end().isoformat(),
+        made=request.query_params.get("made"),
+        nothing=request.query_params.get("nothing"),
+        paid=request.query_params.get("paid"),
+    )
+
+
+@page
+async def create_payout(request: Request) -> Response:
+    who, form = await posted(request)
+    program = owned_program(request, who)
+    inp = validate(PayoutIn, {"up_to": form.get("up_to", "")})
+    made, batch = await payout_actions.make_batch(state(request), program, inp.up_to, who.account.account_id)
+    query = {"made": batch["payout_id"]} if made else {"nothing": inp.up_to.isoformat()}
+    return RedirectResponse(program_url(program, f"/payouts?{urlencode(query)}#batches"), 303)
+
+
+@page
+async def mark_paid(request: Request) -> Response:
+    who, _ = await posted(request)
+    program = owned_program(request, who)
+    payout_id = request.path_params["payout_id"]
+    await payout_actions.settle(state(request), program, payout_id, who.account.account_id)
+    query = urlencode({"paid": payout_id})
+    return RedirectResponse(program_url(program, f"/payouts?{query}#payout-{quote(payout_id, safe='')}"), 303)
+
+
+@page
+async def export(request: Request) -> Response:
+    who = viewer(request)
+    program = owned_program(request, who)
+    fmt = format_param(request, FILE_FORMATS)
+    return await payout_actions.export(state(request), program, request.path_params["payout_id"], fmt)
+
+
+routes = [
+    Route(PROGRAM + "/payouts", payouts_page, methods=["GET"]),
+    Route(PROGRAM + "/payouts", create_payout, methods=["POST"]),
+    Route(PROGRAM + "/payouts/{payout_id}/paid", mark_paid, methods=["POST"]),
+    Route(PROGRAM + "/payouts/{payout_id}/export", export, methods=["GET"]),
+]
+
+document(
+    {
+        payouts_page: _page(
+            "Payouts: due per partner, batches, downloads (owner)", errors=(ProgramNotFound,)
+        ),
+        create_payout: _page(
+            "Make a payout batch up to a date (owner)", form=True, errors=(ProgramNotFound, ValidationFailed)
+        ),
+        mark_paid: _page("Mark a payout batch paid (owner)", form=True, errors=(ProgramNotFound, NotFound)),
+        export: _page(
+            "A payout batch as a file (owner)",
+            params=(Param("format", {"type": "string", "enum": list(FILE_FORMATS)}),),
+            content={
+                "text/csv": {"schema": {"type": "string"}},
+                payouts.XLSX: {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},
+            },
+            errors=(ProgramNotFound, NotFound, ValidationFailed),
+        ),
+    }
+)

@@ -1,0 +1,239 @@
+"""Payouts (a workspace owner, CONTRACT section 7): make a batch of every approved, unpaid line up
+to a date, list and export batches, mark one paid. Batches and payments are engineer actions
+appended to the raw log (ingest/engineering.py); which lines a batch takes is the reconciler's
+decision from the log (reconcile/payouts.py); netting and carrying are reports/payouts.py's."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import date
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api import schemas
+from api.auth import account_program, require_account, state
+from api.http import body_model, ok
+from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
+from api.routes.reports import format_param, report_response
+from api.state import State, read_tables
+from ingest import control, engineering
+from ingest.errors import NotFound, OwnerRequired, ProgramNotFound, ValidationFailed
+from ingest.inputs import PayoutIn
+from ingest.records import Partner, Program
+from reports import payouts
+
+
+def _owner(request: Request) -> tuple[Program, str]:
+    """The program and the owner's account id (members get 403 owner_required)."""
+    account = require_account(request)
+    program = account_program(request, account)
+    control.require_owner(state(request).store, program.workspace_id, account.account_id)
+    return program, account.account_id
+
+
+def _partners(st: State, program_id: str) -> dict[str, Partner]:
+    return {p.code: p for p in st.store.partners(program_id)}
+
+
+def _new_batch(st: State, program: Program, up_to: date, actor: str) -> dict[str, Any] | None:
+    """The batch row to append, when a batch made now would take at least one line."""
+    row = engineering.payout_batch_row(program, up_to, actor)
+    with st.store.reader() as db:
+        payable = payouts.payable_lines(db, program.program_id, row["received_at"], up_to)
+    return row if payable else None
+
+
+async def make_batch(st: State, program: Program, up_to: date, actor: str) -> tuple[bool, dict[str, Any]]:
+    """(made, batch): a new batch of every line payable now up to `up_to`; when there is none,
+    (False, the newest batch with this cut-off or an empty one). Shared with the dashboard."""
+    row = await asyncio.to_thread(st.reconciler.act, lambda: _new_batch(st, program, up_to, actor))
+    partners = _partners(st, program.program_id)
+    if row is None:
+        existing = await read_tables(
+            st.store, payouts.latest_with_cutoff, program.program_id, up_to, partners
+        )
+        return False, existing or payouts.empty(up_to)
+    made = await read_tables(st.store, payouts.batch, program.program_id, row["event_id"], partners)
+    if made is None:
+        raise RuntimeError(
+            f"payout batch {row['event_id']} was appended and reconciled but is not in rc_payouts"
+        )
+    return True, made
+
+
+def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any] | None:
+    """The row marking the batch paid; None when it already is; NotFound for no such batch."""
+    with st.store.reader() as db:
+        found = payouts.batch(db, program.program_id, payout_id, {})
+    if found is None:
+        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
+    if found["status"] == "paid":
+        return None
+    return engineering.payout_paid_row(program, payout_id, actor)
+
+
+async def _found(st: State, program: Program, payout_id: str) -> dict[str, Any]:
+    found = await read_tables(
+        st.store, payouts.batch, program.program_id, payout_id, _partners(st, program.program_id)
+    )
+    if found is None:
+        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
+    return found
+
+
+async def settle(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any]:
+    """Mark a batch paid (once: again changes nothing); NotFound for no such batch."""
+    await asyncio.to_thread(st.reconciler.act, lambda: _payment(st, program, payout_id, actor))
+    return await _found(st, program, payout_id)
+
+
+async def export(st: State, program: Program, payout_id: str, fmt: str) -> Response:
+    """A batch as a csv or xlsx download."""
+    found = await _found(st, program, payout_id)
+    if fmt == "xlsx":
+        return report_response(payouts.to_xlsx(found), payouts.XLSX, f"payout-{payout_id}.xlsx", fmt)
+    return report_response(payouts.to_csv(found), payouts.CSV, f"payout-{payout_id}.csv", fmt)
+
+
+async def create_payout(request: Request) -> Response:
+    program, actor = _owner(request)
+    _, inp = await body_model(request, PayoutIn)
+    made, batch = await make_batch(state(request), program, inp.up_to, actor)
+    return ok(request, batch, 201 if made else 200)
+
+
+async def list_payouts(request: Request) -> Response:
+    program, _ = _owner(request)
+    st = state(request)
+    found = await read_tables(
+        st.store, payouts.batches, program.program_id, _partners(st, program.program_id)
+    )
+    return ok(request, found)
+
+
+async def get_payout(request: Request) -> Response:
+    program, _ = _owner(request)
+    fmt = format_param(request, payouts.FORMATS)
+    st = state(request)
+    payout_id = request.path_params["payout_id"]
+    if fmt != "json":
+        return await export(st, program, payout_id, fmt)
+    return ok(request, await _found(st, program, payout_id))
+
+
+async def mark_paid(request: Request) -> Response:
+    program, actor = _owner(request)
+    return ok(request, await settle(state(request), program, request.path_params["payout_id"], actor))
+
+
+routes = [
+    Route("/api/v1/programs/{program_id}/payouts", create_payout, methods=["POST"]),
+    Route("/api/v1/programs/{program_id}/payouts", list_payouts, methods=["GET"]),
+    Route("/api/v1/programs/{program_id}/payouts/{payout_id}", get_payout, methods=["GET"]),
+    Route("/api/v1/programs/{program_id}/payouts/{payout_id}/paid", mark_paid, methods=["POST"]),
+]
+
+_OWNER = "A workspace owner's account token (members get 403 owner_required)."
+_ROW = {
+    "partner_code": "alice",
+    "partner_name": "Alice",
+    "partner_email": "alice@partners.test",
+    "amount": 14700,
+    "amount_decimal": "147.00",
+    "currency": "usd",
+    "lines": 10,
+    "net": 14700,
+    "carried_in": 0,
+    "carried_forward": 0,
+}
+_BATCH = {
+    "payout_id": "po_5e1f",
+    "number": 1,
+    "up_to": "2026-01-31",
+    "created_at": "2026-02-03T09:00:00Z",
+    "created_by": "acc_1a",
+    "status": "open",
+    "paid_at": None,
+    "paid_by": None,
+    "rows": [_ROW],
+    "totals": [{"currency": "usd", "amount": 14700, "amount_decimal": "147.00", "lines": 10}],
+    "lines": 10,
+}
+_PAYOUT_ID = Param("payout_id", {"type": "string", "minLength": 1}, where="path", example="po_5e1f")
+document(
+    {
+        create_payout: Doc(
+            "Make a payout batch: every approved, unpaid line dated up to a date, netted per partner",
+            "payouts",
+            description=_OWNER + " 201 with the new batch; 200 with the newest batch of that cut-off "
+            "(or an empty one) when nothing new is payable: a line is never in two batches. A "
+            "partner whose lines net below zero is paid nothing and carries the balance to the next "
+            "batch.",
+            auth=(ACCOUNT_TOKEN,),
+            body=PayoutIn,
+            example={"up_to": "2026-01-31"},
+            status=201,
+            data=schemas.Payout,
+            result=_BATCH,
+            extra_responses={
+                200: {
+                    "description": "Nothing new was payable: the newest batch with this cut-off, "
+                    'or an empty one (`payout_id` null, `status` "empty").',
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["data"],
+                                "properties": {"data": {"$ref": "#/components/schemas/Payout"}},
+                            }
+                        }
+                    },
+                }
+            },
+            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            writes=True,
+        ),
+        list_payouts: Doc(
+            "Payout batches, newest first, each netted per partner and currency",
+            "payouts",
+            description=_OWNER,
+            auth=(ACCOUNT_TOKEN,),
+            data=list[schemas.Payout],
+            result=[_BATCH],
+            errors=(ProgramNotFound, NotFound, OwnerRequired),
+        ),
+        get_payout: Doc(
+            "One payout batch (json, csv or xlsx): one row per partner and currency",
+            "payouts",
+            description=_OWNER + " csv: UTF-8 with a BOM, money as plain decimal numbers with the "
+            "currency in its own column (`amount` stays in minor units as in the JSON); xlsx: the "
+            "same rows, whole-unit money formatted in each row's currency.",
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                _PAYOUT_ID,
+                Param("format", {"type": "string", "enum": list(payouts.FORMATS), "default": "json"}),
+            ),
+            data=schemas.Payout,
+            result=_BATCH,
+            content={
+                "text/csv": {"schema": {"type": "string"}},
+                payouts.XLSX: {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},
+            },
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed),
+        ),
+        mark_paid: Doc(
+            "Mark a payout batch paid: its lines become `paid` (again: no change)",
+            "payouts",
+            description=_OWNER,
+            auth=(ACCOUNT_TOKEN,),
+            params=(_PAYOUT_ID,),
+            data=schemas.Payout,
+            result={**_BATCH, "status": "paid", "paid_at": "2026-02-04T10:00:00Z", "paid_by": "acc_1a"},
+            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            writes=True,
+        ),
+    }
+)

@@ -1,0 +1,173 @@
+"""Backfill layers: what each sale earned, and for whom, before and after each applied backfill.
+
+A backfill re-attributes sales (reconcile/fixes.py); once a sale's commission line is approved,
+the ledger (reconcile/ledger.py) books what a later backfill changes as lines of its own, so it
+needs the sale's values as they were between backfills. A program's applied backfills B1..Bn
+(in `seq` order: for engineer actions the order of arrival is the truth) take effect at their
+log time, `received_at` (the latest of its own and every earlier backfill's, so that a program's
+backfills take effect in the order they were applied).
+
+For each program with applied backfills, the fixes effective after the first i backfills are
+found for i = 0..n (reconcile/fixes.py `effective_fixes`, on the engineer rows with the later
+backfills left out); only where they differ from those after i - 1 can values change, and only
+those layers are valued again (attribution and commission; the last is the ledger's own pass).
+A fix can only change the sales of the customers it touches (reconcile/customers.py: the
+ladder's processor-customer rule and the recurring window look no further), so each layer is
+valued on those customers' sales alone: the sales linked, under any of the fix sets, to a sale
+whose fixes differ between two of them. Per sale, consecutive equal values collapse: `states` lists, for each
+sale whose values ever changed, state 0 (before the first change) and one state per change, with
+the time it took effect and the backfill that made it. Sales whose values never changed are not
+listed: their only state is the ledger's final one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from reconcile import customers, fixes
+from reconcile.schema import ENGINE, UTC, norm_email
+
+# What a state holds: the commission the sale earns and for whom.
+VALUES = ("partner_code", "commissionable", "gross_commission", "gross_fee", "self_referral")
+STATES_SCHEMA: dict[str, pl.DataType] = {
+    "program_id": pl.String(),
+    "sale_id": pl.String(),
+    "state": pl.Int64(),
+    "at": UTC,
+    "cause": pl.String(),
+    "partner_code": pl.String(),
+    "commissionable": pl.Boolean(),
+    "gross_commission": pl.Int64(),
+    "gross_fee": pl.Int64(),
+    "self_referral": pl.Boolean(),
+}
+
+# [(program_id, some of its sales before fixes, effective fixes)] -> for each: program_id,
+# sale_id and VALUES of those sales (valued all at once, so that lookups are prepared once).
+Job = tuple[str, pl.DataFrame, pl.DataFrame]
+Value = Callable[[list[Job]], list[pl.DataFrame]]
+
+
+def _fix_set(engineer: pl.LazyFrame, sales: pl.DataFrame, program: str, last_seq: int | None) -> pl.DataFrame:
+    """The program's effective fixes with its backfills after `last_seq` left out (None: all)."""
+    drop = (pl.col("kind") == "backfill") & (pl.col("program_id") == program)
+    if last_seq is not None:
+        drop = drop & (pl.col("seq") > last_seq)
+    return fixes.effective_fixes(engineer.filter(~drop.fill_null(False)), sales).sort("sale_id")
+
+
+def states(engineer: pl.LazyFrame, sales: pl.DataFrame, final: pl.DataFrame, value: Value) -> pl.DataFrame:
+    """The states of the sales whose values a backfill changed (STATES_SCHEMA).
+
+    `engineer`: the log's metadata fixes and backfills; `sales`: the sales before fixes (columns
+    of fixes.effective_fixes); `final`: program_id, sale_id and VALUES after every backfill."""
+    applied = fixes.applied(engineer)
+    programs = sorted(set(applied.get_column("program_id").to_list()))
+    concerned = pl.col("program_id").is_in(programs)
+    by_program = sales.filter(concerned).partition_by("program_id", as_dict=True)
+    finals = final.filter(concerned).partition_by("program_id", as_dict=True)
+    jobs: list[Job] = []
+    # per program: the layers to value (jobs[first:]), their times and causes, the final values
+    plans: list[tuple[int, list[tuple[Any, Any]], pl.DataFrame]] = []
+    for program in programs:
+        mine = applied.filter(pl.col("program_id") == program)
+        program_sales = by_program.get((program,))
+        if program_sales is None:
+            continue
+        # only the sales a fix names can have effective fixes
+        named = fixes.metadata_fixes(engineer.filter(pl.col("program_id") == program)).collect(engine=ENGINE)
+        targeted = program_sales.filter(
+            pl.col("subscription_id").is_in(named.get_column("f_subscription").drop_nulls().implode())
+            | pl.col("transaction_id").is_in(named.get_column("f_transaction").drop_nulls().implode())
+        )
+        seqs = mine.get_column("seq").to_list()
+        ids = mine.get_column("event_id").to_list()
+        times = mine.get_column("received_at").cum_max().to_list()
+        sets = [_fix_set(engineer, targeted, program, None)]
+        sets += [_fix_set(engineer, targeted, program, seq) for seq in seqs]
+        starts = [i for i in range(len(sets)) if i == 0 or not sets[i].equals(sets[i - 1])]
+        if len(starts) == 1:
+            continue
+        reached = _reached(program_sales, [sets[i] for i in starts]).implode()
+        subset = program_sales.filter(pl.col("sale_id").is_in(reached))
+        marks = [(times[i - 1] if i else None, ids[i - 1] if i else None) for i in starts]
+        plans.append((len(jobs), marks, finals[(program,)].filter(pl.col("sale_id").is_in(reached))))
+        jobs += [(program, subset, sets[i]) for i in starts[:-1]]  # the last is the final pass's
+    valued = value(jobs) if jobs else []
+    parts: list[pl.DataFrame] = []
+    for first, marks, last in plans:
+        frames = [*valued[first : first + len(marks) - 1], last]
+        layers = [
+            frame.select(
+                "program_id",
+                "sale_id",
+                *VALUES,
+                layer=pl.lit(rank, pl.Int64),
+                at=pl.lit(at, UTC),
+                cause=pl.lit(cause, pl.String),
+            )
+            for rank, (frame, (at, cause)) in enumerate(zip(frames, marks, strict=True))
+        ]
+        parts.append(_collapse(pl.concat(layers, how="vertical_relaxed")))
+    if not parts:
+        return pl.DataFrame(schema=STATES_SCHEMA)
+    return pl.concat(parts).select(list(STATES_SCHEMA))
+
+
+def _reached(sales: pl.DataFrame, fix_sets: list[pl.DataFrame]) -> pl.Series:
+    """The ids of the `sales` (of one program) linked to a sale whose effective fixes differ
+    between consecutive `fix_sets`: starting from those sales, every real sale sharing an
+    identity (reconcile/customers.py) with one reached, under any fix set, until none is new."""
+    key = ["sale_id", "fix_click", "fix_key"]
+    changed = pl.concat(
+        [
+            pl.concat(
+                [
+                    a.join(b, on=key, how="anti", nulls_equal=True),
+                    b.join(a, on=key, how="anti", nulls_equal=True),
+                ]
+            ).select("sale_id")
+            for a, b in itertools.pairwise(fix_sets)
+        ]
+    ).unique()
+    real = sales.filter(~pl.col("test_mode").fill_null(False))
+    fixed_keys = pl.concat([f.select("sale_id", value="fix_key") for f in fix_sets]).drop_nulls()
+    identities = pl.concat(
+        [
+            *(
+                real.select(
+                    "sale_id", kind=pl.lit(i, pl.Int8), value=norm_email(pl.col(n)) if n == "email" else n
+                )
+                for i, n in enumerate(customers.IDENTITIES)
+            ),
+            fixed_keys.join(real.select("sale_id"), on="sale_id").select(
+                "sale_id", kind=pl.lit(customers.IDENTITIES.index("customer_key"), pl.Int8), value="value"
+            ),
+        ]
+    ).drop_nulls()
+    reached, frontier = changed, changed
+    while frontier.height:
+        shared = identities.join(frontier, on="sale_id", how="semi").select("kind", "value").unique()
+        linked = identities.join(shared, on=["kind", "value"], how="semi").select("sale_id").unique()
+        frontier = linked.join(reached, on="sale_id", how="anti")
+        reached = pl.concat([reached, frontier])
+    return reached.get_column("sale_id")
+
+
+def _collapse(layers: pl.DataFrame) -> pl.DataFrame:
+    """Per sale, the layers whose values differ from the layer before, numbered from 0; sales
+    with a single such layer are left out."""
+    sale = ["program_id", "sale_id"]
+    changed = pl.any_horizontal(pl.col(v).ne_missing(pl.col(v).shift(1).over(sale)) for v in VALUES)
+    kept = (
+        layers.lazy()
+        .sort(*sale, "layer")
+        .filter((pl.col("layer") == pl.col("layer").min().over(sale)) | changed)
+        .with_columns(state=pl.int_range(pl.len(), dtype=pl.Int64).over(sale))
+        .filter(pl.len().over(sale) > 1)
+    )
+    return kept.collect(engine=ENGINE)

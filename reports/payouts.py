@@ -1,0 +1,349 @@
+"""Payout batches as finance reads them: netted per partner and currency, negatives carried.
+
+Which lines a batch takes is decided by the reconciler from the log (reconcile/payouts.py) and
+materialised in `rc_commissions.payout_id`; here a batch's lines are netted per partner and
+currency. Batches of a program are taken in order (`number`): per partner and currency,
+
+    total = the batch's lines (`net`) + what the previous batches carried (`carried_in`, <= 0)
+    amount = max(total, 0)          (never a payment below zero)
+    carried_forward = min(total, 0) (owed back: netted by the partner's next batch)
+
+so a clawback after payment lowers the next payment, and a partner whose lines net negative is
+paid nothing until later lines make up for it. Every query is plain SQL with `?` parameters
+over the materialised tables (any backend's `Reader`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import xlsxwriter
+
+from ingest.records import Partner
+from ingest.store import Reader
+from reports.money import NO_CURRENCY, excel_format, units
+
+BATCH_FIELDS = ("payout_id", "number", "up_to", "created_at", "created_by", "status", "paid_at", "paid_by")
+ROW_FIELDS = (
+    "partner_code",
+    "partner_name",
+    "partner_email",
+    "amount",
+    "amount_decimal",
+    "currency",
+    "lines",
+    "net",
+    "carried_in",
+    "carried_forward",
+)
+FORMATS = ("json", "csv", "xlsx")
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CSV = "text/csv; charset=utf-8"
+BOM = "\ufeff"
+
+
+def cutoff(up_to: date) -> datetime:
+    """The first instant after the `up_to` day (UTC): lines dated before it are up to then."""
+    if up_to == date.max:  # no day after it: every time tally holds is before its end
+        return datetime.max.replace(tzinfo=UTC)
+    return datetime(up_to.year, up_to.month, up_to.day, tzinfo=UTC) + timedelta(days=1)
+
+
+def _batches(db: Reader, program_id: str) -> list[dict[str, Any]]:
+    if not db.table_exists("rc_payouts"):
+        return []
+    return db.dicts(
+        f"SELECT {', '.join(BATCH_FIELDS)} FROM rc_payouts WHERE program_id = ? ORDER BY number",
+        [program_id],
+    )
+
+
+def _nets(db: Reader, program_id: str) -> list[dict[str, Any]]:
+    """Per batch, partner and currency: the sum of its lines and their count."""
+    if not db.table_exists("rc_commissions"):
+        return []
+    return db.dicts(
+        "SELECT payout_id, partner_code, currency, SUM(amount) AS net, COUNT(*) AS lines"
+        " FROM rc_commissions WHERE program_id = ? AND payout_id IS NOT NULL"
+        " GROUP BY payout_id, partner_code, currency",
+        [program_id],
+    )
+
+
+@dataclass(frozen=True)
+class Netted:
+    """Every batch of a program with its rows (ROW_FIELDS without the partner's name and email)."""
+
+    batches: list[dict[str, Any]]
+    rows: dict[str, list[dict[str, Any]]]
+    carried: dict[tuple[str, str], int]  # what each partner and currency owes after the last batch
+
+
+def netted(db: Reader, program_id: str) -> Netted:
+    """The batches of a program, in order, netted and carried (the module docstring's rules)."""
+    with db.consistent():
+        batches = _batches(db, program_id)
+        nets = _nets(db, program_id)
+    by_batch: dict[str, list[dict[str, Any]]] = {}
+    for row in nets:
+        by_batch.setdefault(str(row["payout_id"]), []).append(row)
+    carried: dict[tuple[str, str], int] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        out = []
+        for row in sorted(
+            by_batch.get(batch["payout_id"], []), key=lambda r: (r["partner_code"], r["currency"])
+        ):
+            key = (str(row["partner_code"]), str(row["currency"] or NO_CURRENCY))
+            net = int(row["net"])
+            carried_in = carried.get(key, 0)
+            total = net + carried_in
+            carried[key] = min(total, 0)
+            out.append(
+                {
+                    "partner_code": key[0],
+                    "currency": key[1],
+                    "amount": max(total, 0),
+                    "amount_decimal": str(units(max(total, 0), key[1])),
+                    "lines": int(row["lines"]),
+                    "net": net,
+                    "carried_in": carried_in,
+                    "carried_forward": min(total, 0),
+                }
+            )
+        rows[batch["payout_id"]] = out
+    return Netted(batches, rows, carried)
+
+
+def _named(rows: Sequence[dict[str, Any]], partners: Mapping[str, Partner]) -> list[dict[str, Any]]:
+    named = []
+    for row in rows:
+        partner = partners.get(row["partner_code"])
+        named.append(
+            {
+                "partner_code": row["partner_code"],
+                "partner_name": partner.name if partner else None,
+                "partner_email": partner.email if partner else None,
+                **{
+                    k: row[k]
+                    for k in ROW_FIELDS
+                    if k not in ("partner_code", "partner_name", "partner_email")
+                },
+            }
+        )
+    return named
+
+
+def _totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per currency: what the batch pays and how many lines it takes."""
+    totals: dict[str, dict[str, int]] = {}
+    for row in rows:
+        total = totals.setdefault(row["currency"], {"amount": 0, "lines": 0})
+        total["amount"] += row["amount"]
+        total["lines"] += row["lines"]
+    return [
+        {
+            "currency": c,
+            "amount": t["amount"],
+            "amount_decimal": str(units(t["amount"], c)),
+            "lines": t["lines"],
+        }
+        for c, t in sorted(totals.items())
+    ]
+
+
+def view(
+    batch: dict[str, Any], rows: Sequence[dict[str, Any]], partners: Mapping[str, Partner]
+) -> dict[str, Any]:
+    """A batch as the API shows it: its record, its rows per partner and currency, totals."""
+    named = _named(rows, partners)
+    return {
+        **{k: batch[k] for k in BATCH_FIELDS},
+        "rows": named,
+        "totals": _totals(named),
+        "lines": sum(r["lines"] for r in named),
+    }
+
+
+def empty(up_to: date) -> dict[str, Any]:
+    """What creating a batch answers when nothing new is payable and no batch has this cut-off."""
+    return {
+        "payout_id": None,
+        "number": None,
+        "up_to": up_to.isoformat(),
+        "created_at": None,
+        "created_by": None,
+        "status": "empty",
+        "paid_at": None,
+        "paid_by": None,
+        "rows": [],
+        "totals": [],
+        "lines": 0,
+    }
+
+
+def batches(db: Reader, program_id: str, partners: Mapping[str, Partner]) -> list[dict[str, Any]]:
+    """Every batch of the program, newest first, each with its rows and totals."""
+    found = netted(db, program_id)
+    return [view(b, found.rows[b["payout_id"]], partners) for b in reversed(found.batches)]
+
+
+def batch(
+    db: Reader, program_id: str, payout_id: str, partners: Mapping[str, Partner]
+) -> dict[str, Any] | None:
+    found = netted(db, program_id)
+    for b in found.batches:
+        if b["payout_id"] == payout_id:
+            return view(b, found.rows[payout_id], partners)
+    return None
+
+
+def latest_with_cutoff(
+    db: Reader, program_id: str, up_to: date, partners: Mapping[str, Partner]
+) -> dict[str, Any] | None:
+    """The newest batch made with this cut-off, if any."""
+    for b in batches(db, program_id, partners):
+        if b["up_to"] == up_to.isoformat():
+            return b
+    return None
+
+
+_PAYABLE = (
+    " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND self_referral = FALSE"
+    " AND amount <> 0 AND available_at <= ? AND dated_at < ?"
+)
+
+
+def payable_lines(db: Reader, program_id: str, at: datetime, up_to: date) -> int:
+    """How many lines a batch made at `at` with cut-off `up_to` would take (reconcile/payouts.py
+    decides the same from the log)."""
+    if not db.table_exists("rc_commissions"):
+        return 0
+    row = db.one(f"SELECT COUNT(*){_PAYABLE}", [program_id, at, cutoff(up_to)])
+    return int(row[0]) if row else 0
+
+
+def due(db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partner]) -> list[dict[str, Any]]:
+    """What a batch made at `at` (no cut-off) would pay, per partner and currency: the approved
+    lines no batch took yet, netted with what earlier batches carried."""
+    found = netted(db, program_id)
+    rows: list[dict[str, Any]] = []
+    if db.table_exists("rc_commissions"):
+        rows = db.dicts(
+            "SELECT partner_code, currency, SUM(amount) AS net, COUNT(*) AS lines"
+            " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND self_referral = FALSE"
+            " AND amount <> 0 AND available_at <= ? GROUP BY partner_code, currency",
+            [program_id, at],
+        )
+    keys = {(str(r["partner_code"]), str(r["currency"] or NO_CURRENCY)): r for r in rows}
+    out = []
+    for key in sorted(set(keys) | {k for k, v in found.carried.items() if v}):
+        row = keys.get(key)
+        net = int(row["net"]) if row else 0
+        carried_in = found.carried.get(key, 0)
+        total = net + carried_in
+        out.append(
+            {
+                "partner_code": key[0],
+                "currency": key[1],
+                "amount": max(total, 0),
+                "amount_decimal": str(units(max(total, 0), key[1])),
+                "lines": int(row["lines"]) if row else 0,
+                "net": net,
+                "carried_in": carried_in,
+                "carried_forward": min(total, 0),
+            }
+        )
+    return _named(out, partners)
+
+
+# -- files ------------------------------------------------------------------------------------
+FILE_COLUMNS = (
+    "partner_code",
+    "partner_name",
+    "partner_email",
+    "amount",
+    "amount_decimal",
+    "currency",
+    "lines",
+    "net_decimal",
+    "carried_in_decimal",
+    "carried_forward_decimal",
+)
+
+
+def _file_rows(payout: dict[str, Any]) -> list[dict[str, Any]]:
+    """The batch's rows as the files write them: `amount` in minor units as in the JSON,
+    the other money as numbers in whole units of the row's currency."""
+    out = []
+    for row in payout["rows"]:
+        currency = row["currency"]
+        out.append(
+            {
+                **{
+                    k: row[k]
+                    for k in ("partner_code", "partner_name", "partner_email", "amount", "currency", "lines")
+                },
+                "amount_decimal": units(row["amount"], currency),
+                "net_decimal": units(row["net"], currency),
+                "carried_in_decimal": units(row["carried_in"], currency),
+                "carried_forward_decimal": units(row["carried_forward"], currency),
+            }
+        )
+    return out
+
+
+def to_csv(payout: dict[str, Any]) -> bytes:
+    """One row per partner and currency; UTF-8 with a BOM; money as plain decimal numbers."""
+    out = io.StringIO()
+    out.write(BOM)
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(FILE_COLUMNS)
+    for row in _file_rows(payout):
+        writer.writerow(["" if row[c] is None else str(row[c]) for c in FILE_COLUMNS])
+    return out.getvalue().encode("utf-8")
+
+
+def to_xlsx(payout: dict[str, Any]) -> bytes:
+    """One sheet: the batch's record above its rows (frozen header, filters); whole-unit money
+    cells carry a number format naming their row's currency."""
+    buffer = io.BytesIO()
+    options = {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False}
+    book = xlsxwriter.Workbook(buffer, options)
+    created = payout["created_at"]
+    if isinstance(created, datetime):
+        book.set_properties({"created": created.replace(tzinfo=None)})
+    bold = book.add_format({"bold": True})
+    header = book.add_format({"bold": True, "bg_color": "#F0F2F5", "bottom": 1})
+    formats: dict[str, Any] = {}
+    ws = book.add_worksheet("Payout")
+    ws.write_string(0, 0, f"Payout {payout['payout_id']}", bold)
+    ws.write_string(1, 0, f"up to {payout['up_to']}, status {payout['status']}")
+    top = 3
+    for col, name in enumerate(FILE_COLUMNS):
+        ws.write_string(top, col, name, header)
+    rows = _file_rows(payout)
+    for i, row in enumerate(rows, start=top + 1):
+        currency = row["currency"]
+        if currency not in formats:
+            formats[currency] = book.add_format({"num_format": excel_format(currency)})
+        for col, name in enumerate(FILE_COLUMNS):
+            value = row[name]
+            if value is None:
+                continue
+            if name.endswith("_decimal"):
+                ws.write_number(i, col, float(value), formats[currency])
+            elif isinstance(value, int):
+                ws.write_number(i, col, value)
+            else:
+                ws.write_string(i, col, str(value))
+    ws.freeze_panes(top + 1, 0)
+    ws.autofilter(top, 0, top + max(len(rows), 1), len(FILE_COLUMNS) - 1)
+    ws.set_column(0, len(FILE_COLUMNS) - 1, 16)
+    book.close()
+    return buffer.getvalue()
