@@ -104,6 +104,8 @@ class Publisher:
         if patch.result is not None:
             stale = patch.stale.get_column("value").to_arrow().cast(pa.string())
             for table, (attribute, _) in patch.tables.items():
+                if attribute not in incremental.KEYS:  # left alone by incremental runs (payouts)
+                    continue
                 changes.deletes[table] = (incremental.KEYS[attribute], stale)
                 changes.inserts[table] = _arrow(getattr(patch.result, attribute))
         if patch.unroutable is not None:
