@@ -24,7 +24,7 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     step = lambda m: print(f"applying {m.version}: {m.description}", flush=True)  # noqa: E731
     try:
         if is_shared(path):
-            from ingest.postgres_store import migrate
+            from ingest.postgres_conn import migrate
 
             before, applied = migrate(path, on_step=step)
         else:
@@ -61,7 +61,7 @@ def _index_keys(path: str) -> None:
 def _status(path: str) -> None:
     try:
         if is_shared(path):
-            from ingest.postgres_store import migration_status
+            from ingest.postgres_conn import migration_status
 
             version, todo = migration_status(path)
         else:

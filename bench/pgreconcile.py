@@ -54,7 +54,7 @@ def step_load(db: str, url: str, tail: str | None = None) -> dict[str, Any]:
     import polars as pl
 
     from bench import rawgen
-    from ingest.postgres_store import conninfo
+    from ingest.postgres_conn import conninfo
 
     started = time.perf_counter()
     rows = 0

@@ -27,7 +27,7 @@ def is_shared(database: str | Path) -> bool:
 def describe(database: str | Path) -> str:
     """`database` as messages and logs may show it: a URL without its password."""
     if is_shared(database):
-        from ingest.postgres_store import describe as describe_url
+        from ingest.postgres_conn import describe as describe_url
 
         return describe_url(str(database))
     return str(database)

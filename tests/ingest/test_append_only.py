@@ -49,7 +49,7 @@ def test_no_code_path_updates_or_deletes_raw_rows() -> None:
         for p in (ROOT / package).rglob("*.py")
         if re.search(r"(INSERT\s+INTO|COPY)\s+raw_events|\"raw_events\",\s*\"raw\"", p.read_text())
     )
-    assert inserts == ["ingest/duckdb_store.py", "ingest/postgres_store.py", "reconcile/engine.py"]
+    assert inserts == ["ingest/duckdb_store.py", "ingest/postgres_tx.py", "reconcile/engine.py"]
 
 
 def test_the_pattern_catches_what_it_must() -> None:
