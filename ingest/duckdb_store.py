@@ -19,7 +19,6 @@ start-up never fails on it; a resource fault keeps every batch for the next atte
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from ingest import bounds, migrations
+from ingest import bounds, lockfile, migrations
 from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.hotkeys import FORMAT as KEYS_FORMAT
 from ingest.hotkeys import OBSERVED, KeyIndex, Progress, anchor_of
@@ -53,6 +52,7 @@ from ingest.records import (
     Role,
     SaleLedger,
     StoredSession,
+    credential_values,
 )
 from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
 
@@ -187,19 +187,13 @@ class DatabaseInUse(Exception):
 
 def _claim(path: Path) -> int:
     """Lock `<path>.lock` for this store's lifetime, or raise `DatabaseInUse`."""
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
+        return lockfile.hold(f"{path}.lock")
+    except lockfile.Held as held:
         raise DatabaseInUse(
-            f"{path} is in use by another tally store (process {holder}); the embedded database"
+            f"{path} is in use by another tally store (process {held.holder}); the embedded database"
             " has one server at a time (several replicas need the PostgreSQL backend)"
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
 
 
 @contextmanager
@@ -451,20 +445,7 @@ class DuckTx:
 
     def add_credential(self, cred: Credential) -> None:
         self._sql().execute(
-            "INSERT INTO credentials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                cred.token_hash,
-                cred.kind,
-                cred.subject_id,
-                cred.masked,
-                json.dumps(sorted(cred.scopes)),
-                json.dumps(sorted(cred.workspace_ids)),
-                cred.name,
-                cred.created_at,
-                cred.revoked_at,
-                cred.flagged_at,
-                cred.rotation_deadline,
-            ],
+            "INSERT INTO credentials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", list(credential_values(cred))
         )
         self.index.put_credential(cred, self.undo)
 

@@ -10,7 +10,6 @@ so numbers follow commit order (ingest/postgres_store.py says why).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -22,7 +21,7 @@ from ingest import postgres_keys as keys
 from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.postgres_conn import resource_fault
 from ingest.postgres_control import BY_ACCOUNT, PROGRAM, program_row
-from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger
+from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.schema import RAW_EVENT_FIELDS, storable
 
 if TYPE_CHECKING:
@@ -236,19 +235,7 @@ class PgTx:
     def add_credential(self, cred: Credential) -> None:
         self._write(
             b"INSERT INTO credentials VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                cred.token_hash,
-                cred.kind,
-                cred.subject_id,
-                cred.masked,
-                json.dumps(sorted(cred.scopes)),
-                json.dumps(sorted(cred.workspace_ids)),
-                cred.name,
-                cred.created_at,
-                cred.revoked_at,
-                cred.flagged_at,
-                cred.rotation_deadline,
-            ),
+            credential_values(cred),
         )
 
     def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None:

@@ -115,6 +115,23 @@ class Credential:
     rotation_deadline: datetime | None = None
 
 
+def credential_values(cred: Credential) -> tuple[Any, ...]:
+    """A credential as both backends store it: the `credentials` table's columns, in order."""
+    return (
+        cred.token_hash,
+        cred.kind,
+        cred.subject_id,
+        cred.masked,
+        json.dumps(sorted(cred.scopes)),
+        json.dumps(sorted(cred.workspace_ids)),
+        cred.name,
+        cred.created_at,
+        cred.revoked_at,
+        cred.flagged_at,
+        cred.rotation_deadline,
+    )
+
+
 @dataclass(frozen=True)
 class Binding:
     """The first settled lead of a customer in a program, which binds it to a partner."""

@@ -92,12 +92,7 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str
 
     if dialect == "postgresql":
         return _refresh_postgresql(now_param)
-    now = now_param
-    line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
-    lines = (
-        f"UPDATE rc_commissions SET status = {line}"
-        f" WHERE status IN ('pending', 'approved') AND status <> {line}"
-    )
+    lines = _refresh_lines(now_param)
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     days = (
         "coalesce((SELECT h.holding_days FROM _rc_holding h"
@@ -114,16 +109,21 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str
     return lines, sales
 
 
+def _refresh_lines(now: str) -> str:
+    """The UPDATE that brings commission lines' pending/approved status up to `now`."""
+    line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
+    return (
+        f"UPDATE rc_commissions SET status = {line}"
+        f" WHERE status IN ('pending', 'approved') AND status <> {line}"
+    )
+
+
 def _refresh_postgresql(now_param: str) -> tuple[str, str]:
     """`refresh_sql` for PostgreSQL: the holding days joined in once (a correlated lookup per
     row costs seconds there), times compared as instants (its sessions are UTC, and a day is
     86,400 s, as in the embedded database's microsecond arithmetic)."""
     now = f"CAST({now_param} AS TIMESTAMPTZ)"
-    line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
-    lines = (
-        f"UPDATE rc_commissions SET status = {line}"
-        f" WHERE status IN ('pending', 'approved') AND status <> {line}"
-    )
+    lines = _refresh_lines(now)
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     sale = (
         f"CASE WHEN {now} >= s.occurred_at + coalesce(h.holding_days, {default}) * INTERVAL '1 day'"

@@ -20,7 +20,6 @@ rebuilt from the start.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
@@ -34,7 +33,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from ingest import migrations
+from ingest import lockfile, migrations
 from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
 from ingest.store import Changes, LogSource, ResultSink, RunRecord
 from reconcile import closure, explain, incremental, job
@@ -139,19 +138,13 @@ class LocalEngine:
         self._con: duckdb.DuckDBPyConnection | None = None
 
     def _claim(self) -> int:
-        fd = os.open(self.directory / "engine.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            return lockfile.hold(self.directory / "engine.lock")
+        except lockfile.Held as held:
             raise EngineInUse(
-                f"the reconcile working copy in {self.directory} is in use by process {holder};"
+                f"the reconcile working copy in {self.directory} is in use by process {held.holder};"
                 " give each replica its own TALLY_ENGINE_DIR"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        return fd
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
