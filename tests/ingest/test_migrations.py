@@ -259,3 +259,62 @@ def test_migrate_refuses_a_database_a_server_holds(tmp_path: Path) -> None:
     assert len(migrate.stderr.strip().splitlines()) == 1
     # the holder has let go: migrate works again
     assert main(["migrate", "--database", str(database)]) == 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_tally_migrate_on_postgresql_takes_the_same_list_and_refuses_a_newer_database(
+    pg_server: Any,
+) -> None:
+    """`tally migrate --database postgresql://...`: the same ordered list as an embedded file, one
+    line per step, then nothing pending; a database migrated by a newer tally is refused in one
+    line by `migrate` and by `serve`."""
+    name = pg_server.cluster.create_database()
+    url = pg_server.cluster.url(name)
+    status = _cli("migrate", "--database", url, "--status")
+    assert status.returncode == 0, status.stderr
+    assert [line for line in status.stdout.splitlines() if line.startswith("pending")] == [
+        f"pending {m.version}: {m.description}" for m in migrations.MIGRATIONS
+    ]
+    done = _cli("migrate", "--database", url)
+    assert done.returncode == 0, done.stderr
+    assert f"schema version 0 -> {migrations.LATEST}" in done.stdout
+    assert [line for line in done.stdout.splitlines() if line.startswith("applying")] == [
+        f"applying {m.version}: {m.description}" for m in migrations.MIGRATIONS
+    ]
+    again = _cli("migrate", "--database", url)
+    assert again.returncode == 0 and f"schema version {migrations.LATEST}, up to date" in again.stdout
+    pg_server.cluster.execute(
+        f"INSERT INTO schema_version VALUES ({migrations.LATEST + 1}, now(), 'from the future')", name
+    )
+    refused = _cli("migrate", "--database", url)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert "newer than this tally" in refused.stderr
+    serve = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--port", "0"],
+        cwd=ROOT,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "TALLY_DATABASE": url,
+            "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
+            "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert serve.returncode != 0 and len(serve.stderr.strip().splitlines()) == 1, serve.stderr
+    assert (
+        f"schema version {migrations.LATEST + 1}, newer than this tally's {migrations.LATEST}" in serve.stderr
+    )
