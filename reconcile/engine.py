@@ -55,6 +55,11 @@ STATE_DDL = "CREATE TABLE IF NOT EXISTS engine_state (identity VARCHAR NOT NULL,
 ARROW_BATCH_ROWS = 262_144
 
 
+class IncompleteCopy(Exception):
+    """Raised by `LocalEngine.pull` when the log source gave fewer rows than its watermark says
+    exist below it."""
+
+
 class EngineInUse(Exception):
     """Another process works in the same engine directory (each replica needs its own)."""
 
@@ -177,6 +182,8 @@ class LocalEngine:
         pulled = int(state[1]) if state else 0
         copied = 0
         con.execute("BEGIN TRANSACTION")
+        # Sequence numbers are handed out without gaps (ingest/postgres_tx.py): a copy short of
+        # rows would reconcile a log with holes, so it is refused (the run fails, results stay).
         try:
             for batch in source.raw(pulled, watermark):
                 con.register("_engine_pull", batch)
@@ -185,6 +192,11 @@ class LocalEngine:
                 finally:
                     con.unregister("_engine_pull")
                 copied += batch.num_rows
+            if copied != watermark - pulled:
+                raise IncompleteCopy(
+                    f"the log gave {copied} rows for seqs {pulled + 1}..{watermark}; the working copy"
+                    " keeps what it had and this run stops"
+                )
             programs, partners = source.control()
             for name, table in (("programs", programs), ("partners", partners)):
                 con.execute(f"DELETE FROM {name}")
@@ -200,8 +212,6 @@ class LocalEngine:
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
             raise
-        if copied != watermark - pulled:
-            log.error("the log source gave %d rows for seqs %d..%d", copied, pulled + 1, watermark)
         return copied, watermark
 
     @contextmanager
@@ -247,4 +257,4 @@ def read_log(
         return job.read(con, program_id=program_id, before_seq=before_seq)
 
 
-__all__ = ["EngineInUse", "LocalEngine", "Publisher", "Session", "read_log"]
+__all__ = ["EngineInUse", "IncompleteCopy", "LocalEngine", "Publisher", "Session", "read_log"]
