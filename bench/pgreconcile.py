@@ -127,32 +127,23 @@ def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
     }
 
 
-def _child(*args: str) -> dict[str, Any]:
+def _step_of(module: str, *args: str) -> dict[str, Any]:
+    """A step in a fresh process (`python -m <module> <step> ...`): its JSON summary."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.pgreconcile", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise RuntimeError(f"step {args[0]} failed: {done.stderr[-3000:]}")
+        raise RuntimeError(f"{module} {args[0]} failed: {done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _child(*args: str) -> dict[str, Any]:
+    return _step_of("bench.pgreconcile", *args)
 
 
 def _duck(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.reconcile", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"bench.reconcile {args[0]} failed: {done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return _step_of("bench.reconcile", *args)
 
 
 def _database() -> tuple[str, Any]:
