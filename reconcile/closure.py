@@ -82,17 +82,19 @@ def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str]:
+def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = False) -> tuple[str, str]:
     """Two UPDATE statements (each taking `now` twice) that set `pending` / `approved` as of
     `now` on every commission line and sale whose status is one of those two. A line's
     `available_at` is stored; a sale's is occurred_at + its program's holding days (table
     `_rc_holding(program_id, holding_days)`, else schema.PROGRAM_DEFAULTS), in
     microseconds so that no session time zone takes part. `dialect` duckdb or postgresql (the
-    published tables of a shared database, ingest/postgres_log.py)."""
+    published tables of a shared database, ingest/postgres_log.py). `forward`: `now` is not
+    before the time the statuses were last brought up to, so only pending rows can change
+    (approval only ever comes with time): the statements visit those alone."""
 
     if dialect == "postgresql":
-        return _refresh_postgresql(now_param)
-    lines = _refresh_lines(now_param)
+        return _refresh_postgresql(now_param, forward)
+    lines = _refresh_lines(now_param, forward)
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     days = (
         "coalesce((SELECT h.holding_days FROM _rc_holding h"
@@ -104,26 +106,30 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb") -> tuple[str, str
     )
     sales = (
         f"UPDATE rc_sales SET commission_status = {sale}"
-        f" WHERE commission_status IN ('pending', 'approved') AND commission_status <> {sale}"
+        f" WHERE commission_status IN {_changeable(forward)} AND commission_status <> {sale}"
     )
     return lines, sales
 
 
-def _refresh_lines(now: str) -> str:
+def _changeable(forward: bool) -> str:
+    return "('pending')" if forward else "('pending', 'approved')"
+
+
+def _refresh_lines(now: str, forward: bool) -> str:
     """The UPDATE that brings commission lines' pending/approved status up to `now`."""
     line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
     return (
         f"UPDATE rc_commissions SET status = {line}"
-        f" WHERE status IN ('pending', 'approved') AND status <> {line}"
+        f" WHERE status IN {_changeable(forward)} AND status <> {line}"
     )
 
 
-def _refresh_postgresql(now_param: str) -> tuple[str, str]:
+def _refresh_postgresql(now_param: str, forward: bool) -> tuple[str, str]:
     """`refresh_sql` for PostgreSQL: the holding days joined in once (a correlated lookup per
     row costs seconds there), times compared as instants (its sessions are UTC, and a day is
     86,400 s, as in the embedded database's microsecond arithmetic)."""
     now = f"CAST({now_param} AS TIMESTAMPTZ)"
-    lines = _refresh_lines(now)
+    lines = _refresh_lines(now, forward)
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     sale = (
         f"CASE WHEN {now} >= s.occurred_at + coalesce(h.holding_days, {default}) * INTERVAL '1 day'"
@@ -133,7 +139,7 @@ def _refresh_postgresql(now_param: str) -> tuple[str, str]:
         f"UPDATE rc_sales AS t SET commission_status = n.status FROM ("
         f"SELECT s.program_id, s.sale_id, {sale} AS status FROM rc_sales s"
         " LEFT JOIN _rc_holding h ON h.program_id = s.program_id"
-        " WHERE s.commission_status IN ('pending', 'approved')) AS n"
+        f" WHERE s.commission_status IN {_changeable(forward)}) AS n"
         " WHERE t.program_id = n.program_id AND t.sale_id = n.sale_id AND t.commission_status <> n.status"
     )
     return lines, sales

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -78,9 +79,11 @@ def _latest(con: duckdb.DuckDBPyConnection) -> RunRecord | None:
 class Publisher:
     """`reconcile.job.Publish` to a `ResultSink`."""
 
-    def __init__(self, sink: ResultSink, previous_run: str | None) -> None:
+    def __init__(self, sink: ResultSink, previous: RunRecord | None) -> None:
         self._sink = sink
-        self._previous = previous_run
+        self._previous = str(previous["run_id"]) if previous else None
+        # when the published statuses were last brought up to (the previous run's `now`)
+        self._previous_now: datetime | None = previous["started_at"] if previous else None
         self.mode: str | None = None  # what the last publish did: "replace" | "patch"
 
     def full(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -115,7 +118,8 @@ class Publisher:
         if patch.unroutable is not None:
             changes.replaces["rc_unroutable"] = _arrow(patch.unroutable)
         changes.scratch["_rc_holding"] = _arrow(patch.holding)
-        for statement in closure.refresh_sql("$1", self._sink.dialect):
+        forward = self._previous_now is not None and patch.now >= self._previous_now
+        for statement in closure.refresh_sql("$1", self._sink.dialect, forward=forward):
             changes.statements.append((statement, (patch.now,)))
         self._sink.patch(changes, run)
         self.mode = "patch"
@@ -222,7 +226,7 @@ class LocalEngine:
         previous = _latest(con)
         cur = con.cursor()
         try:
-            yield Session(cur, Publisher(sink, str(previous["run_id"]) if previous else None))
+            yield Session(cur, Publisher(sink, previous))
         finally:
             cur.close()
 

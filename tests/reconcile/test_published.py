@@ -67,3 +67,39 @@ def test_published_tables_are_the_engines_after_full_and_incremental_runs(
                 assert _reconcile(other) == "full"
                 with state.store.reader() as db:
                     assert_same(published(db), engine)
+
+
+def test_statuses_published_by_an_incremental_run_follow_time_both_ways(pg_server: Server) -> None:
+    """Between two runs only `now` and one unrelated event change: a pending line that has
+    become approvable is published approved; were the clock to go back, the statuses follow it
+    back, as on the embedded backend (the published tables stay the engine's)."""
+    from tests.reconcile import builders as b
+
+    stream = Stream(
+        rows=[
+            b.click("clk_1", "p1"),
+            b.lead("lead_1", "ck_1", click_id="clk_1"),
+            b.track_sale("sale_1", "in_1", 10_000, customer_key="ck_1", occurred_at=b.at(days=0)),
+        ],
+        programs=b.programs(holding_days=30),
+        partners=b.partners(("p1", None)),
+        now=b.at(days=20),
+    )
+    database = pg_server.fresh_database()
+    statuses = []
+    with (
+        time_machine.travel(stream.now, tick=False) as clock,
+        app_with(stream, database) as (client, state, ids),
+    ):
+        for step, days in enumerate((20, 40, 10)):
+            clock.move_to(b.at(days=days))
+            if step:
+                extra = b.click(f"clk_extra_{step}", "p1", received_at=b.at(days=days))
+                state.writer.run_sync(lambda tx, row=extra: tx.append(stream_rows(stream, ids, [row])[0]))
+            mode = _reconcile(client)
+            with state.store.reader() as db:
+                published_now = published(db)
+            assert_same(published_now, tables(state))
+            sales = published_now["rc_sales"]
+            statuses.append((mode, sales.get_column("commission_status").to_list()))
+    assert statuses == [("full", ["pending"]), ("incremental", ["approved"]), ("incremental", ["pending"])]
