@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ingest import engineering
 from ingest.clock import utcnow
 from ingest.errors import (
     Conflict,
@@ -170,16 +171,23 @@ async def create_program(store: Store, writer: Writer, actor: str, inp: ProgramC
     return program
 
 
-async def update_program(store: Store, writer: Writer, program: Program, inp: SettingsPatch) -> Program:
+async def update_program(
+    store: Store, writer: Writer, program: Program, inp: SettingsPatch, actor: str
+) -> Program:
+    """Save new settings; a change of the money terms is also appended to the raw log
+    (engineering.terms_row): sales that occur from then on are valued with the new terms."""
     settings = _settings(inp, program.settings)
     updated = replace(program, settings=settings, name=inp.name or program.name, updated_at=utcnow())
     # A program keeps the account it has (even one shared across workspaces before this check).
     claims = settings.stripe_account_id != program.settings.stripe_account_id
+    change = engineering.terms_row(program, program.settings, settings, actor)
 
     def op(tx: Tx) -> None:
         if claims:
             _claim_stripe_account(tx, updated)
         tx.put_program(updated)
+        if change is not None:
+            tx.append(change)
 
     await writer.run(op)
     return updated

@@ -1,5 +1,5 @@
 """Engineer actions on the raw log: metadata fixes, backfill applications, period closes, payout
-batches and their payment.
+batches and their payment, changes of a program's money terms.
 
 Each is appended as its own raw-log row (source `backfill`), never edited into earlier rows; the
 reconciler orders these human actions by `seq` (see reconcile/fixes.py, reconcile/periods.py and
@@ -20,7 +20,7 @@ from ingest.clock import utcnow
 from ingest.deliveries import CHECKLIST_STEP
 from ingest.hotkeys import processor_sale_keys
 from ingest.inputs import MetadataFixesIn
-from ingest.records import Program
+from ingest.records import MONEY_TERMS, Program, ProgramSettings
 from ingest.store import Tx
 from ingest.tokens import new_id
 from ingest.writer import Writer
@@ -154,3 +154,17 @@ def payout_batch_row(program: Program, up_to: date, actor: str) -> dict[str, Any
 def payout_paid_row(program: Program, payout_id: str, actor: str) -> dict[str, Any]:
     """The raw-log row marking payout batch `payout_id` paid: its lines become `paid`."""
     return _row(program, "payout_paid", actor, {"payout_id": payout_id, "by": actor}, event_id=new_id("paid"))
+
+
+def terms_row(
+    program: Program, before: ProgramSettings, after: ProgramSettings, actor: str
+) -> dict[str, Any] | None:
+    """The raw-log row of a change of `program`'s money terms from `before` to `after` (every
+    term on both sides), or None when no term changes. The reconciler values each sale with the
+    terms in force when it occurred, so a change applies to sales from its log time on."""
+    old, new = before.model_dump(include=set(MONEY_TERMS)), after.model_dump(include=set(MONEY_TERMS))
+    if old == new:
+        return None
+    return _row(
+        program, "program_terms", actor, {"from": old, "to": new, "by": actor}, event_id=new_id("terms")
+    )

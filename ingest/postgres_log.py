@@ -156,8 +156,11 @@ class PgLogSource:
             partners = cur.fetch_arrow_table()
         return programs, partners
 
-    def raw(self, after_seq: int, upto_seq: int, program_id: str | None = None) -> Iterator[pa.RecordBatch]:
-        """Raw rows with `after_seq < seq <= upto_seq` (of one program, if given), in seq order,
+    def raw(
+        self, after_seq: int, upto_seq: int, program_id: str | None = None, kinds: Sequence[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Raw rows with `after_seq < seq <= upto_seq` (of one program, of some kinds, if
+        given), in seq order,
         every column but `headers`, `body` only for engineer actions (the reconciler reads no
         other body)."""
         columns = ", ".join(
@@ -171,6 +174,8 @@ class PgLogSource:
             for name in RAW_EVENT_FIELDS
         )
         where = "seq > $1 AND seq <= $2" + (" AND program_id = $3" if program_id is not None else "")
+        if kinds is not None:  # a closed list of the reconciler's own kind names
+            where += " AND kind IN ({})".format(", ".join(f"'{k}'" for k in kinds if k.isidentifier()))
         sql = f"SELECT {columns} FROM raw_events WHERE {where} ORDER BY seq"
         windows = [(at, min(at + PULL_WINDOW, upto_seq)) for at in range(after_seq, upto_seq, PULL_WINDOW)]
         if not windows:

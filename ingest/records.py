@@ -18,6 +18,18 @@ CredentialKind = Literal["program", "agent", "account"]
 Role = Literal["owner", "member"]
 
 
+# The settings that decide what a sale earns: a change of them is logged (ingest/engineering.py
+# `terms_row`) and applies to sales after it (reconcile/terms.py).
+MONEY_TERMS = (
+    "commission_type",
+    "commission_bps",
+    "commission_flat",
+    "recurring_months",
+    "platform_fee_bps",
+    "holding_days",
+)
+
+
 class ProgramSettings(BaseModel):
     """Commission and integration settings of a program (CONTRACT section 6), bounded by
     `ingest/bounds.py` whichever way they arrive."""

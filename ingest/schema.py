@@ -9,9 +9,11 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
 - ``seq``: monotonic sequence assigned by the single writer (1, 2, 3, ... in commit order).
 - ``received_at``: when tally accepted the request (UTC).
 - ``source``: ``track`` (brand server or browser), ``stripe`` (connect webhook),
-  ``backfill`` (metadata fixes and backfill applications by engineers).
+  ``backfill`` (engineer and owner actions: metadata fixes, backfill applications, period
+  closes, payout batches and payments, changes of a program's money terms).
 - ``kind``: ``click`` | ``lead`` | ``sale`` | ``refund`` (track calls), ``stripe`` (every
-  processor delivery), ``metadata_fix`` | ``backfill`` | ``period_close`` (engineer actions).
+  processor delivery), ``metadata_fix`` | ``backfill`` | ``period_close`` | ``payout_batch`` |
+  ``payout_paid`` | ``program_terms`` (actions).
 - ``program_id``: the program the event belongs to (NULL for unroutable processor events).
 - ``outcome``: ``accepted`` | ``duplicate`` (a refused duplicate track call, or a repeated
   processor event id) | ``unroutable`` (processor event matching no program) | ``unusable``
@@ -19,8 +21,7 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
 - ``event_id``: our id for track calls (``clk_``/``lead_``/``sale_``/``rfd_``), the processor's
   event id (``evt_...``) for deliveries, a generated id for engineer actions.
 - ``event_type``: the processor's event type (``checkout.session.completed``...) or
-  ``track.click`` / ``track.lead`` / ``track.sale`` / ``track.refund`` / ``metadata_fix`` /
-  ``backfill`` / ``period_close``.
+  ``track.click`` / ``track.lead`` / ``track.sale`` / ``track.refund`` / the action's kind.
 - ``object_id``: the processor object id in ``data.object.id`` (cs_/in_/ch_/sub_...).
 - ``livemode``: processor ``livemode``; NULL for track calls.
 - ``test_mode``: true for ``livemode: false`` deliveries and for track sales with

@@ -205,8 +205,11 @@ class LogSource(Protocol):
     def control(self) -> tuple[pa.Table, pa.Table]:
         """The `programs` and `partners` tables, whole."""
 
-    def raw(self, after_seq: int, upto_seq: int, program_id: str | None = None) -> Iterator[pa.RecordBatch]:
-        """Raw rows with `after_seq < seq <= upto_seq` (of one program, if given), in seq order."""
+    def raw(
+        self, after_seq: int, upto_seq: int, program_id: str | None = None, kinds: Sequence[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Raw rows with `after_seq < seq <= upto_seq` (of one program, of some kinds, if
+        given), in seq order."""
 
 
 class ResultSink(Protocol):

@@ -85,8 +85,9 @@ def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:
 def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = False) -> tuple[str, str]:
     """Two UPDATE statements (each taking `now` twice) that set `pending` / `approved` as of
     `now` on every commission line and sale whose status is one of those two. A line's
-    `available_at` is stored; a sale's is occurred_at + its program's holding days (table
-    `_rc_holding(program_id, holding_days)`, else schema.PROGRAM_DEFAULTS), in
+    `available_at` is stored; a sale's is occurred_at + the holding days of its program's terms
+    in force when it occurred (table `_rc_holding(program_id, since, until, holding_days)`,
+    reconcile/terms.py `holding`; else schema.PROGRAM_DEFAULTS), in
     microseconds so that no session time zone takes part. `dialect` duckdb or postgresql (the
     published tables of a shared database, ingest/postgres_log.py). `forward`: `now` is not
     before the time the statuses were last brought up to, so only pending rows can change
@@ -98,7 +99,7 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = F
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     days = (
         "coalesce((SELECT h.holding_days FROM _rc_holding h"
-        f" WHERE h.program_id = rc_sales.program_id), {default})"
+        f" WHERE h.program_id = rc_sales.program_id AND {_in_force('h', 'rc_sales')}), {default})"
     )
     sale = (
         f"CASE WHEN epoch_us({now_param}) >= epoch_us(occurred_at) + {days} * CAST(86400000000 AS BIGINT)"
@@ -109,6 +110,14 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = F
         f" WHERE commission_status IN {_changeable(forward)} AND commission_status <> {sale}"
     )
     return lines, sales
+
+
+def _in_force(terms: str, sale: str) -> str:
+    """The condition that the `_rc_holding` version `terms` was in force when `sale` occurred."""
+    return (
+        f"({terms}.since IS NULL OR {sale}.occurred_at > {terms}.since)"
+        f" AND ({terms}.until IS NULL OR {sale}.occurred_at <= {terms}.until)"
+    )
 
 
 def _changeable(forward: bool) -> str:
@@ -138,7 +147,7 @@ def _refresh_postgresql(now_param: str, forward: bool) -> tuple[str, str]:
     sales = (
         f"UPDATE rc_sales AS t SET commission_status = n.status FROM ("
         f"SELECT s.program_id, s.sale_id, {sale} AS status FROM rc_sales s"
-        " LEFT JOIN _rc_holding h ON h.program_id = s.program_id"
+        f" LEFT JOIN _rc_holding h ON h.program_id = s.program_id AND {_in_force('h', 's')}"
         f" WHERE s.commission_status IN {_changeable(forward)}) AS n"
         " WHERE t.program_id = n.program_id AND t.sale_id = n.sale_id AND t.commission_status <> n.status"
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from reconcile import customers
+from reconcile import customers, terms
 from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
 from reconcile.schema import ENGINE, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, norm_email
@@ -65,18 +65,52 @@ def _window_end(months: pl.Expr, anchor: pl.Expr, distinct: list[int]) -> pl.Exp
 SETTINGS = tuple(name for name in PROGRAM_SCHEMA if name != "program_id")
 
 
+def _terms(sales: pl.DataFrame, programs: pl.DataFrame) -> pl.DataFrame:
+    """SETTINGS of each sale (aligned with `sales`): its program's terms in force at its
+    occurred_at (`programs` as reconcile/terms.py `history` gives them; without `since`, one
+    row per program)."""
+    keys = sales.get_column("program_id")
+    if "since" not in programs.columns or not terms.changed(programs):
+        return lookup_small(keys, programs, "program_id", SETTINGS)
+    settings = lookup_small(keys, programs.filter(pl.col("since").is_null()), "program_id", SETTINGS)
+    versions = programs.filter(pl.col("since").is_not_null()).sort("since")
+    which = (
+        sales.select("program_id", "occurred_at", row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        .filter(pl.col("program_id").is_in(versions.get_column("program_id").implode()))
+        .sort("occurred_at")
+        .join_asof(
+            versions.select("program_id", "since", *SETTINGS),
+            left_on="occurred_at",
+            right_on="since",
+            by="program_id",
+            strategy="backward",
+            allow_exact_matches=False,  # a change applies to sales after it
+            check_sortedness=False,
+        )
+        .filter(pl.col("since").is_not_null())
+    )
+    rows = which.get_column("row")
+    return pl.DataFrame(
+        [settings.get_column(name).scatter(rows, which.get_column(name)) for name in SETTINGS]
+    )
+
+
 def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -> pl.DataFrame:
-    """For sales (columns INPUT), aligned with them: OUTPUT."""
+    """For sales (columns INPUT), aligned with them: OUTPUT. `programs`: one row per program,
+    or its terms over time (reconcile/terms.py `history`)."""
     eligible = ~pl.col("test_mode") & pl.col("partner_code").is_not_null()
-    settings = lookup_small(sales.get_column("program_id"), programs, "program_id", SETTINGS).with_columns(
+    settings = _terms(sales, programs).with_columns(
         pl.col(name).fill_null(pl.lit(value, PROGRAM_SCHEMA[name]))
         for name, value in PROGRAM_DEFAULTS.items()
     )
-    windowed = _customers(sales, settings.get_column("recurring_months").is_not_null()).hstack(
+    # The window is the customer's wherever the program limits it under any terms: anchors
+    # are found over all of such a program's sales (lifetime programs need none).
+    windowing = programs.filter(pl.col("recurring_months").is_not_null()).get_column("program_id")
+    program_limits = pl.col("program_id").is_in(windowing.implode())
+    windowed = _customers(sales, sales.select(program_limits.fill_null(False)).to_series()).hstack(
         settings.get_columns()
     )
-    # Anchors matter only where the program limits the window (lifetime programs need none).
-    limited = eligible & pl.col("recurring_months").is_not_null()
+    limited = eligible & program_limits
     line = ["program_id", "customer"]
     anchors = (
         windowed.lazy()

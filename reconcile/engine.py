@@ -20,6 +20,7 @@ rebuilt from the start.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -37,7 +38,7 @@ import pyarrow as pa
 from ingest import lockfile, migrations
 from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
 from ingest.store import Changes, LogSource, ResultSink, RunRecord
-from reconcile import closure, explain, incremental, job
+from reconcile import closure, explain, incremental, job, terms
 
 log = logging.getLogger("tally.reconcile")
 
@@ -250,7 +251,9 @@ def read_log(
         con.execute(raw_events_ddl())
         for ddl in CONTROL_PLANE_DDL:
             con.execute(ddl)
-        for batch in source.raw(0, upto, program_id):
+        # Before the seq, every row; after it, the changes of terms (job.read wants them too).
+        later = source.raw(upto, source.watermark(), program_id, (terms.KIND,)) if before_seq else iter(())
+        for batch in itertools.chain(source.raw(0, upto, program_id), later):
             con.register("_log", batch)
             con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _log")
             con.unregister("_log")

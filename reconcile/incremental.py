@@ -7,9 +7,10 @@ when all of these hold:
   rc_* schema changes), the Polars version (an upgrade may change results), program settings
   and partners;
 - its high water seq is not above the log's, and every rc_* table exists;
-- no engineer action (metadata fix, backfill, period close, payout batch or its payment) arrived
-  since: a backfill re-scopes a date range of a whole program, a close freezes a month of every
-  sale of one, a payout batch takes lines of every customer of one.
+- no engineer action (metadata fix, backfill, period close, payout batch or its payment, a
+  change of a program's terms) arrived since: a backfill re-scopes a date range of a whole
+  program, a close freezes a month of every sale of one, a payout batch takes lines of every
+  customer of one.
 
 Months closed before the previous run need no full run: a closed month's lines are composed per
 commission line key from the ledgers of the log's prefixes before each close
@@ -42,12 +43,12 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from reconcile import closure, unroutable
+from reconcile import closure, terms, unroutable
 from reconcile.pipeline import Result, reconcile
-from reconcile.schema import ENGINE, prepare_programs
+from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
-ENGINE_VERSION = "6"
+ENGINE_VERSION = "7"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",
@@ -212,6 +213,7 @@ def prepare(
     report("reconcile", 0, 1)
     routed = new.filter(pl.col("program_id").is_not_null())
     result, stale, read = None, pl.DataFrame(schema={"value": pl.String}), new.height
+    engineer = read_rows(reader, "program_id IS NOT NULL", groups=("engineer",))
     if routed.height:
         reached = _reached(reader, previous)
         # Clicks are read whole and filtered here: a semi-join against a registered frame of
@@ -220,13 +222,14 @@ def prepare(
         reached_clicks = read_rows(reader, "program_id IS NOT NULL", groups=("click",)).filter(
             pl.col("click_id").is_in(clicks.implode())
         )
-        engineer = read_rows(reader, "program_id IS NOT NULL", groups=("engineer",))
         log = pl.concat([reached, reached_clicks, engineer], how="diagonal_relaxed")
         read += log.height
         result = reconcile(log, programs, partners, now)
         stale = closure.stale_keys(reached)
     strays = new.filter(pl.col("program_id").is_null() | unroutable.picked_up())
     lost = unroutable_rows(reader, programs) if strays.height else None
-    holding = prepare_programs(programs).select("program_id", "holding_days").collect(engine=ENGINE)
+    # Statuses of the rows left alone move with each sale's holding days, by its terms.
+    settings = prepare_programs(programs).collect(engine=ENGINE)
+    holding = terms.holding(terms.history(prepare_raw(engineer), settings))
     report("write", 1, 1)
     return Patch(int(high), read, stale, result, lost, holding, now, tables)

@@ -38,7 +38,7 @@ from typing import Protocol
 import duckdb
 import polars as pl
 
-from reconcile import explain, incremental
+from reconcile import explain, incremental, terms
 from reconcile import mirror as mirror_module
 from reconcile.mirror import Mirror
 from reconcile.pipeline import Result, reconcile
@@ -51,7 +51,7 @@ from reconcile.schema import (
     SALES_SCHEMA,
     UNIQUE_STRINGS,
 )
-from reconcile.source import control_plane, raw_chunk
+from reconcile.source import control_plane, raw_chunk, read_rows
 
 Progress = Callable[[str, int, int], None]
 
@@ -97,12 +97,20 @@ Cursor = duckdb.DuckDBPyConnection  # the engine's connection (`Store.engine()`)
 def read(
     con: duckdb.DuckDBPyConnection, program_id: str | None = None, before_seq: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The raw log (of one program and/or before a seq, if given; loaded), program settings and
-    partners, as one consistent snapshot. For previews and books as of a close; the job itself
+    """The raw log (of one program and/or before a seq, if given; loaded; with the changes of
+    the programs' terms made after that seq too), program settings and partners, as one
+    consistent snapshot. For previews and books as of a close; the job itself
     never loads the whole log at once."""
     con.execute("BEGIN TRANSACTION")
     try:
         raw = raw_chunk(con, None if program_id is None else [program_id], before_seq)
+        if before_seq is not None:
+            # The terms over time are the whole log's, whatever prefix is valued (reconcile/terms.py).
+            where, params = "kind = ? AND seq >= ?", [terms.KIND, before_seq]
+            if program_id is not None:
+                where, params = f"{where} AND program_id = ?", [*params, program_id]
+            later = read_rows(con, where, params, groups=("engineer",))
+            raw = pl.concat([raw, later], how="diagonal_relaxed")
         programs, partners = control_plane(con)
     finally:
         con.execute("COMMIT")

@@ -8,7 +8,8 @@ Stages (each module's docstring states its rules):
 3. reconcile/fixes.py: backfilled metadata fixes folded into the sales' metadata.
 4. reconcile/leads.py + reconcile/attribution.py: the ladder, per program.
 5. reconcile/customers.py + reconcile/commissions.py: eligibility (real, attributed, inside the
-   customer's recurring window), amounts.
+   customer's recurring window), amounts, under the program's terms in force when the sale
+   occurred (reconcile/terms.py).
 6. reconcile/layers.py: each sale's values before and after each applied backfill.
 7. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
 8. reconcile/ledger.py: commission lines frozen once approved; later refunds and backfills as
@@ -18,8 +19,8 @@ Stages (each module's docstring states its rules):
 11. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
-actions (metadata fixes, backfills, period closes, payout batches and their payment), which are
-ordered by `seq`. Everything else
+actions (metadata fixes, backfills, period closes, payout batches and their payment, changes of
+a program's terms), which are ordered by `seq`. Everything else
 is ordered by business time and stable ids: records by (occurred_at, event_id), sales by
 (occurred_at, sale_id), leads by (occurred_at, lead_id), refunds by (occurred_at, event_id).
 The same log gives the same rows whatever the order of its rows (`Result.sorted()` puts them in
@@ -45,6 +46,7 @@ from reconcile import (
     normalise,
     payouts,
     periods,
+    terms,
     unroutable,
 )
 from reconcile import ledger as ledger_rules
@@ -140,8 +142,10 @@ def reconcile(
     log = prepare_raw(raw if isinstance(raw, pl.DataFrame) else raw.collect(engine=ENGINE))
     settings = prepare_programs(programs).collect(engine=ENGINE)
     people = prepare_partners(partners).collect(engine=ENGINE)
-    current = ledger(log, settings, people, now)
-    lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, settings, people, now).lines)
+    # The terms over time come from the whole log, for every prefix too (reconcile/terms.py).
+    history = terms.history(log, settings)
+    current = ledger(log, history, people, now)
+    lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, history, people, now).lines)
     made = payouts.batches(log)
     marks = payouts.paid(log, made)
     return Result(
@@ -160,7 +164,8 @@ def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
 
 
 def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime) -> Ledger:
-    """One full pass: sales, commission lines (no period close), refunds, doubles, evidence."""
+    """One full pass: sales, commission lines (no period close), refunds, doubles, evidence.
+    `programs`: the programs' terms over time (reconcile/terms.py `history`)."""
     connect = normalise.connect_sales(raw)
     self_hosted = normalise.self_hosted_sales(raw)
     split = doubles.split_self_hosted(connect.sales, self_hosted)

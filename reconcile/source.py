@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 
 from ingest.records import ProgramSettings
-from reconcile import payouts, unroutable
+from reconcile import payouts, terms, unroutable
 from reconcile.schema import (
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
@@ -19,7 +19,7 @@ from reconcile.schema import (
 )
 
 # Engineer actions read with their `body` (metadata fixes carry typed columns instead).
-ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS)
+ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND)
 
 # Each group of rows is read with its own columns (schema.READ_COLUMNS), filtered by
 # `{where}`. Engineer actions are the only rows whose `body` is read: they are read apart, so

@@ -61,10 +61,11 @@ def _owned_program(request: Request) -> Program:
 
 
 async def patch_program(request: Request) -> Response:
+    account = require_account(request)
     program = _owned_program(request)
     _, inp = await body_model(request, SettingsPatch)
     st = state(request)
-    updated = await control.update_program(st.store, st.writer, program, inp)
+    updated = await control.update_program(st.store, st.writer, program, inp, account.account_id)
     return ok(request, control.program_view(st.store, updated))
 
 

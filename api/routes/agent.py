@@ -42,7 +42,7 @@ async def patch_program(request: Request) -> Response:
     program = _program(request, agent)
     _, inp = await body_model(request, SettingsPatch)
     st = state(request)
-    updated = await control.update_program(st.store, st.writer, program, inp)
+    updated = await control.update_program(st.store, st.writer, program, inp, agent.subject_id)
     return ok(request, control.program_view(st.store, updated))
 
 

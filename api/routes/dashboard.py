@@ -292,7 +292,7 @@ async def update_settings(request: Request) -> Response:
     try:
         inp = validate(SettingsPatch, settings_data(form))
         st = state(request)
-        await control.update_program(st.store, st.writer, program, inp)
+        await control.update_program(st.store, st.writer, program, inp, who.account.account_id)
     except (ValidationFailed, StripeAccountInUse) as exc:
         return program_page(
             request, who, program, exc.status, settings_form=form, settings_errors=settings_problems(exc)

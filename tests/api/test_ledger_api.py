@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
@@ -21,7 +22,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
-from tests.helpers import logged_in, program_path
+from tests.helpers import logged_in, program_path, query
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
@@ -248,6 +249,64 @@ def test_partner_change_after_approval_books_adjustment_lines_in_the_backfills_m
     ]
 
 
+def test_changed_terms_apply_to_sales_from_the_change_on_and_never_rewrite_a_line(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """A change of the program's rate, fee or holding period (PATCH) applies to sales that occur
+    from then on: the paid January line, the pending sale of Feb 1 and the closed month keep
+    the terms they were earned under; a sale after the change earns the new rate and is held
+    for the new period."""
+    world = shop(client, platform_fee_bps=500)
+    path = f"/api/v1/programs/{world.program_id}"
+    sale(world, "in_1", 10_000, "2026-01-05T10:00:00Z")
+    sale(world, "in_2", 10_000, "2026-02-01T10:00:00Z")
+    clock.move_to(at("2026-02-15T09:00:00Z"))
+    pay(world, make_batch(world, "2026-01-31")["payout_id"])
+    assert client.post(f"{path}/periods/2026-01/close", headers=world.owner).status_code == 200
+    january = finance(world, "2026-01")
+
+    clock.move_to(at("2026-02-16T09:00:00Z"))
+    change = {"commission_bps": 5000, "platform_fee_bps": 1000, "holding_days": 0}
+    r = client.patch(path, json=change, headers=world.owner)
+    assert r.status_code == 200, r.text
+    assert client.patch(path, json={"name": "Renamed"}, headers=world.owner).status_code == 200
+    # The change is appended to the raw log once, with both sides (the rename changed no term).
+    ((body, actor),) = query(
+        client,
+        "SELECT body, actor FROM raw_events WHERE kind = 'program_terms' AND program_id = ?",
+        world.program_id,
+    )
+    terms = json.loads(body)
+    assert (terms["from"]["commission_bps"], terms["to"]["commission_bps"], terms["to"]["holding_days"]) == (
+        3000,
+        5000,
+        0,
+    )
+    assert actor == terms["by"] != "operator"
+    sale(world, "in_3", 10_000, "2026-02-20T10:00:00Z")
+    sale(world, "in_4", 10_000, "2026-02-10T10:00:00Z")  # reported late, occurred before the change
+    clock.move_to(at("2026-02-21T09:00:00Z"))
+    reconcile(client)
+    assert brief(lines(world)) == [
+        ("in_1", "alice", "commission", "2026-01", 3_000, "paid", None),
+        ("in_2", "alice", "commission", "2026-02", 3_000, "pending", None),
+        ("in_3", "alice", "commission", "2026-02", 5_000, "approved", None),
+        ("in_4", "alice", "commission", "2026-02", 3_000, "pending", None),
+    ]
+    fees = {r["transaction_id"]: r["platform_fee"] for r in lines(world)}
+    assert fees == {"in_1": 500, "in_2": 500, "in_3": 1_000, "in_4": 500}
+    assert finance(world, "2026-01") == january
+    # Statuses move on with each sale's own holding period in later (incremental) runs.
+    clock.move_to(at("2026-03-04T09:00:00Z"))
+    reconcile(client)
+    statuses = {r["transaction_id"]: r["status"] for r in lines(world)}
+    assert statuses == {"in_1": "paid", "in_2": "approved", "in_3": "approved", "in_4": "pending"}
+    r = client.get(f"{path}/sales", headers=world.owner)
+    sales = {s["transaction_id"]: (s["commission"], s["commission_status"]) for s in r.json()["data"]}
+    assert sales["in_4"] == (3_000, "pending")
+    assert sales["in_3"] == (5_000, "approved")
+
+
 # --- payouts ---------------------------------------------------------------------------------
 
 
@@ -438,3 +497,9 @@ def test_settings_say_the_window_belongs_to_the_customer(client: TestClient, wor
     logged_in(client, world.account_token)
     page = client.get(program_path(world))
     assert "The window belongs to the referred customer" in page.text
+
+
+def test_settings_say_a_change_applies_to_sales_from_then_on(client: TestClient, world: World) -> None:
+    logged_in(client, world.account_token)
+    page = client.get(program_path(world))
+    assert "applies to sales that occur\n  from the moment you save it" in page.text

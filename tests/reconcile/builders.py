@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
+from reconcile.terms import TERMS
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 PROGRAM = "prog_a"
@@ -300,4 +301,25 @@ def partners(*entries: tuple[str, str | None], program: str = PROGRAM) -> pl.Dat
     return pl.DataFrame(
         [{"program_id": program, "code": c, "email": e} for c, e in entries],
         schema=PARTNER_POLARS_SCHEMA,
+    )
+
+
+def program_terms(change_id: str, before: dict[str, Any], after: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """A change of the program's money terms (ingest/engineering.py `terms_row`): every term
+    of reconcile/terms.py TERMS on both sides (unset ones null)."""
+    names = TERMS
+    return row(
+        source="backfill",
+        kind="program_terms",
+        event_id=change_id,
+        event_type="program_terms",
+        actor="operator",
+        body=json.dumps(
+            {
+                "from": {n: before.get(n) for n in names},
+                "to": {n: after.get(n) for n in names},
+                "by": "operator",
+            }
+        ),
+        **kw,
     )

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from reconcile.terms import TERMS  # the names of the terms alone; the rules are restated here
+
 Row = dict[str, Any]
 
 SESSION_EVENTS = {"checkout.session.completed", "checkout.session.async_payment_succeeded"}
@@ -615,6 +617,42 @@ def customers(sales: list[Row]) -> dict[int, int]:
     return {id(s): root(id(s)) for s in sales}
 
 
+def with_terms_history(rows: list[Row], settings: dict[str, Row]) -> dict[str, Row]:
+    """The programs' settings, each with `versions`: [(since, terms)] from its `program_terms`
+    rows (seq order; a change takes effect at the latest log time of itself and the changes
+    before it): the first change's `from` terms since the start, then each change's `to`."""
+    out = {}
+    for program, conf in settings.items():
+        changes = sorted(
+            (
+                r
+                for r in rows
+                if r["kind"] == "program_terms" and r["outcome"] == "accepted" and r["program_id"] == program
+            ),
+            key=lambda r: r["seq"],
+        )
+        versions: list[tuple[datetime | None, Row]] = []
+        effective: datetime | None = None
+        for change in changes:
+            body = json.loads(change["body"])
+            if not versions:
+                versions.append((None, {k: body["from"].get(k) for k in TERMS}))
+            effective = change["received_at"] if effective is None else max(effective, change["received_at"])
+            versions.append((effective, {k: body["to"].get(k) for k in TERMS}))
+        out[program] = {**conf, "versions": versions}
+    return out
+
+
+def terms_at(conf: Row, occurred_at: datetime) -> Row:
+    """The program's terms in force at `occurred_at`: the last version made before it;
+    without versions, its settings."""
+    found: Row = conf
+    for since, terms in conf.get("versions", []):
+        if since is None or since < occurred_at:
+            found = terms
+    return found
+
+
 def value_commissions(
     sales: list[Row], settings: dict[str, dict[str, Any]], partner_emails: dict[tuple[str, str], str | None]
 ) -> None:
@@ -624,8 +662,9 @@ def value_commissions(
         if not s["test_mode"] and s["partner_code"] is not None:
             anchors.setdefault(customer[id(s)], s)
     for s in sales:
-        conf = {**DEFAULTS, **{k: v for k, v in settings.get(s["program_id"], {}).items() if v is not None}}
-        months = settings.get(s["program_id"], {}).get("recurring_months")
+        terms = terms_at(settings.get(s["program_id"], {}), s["occurred_at"])
+        conf = {**DEFAULTS, **{k: v for k, v in terms.items() if v is not None}}
+        months = terms.get("recurring_months")
         s["holding_days"] = conf["holding_days"]
         s["commissionable"] = False
         s["gross_commission"] = 0
@@ -1281,6 +1320,7 @@ def reconcile_reference(
     settings: dict[str, Row] = {}
     for p in programs:
         settings.setdefault(p["program_id"], p)
+    settings = with_terms_history(rows, settings)
     partner_emails: dict[tuple[str, str], str | None] = {}
     for p in partners:
         partner_emails.setdefault((p["program_id"], p["code"]), p["email"])

@@ -65,7 +65,7 @@ EDGES = tuple(
         (2029, 2, 28, 23, 59, 59),
     )
 )
-ENGINEER = ("metadata_fix", "backfill", "period_close", "payout_batch", "payout_paid")
+ENGINEER = ("metadata_fix", "backfill", "period_close", "payout_batch", "payout_paid", "program_terms")
 SESSION_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 
 Row = dict[str, Any]
@@ -371,6 +371,25 @@ def _paid(draw: st.DrawFn, n: int, batches: list[Row]) -> Row | None:
     )
 
 
+def _some_terms(draw: st.DrawFn) -> dict[str, Any]:
+    """Money terms of a program (reconcile/terms.py TERMS)."""
+    return {
+        "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
+        "commission_bps": draw(st.sampled_from((0, 2500, 3000, 5000, 10_000))),
+        "commission_flat": draw(st.sampled_from((0, 150, 999))),
+        "recurring_months": draw(st.sampled_from((None, 0, 1, 12))),
+        "platform_fee_bps": draw(st.sampled_from((0, 500, 10_000))),
+        "holding_days": draw(st.sampled_from((0, 7, 30))),
+    }
+
+
+def _terms(draw: st.DrawFn, n: int, program: str) -> Row:
+    """A change of the program's terms, at any of the stream's times."""
+    return b.program_terms(
+        f"terms_{n}", _some_terms(draw), _some_terms(draw), program_id=program, occurred_at=_time(draw)
+    )
+
+
 def _unroutable(draw: st.DrawFn, n: int) -> Row:
     return b.invoice(
         f"evt_{n}",
@@ -397,6 +416,7 @@ MAKERS = {
     "backfill": _backfill,
     "period_close": _close,
     "payout_batch": _payout,
+    "program_terms": _terms,
 }
 
 
@@ -477,6 +497,17 @@ def _now(draw: st.DrawFn) -> datetime:
     return b.at(days=draw(st.sampled_from((0, 20, 45, 200))))
 
 
+def _ledger_terms(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "holding_days": draw(st.sampled_from((0, 7, 14))),
+        "recurring_months": draw(st.sampled_from((None, 0, 1, 12))),
+        "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
+        "commission_bps": draw(st.sampled_from((3000, 3000, 5000))),
+        "commission_flat": draw(st.sampled_from((150, 999))),
+        "platform_fee_bps": 500,
+    }
+
+
 @st.composite
 def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
     """A log shaped to exercise the ledger (reconcile/ledger.py, reconcile/payouts.py): one
@@ -492,8 +523,11 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
         )
     batches: list[str] = []
     sold = ["tx_unknown"]
+    terms = _ledger_terms(draw)  # the program's terms; a change moves them on, as the API does
     for n in range(draw(st.integers(1, max_events))):
-        kind = draw(st.sampled_from(("sale", "sale", "sale", "refund", "refund", "fix", "payout", "paid")))
+        kind = draw(
+            st.sampled_from(("sale", "sale", "sale", "refund", "refund", "fix", "payout", "paid", "terms"))
+        )
         when = b.at(days=draw(st.integers(0, 60)), hours=draw(st.sampled_from((0, 12))))
         if kind == "sale":
             sold.append(f"tx_{n}")
@@ -533,14 +567,13 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
         elif kind == "payout":
             batches.append(f"po_{n}")
             rows.append(b.payout_batch(f"po_{n}", draw(st.sampled_from(CUTOFFS)), occurred_at=when))
+        elif kind == "terms":
+            changed = _ledger_terms(draw)
+            rows.append(b.program_terms(f"terms_{n}", terms, changed, occurred_at=when))
+            terms = changed
         elif batches:
             rows.append(b.payout_paid(f"paid_{n}", draw(st.sampled_from(batches)), occurred_at=when))
-    programs = b.programs(
-        holding_days=draw(st.sampled_from((0, 7, 14))),
-        recurring_months=draw(st.sampled_from((None, 0, 1, 12))),
-        commission_type=draw(st.sampled_from(("percent", "percent", "flat"))),
-        commission_flat=draw(st.sampled_from((150, 999))),
-    )
+    programs = b.programs(**terms)
     return Stream(
         rows=rows,
         programs=programs,

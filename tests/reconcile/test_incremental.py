@@ -173,6 +173,7 @@ def test_changed_settings_or_partners_give_a_full_run(con: duckdb.DuckDBPyConnec
         b.metadata_fix("fix_1", transaction_id="tx_9", customer_key="ck_1"),
         b.backfill("bf_1", "2025-12-01", "2026-03-01"),
         b.period_close("close_1", "2026-01"),
+        b.program_terms("terms_1", {"commission_bps": 3000}, {"commission_bps": 5000, "holding_days": 0}),
     ],
 )
 def test_new_engineer_actions_give_a_full_run(con: duckdb.DuckDBPyConnection, action: dict[str, Any]) -> None:

@@ -55,18 +55,37 @@ def _later_changes(stream: Stream, data: st.DataObject, at: Any) -> list[dict[st
     return rows
 
 
+def _new_terms(stream: Stream, data: st.DataObject, at: Any) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """A change of the program's terms at `at` (a rate, fee, holding period or window of its
+    own), and the programs as they are after it."""
+    (current,) = stream.programs.to_dicts()
+    changed = {
+        **current,
+        "commission_type": data.draw(st.sampled_from(("percent", "flat")), label="type"),
+        "commission_bps": data.draw(st.sampled_from((0, 1000, 9000)), label="bps"),
+        "commission_flat": data.draw(st.sampled_from((1, 5000)), label="flat"),
+        "recurring_months": data.draw(st.sampled_from((None, 0, 2)), label="months"),
+        "platform_fee_bps": data.draw(st.sampled_from((0, 2000)), label="fee"),
+        "holding_days": data.draw(st.sampled_from((0, 60)), label="holding"),
+    }
+    change = b.program_terms("late_terms", current, changed, occurred_at=at, received_at=at)
+    return [change], b.program_frame([changed])
+
+
 @PROFILE
 @given(stream=ledger_streams(), data=st.data())
 def test_approved_and_paid_lines_are_never_rewritten(stream: Stream, data: st.DataObject) -> None:
-    """CONTRACT 7: approved and paid lines are never rewritten: later refunds, fixes and partner
-    changes add lines. Every line approved or paid as of `now` is, after later refunds and
-    re-attributions (effective after `now`), still there with the same money, partner, status
-    kind and payout; what changed is booked on new lines dated after `now`."""
+    """CONTRACT 7: approved and paid lines are never rewritten: later refunds, fixes, partner
+    changes and changes of the program's terms add lines (or none). Every line approved or paid
+    as of `now` is, after later refunds, re-attributions and a change of terms (effective after
+    `now`), still there with the same money, partner, status kind and payout; what changed is
+    booked on new lines dated after `now`."""
     now = max(stream.now, *(r["received_at"] for r in stream.rows))  # after everything logged
     before = reconcile(stream.frame(), stream.programs, stream.partners, now).commissions
     later = now + timedelta(days=data.draw(st.integers(0, 400), label="days later"))
-    rows = [*stream.rows, *_later_changes(stream, data, later)]
-    after = reconcile(b.frame(rows), stream.programs, stream.partners, later + timedelta(days=1)).commissions
+    terms, programs = _new_terms(stream, data, later)
+    rows = [*stream.rows, *_later_changes(stream, data, later), *terms]
+    after = reconcile(b.frame(rows), programs, stream.partners, later + timedelta(days=1)).commissions
     settled = before.filter(pl.col("status").is_in(["approved", "paid"]))
     kept = settled.join(after, on=list(LINE), how="left", suffix="_after")
     for row in kept.iter_rows(named=True):
@@ -97,7 +116,7 @@ def test_ledger_streams_exercise_every_rule() -> None:
     a paid batch and a clawback taken by a batch appear (a test that cannot silently go vacuous)."""
     seen: set[str] = set()
 
-    @profile(40, ci=40)
+    @profile(60, ci=60)
     @given(stream=ledger_streams())
     def collect(stream: Stream) -> None:
         lines = reconcile(stream.frame(), stream.programs, stream.partners, stream.now).commissions
@@ -109,4 +128,4 @@ def test_ledger_streams_exercise_every_rule() -> None:
 
     collect()
     assert seen >= {"commission", "clawback", "adjustment", "paid", "clawback in a batch"}, seen
-    assert set(ENGINEER) >= {"payout_batch", "payout_paid"}
+    assert set(ENGINEER) >= {"payout_batch", "payout_paid", "program_terms"}
