@@ -96,6 +96,6 @@ def diff(before: Result, after: Result) -> BackfillDiff:
             on=line_key,
             how="anti",
         )
-        .sort("period", "sale_id")
+        .sort("period", "sale_id", "partner_code", "kind", "cause", nulls_last=True)
     )
     return BackfillDiff(sales, partners, adjustments)

@@ -46,14 +46,23 @@ async def metadata_fixes(request: Request) -> Response:
     return ok(request, {"fixes": fixes, "count": len(fixes)}, 201)
 
 
-def diff_view(result: BackfillDiff) -> dict[str, Any]:
+def diff_view(result: BackfillDiff, unnamed: str | None = None) -> dict[str, Any]:
+    """The diff as the response gives it. `unnamed`: the id of a backfill only previewed (a dry
+    run): the adjustment lines it would cause say `cause` null, since no backfill has that id;
+    an applied backfill's lines name it (its `backfill_id`)."""
+
     def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
         return frame.to_dicts()
 
+    adjustments = result.adjustments
+    if unnamed is not None:
+        adjustments = adjustments.with_columns(
+            cause=pl.when(pl.col("cause") != unnamed).then(pl.col("cause"))
+        )
     return {
         "changed_sales": rows(result.sales),
         "partner_totals": rows(result.partners),
-        "adjustments": rows(result.adjustments),
+        "adjustments": rows(adjustments),
         "changes": result.sales.height,
     }
 
@@ -80,7 +89,7 @@ async def run_backfill(request: Request) -> Response:
         "from": inp.start,
         "to": inp.end,
         "dry_run": inp.dry_run,
-        **diff_view(result),
+        **diff_view(result, row["event_id"] if inp.dry_run else None),
         "picked_up": [picked_view(event) for event in picked],
     }
     if not inp.dry_run:
