@@ -343,3 +343,48 @@ def test_while_postgresql_is_down_a_replica_answers_503_and_recovers_by_itself(t
         assert _rows(database, accepted) == [("in_before",), ("in_after",)]  # nothing of the refused ones
     finally:
         cluster.close()
+
+
+def test_after_a_postgresql_crash_the_next_run_publishes_the_results_again(tmp_path: Path) -> None:
+    """The published tables are UNLOGGED (ingest/postgres_log.py): a crash of PostgreSQL empties
+    them, and with them the marker of the run they held, so that replicas see no run (not a run
+    with no sales) and the next run publishes whole, even where its working copy could patch."""
+    cluster = Cluster(durable=True)
+    try:
+        database = cluster.url(cluster.create_database())
+        server = _replica(database, tmp_path, "a")
+        try:
+            owner, pid, key = live_program(server.url)
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                for n in range(3):
+                    assert _sold(c, key, f"in_{n}").status_code == 200
+                assert c.post("/api/v1/operator/reconcile", headers=OP).json()["data"]["mode"] == "full"
+                assert len(c.get(f"/api/v1/programs/{pid}/sales", headers=owner).json()["data"]) == 3
+                assert _rows(database, "SELECT relpersistence FROM pg_class WHERE relname = 'rc_sales'") == [
+                    ("u",)
+                ]
+                cluster.stop("immediate")
+                cluster.start()
+                deadline = time.monotonic() + 30
+                while c.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert _rows(database, "SELECT count(*) FROM rc_sales") == [(0,)]
+                assert len(_runs(database)) == 1  # the run is still recorded; its tables are gone
+                finance = f"/api/v1/programs/{pid}/reports/finance?period=2026-11&format=html"
+                report = c.get(finance, headers=owner)
+                deadline = time.monotonic() + 30
+                while report.status_code == 503 and time.monotonic() < deadline:
+                    time.sleep(0.5)  # a read on a pooled connection the crash broke: 503, then a new one
+                    report = c.get(finance, headers=owner)
+                assert report.status_code == 200, report.text
+                assert "before the first reconcile run" in report.text
+                assert _sold(c, key, "in_3").status_code == 200
+                r = c.post("/api/v1/operator/reconcile", headers=OP)
+                assert r.status_code == 200, r.text
+                # the job itself may be incremental (its working copy is intact); what it
+                # publishes is whole: a patch of the emptied tables would hold in_3 alone
+                assert len(c.get(f"/api/v1/programs/{pid}/sales", headers=owner).json()["data"]) == 4
+        finally:
+            server.stop()
+    finally:
+        cluster.close()
