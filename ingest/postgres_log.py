@@ -124,7 +124,7 @@ class PgReader:
     def latest_run(self) -> tuple[str, datetime] | None:
         if not self.table_exists("rc_runs"):
             return None
-        row = self.one(_latest_published(self.table_exists(PUBLISHED)))
+        row = self.one("SELECT run_id, finished_at FROM rc_runs ORDER BY run_no DESC LIMIT 1")
         return (str(row[0]), row[1]) if row else None
 
     def log(
@@ -224,8 +224,7 @@ class PgResultSink:
         self._store = store
 
     def latest_run(self) -> str | None:
-        marked = self._store._one("SELECT to_regclass(%s) IS NOT NULL", (PUBLISHED,))
-        row = self._store._one(_latest_published(bool(marked and marked[0])))
+        row = self._store._one("SELECT run_id FROM rc_runs ORDER BY run_no DESC LIMIT 1")
         return str(row[0]) if row else None
 
     def replace(
@@ -241,10 +240,7 @@ class PgResultSink:
         names = []
         with _adbc(self._store) as con, con.cursor() as cur:
             for name, data in tables:
-                # Created empty, made UNLOGGED, then filled: no WAL for rows any run can rebuild.
-                cur.adbc_ingest(name + suffix, pa.Table.from_batches([], schema=data.schema), mode="create")
-                cur.execute(f'ALTER TABLE "{name}{suffix}" SET UNLOGGED')
-                cur.adbc_ingest(name + suffix, data, mode="append")
+                cur.adbc_ingest(name + suffix, data, mode="create")
                 for number, columns in enumerate(indexes.get(name, ())):
                     cur.execute(
                         f'CREATE INDEX "{name}_{number}{suffix}" ON "{name}{suffix}" ({", ".join(columns)})'
@@ -281,32 +277,10 @@ class PgResultSink:
             con.commit()
 
 
-# The published tables are UNLOGGED: a publish writes no WAL for them (about 45 % of its COPY
-# time), and a PostgreSQL crash empties them. This marker, UNLOGGED as well, names the run they
-# hold: emptied with them, it makes every replica see no run (as before the first) until the next
-# run, which then publishes whole. Runs themselves (`rc_runs`) are logged.
-PUBLISHED = "rc_published"
-
-
-def _latest_published(marked: bool) -> str:
-    """The newest run whose tables are published (`marked`: the marker table exists; before
-    the first publish of this release every recorded run's tables were logged)."""
-    if not marked:
-        return "SELECT run_id, finished_at FROM rc_runs ORDER BY run_no DESC LIMIT 1"
-    return (
-        f"SELECT r.run_id, r.finished_at FROM rc_runs r JOIN {PUBLISHED} p ON p.run_id = r.run_id"
-        " ORDER BY r.run_no DESC LIMIT 1"
-    )
-
-
 def _record(cur: Any, run: RunRecord) -> None:
-    """The run recorded, and marked as the one the published tables hold."""
     names = list(run)
     marks = ", ".join(f"${i + 1}" for i in range(len(names)))
     cur.execute(
         f"INSERT INTO rc_runs ({', '.join(names)}) VALUES ({marks})",
         parameters=tuple(run[n] for n in names),
     )
-    cur.execute(f"CREATE UNLOGGED TABLE IF NOT EXISTS {PUBLISHED} (run_id TEXT NOT NULL)")
-    cur.execute(f"DELETE FROM {PUBLISHED}")
-    cur.execute(f"INSERT INTO {PUBLISHED} VALUES ($1)", parameters=(run["run_id"],))
