@@ -53,19 +53,23 @@ async def get_program(request: Request) -> Response:
     return ok(request, control.program_view(state(request).store, program))
 
 
-def _owned_program(request: Request) -> Program:
+def _owner_and_program(request: Request) -> tuple[str, Program]:
+    """The acting owner's account id and the program of the path, which it owns."""
     account = require_account(request)
     program = account_program(request, account)
     control.require_owner(state(request).store, program.workspace_id, account.account_id)
-    return program
+    return account.account_id, program
+
+
+def _owned_program(request: Request) -> Program:
+    return _owner_and_program(request)[1]
 
 
 async def patch_program(request: Request) -> Response:
-    account = require_account(request)
-    program = _owned_program(request)
+    owner, program = _owner_and_program(request)
     _, inp = await body_model(request, SettingsPatch)
     st = state(request)
-    updated = await control.update_program(st.store, st.writer, program, inp, account.account_id)
+    updated = await control.update_program(st.store, st.writer, program, inp, owner)
     return ok(request, control.program_view(st.store, updated))
 
 
