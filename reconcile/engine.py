@@ -7,10 +7,12 @@ by default a temporary directory of the process): a copy of the log's rows, deri
 disposable, which every session first brings up to the source's watermark (`LogSource`: the rows
 after the last one copied, a window of sequence numbers at a time, as Arrow; the control plane
 whole). The job then runs on the copy exactly as on an embedded database, and its final
-transaction publishes the run (`Publisher`, through the `ResultSink`) before it commits: a full
-run replaces the published tables; an incremental run sends only its changes (rows deleted by
-key and inserted, statuses refreshed) when the published tables are those of the run it built
-on, and replaces them otherwise (another replica reconciled meanwhile). A publish that fails rolls
+transaction publishes the run (`Publisher`, through the `ResultSink`) before it commits. When
+the published tables are those of the run this one built on (no other replica reconciled
+meanwhile), only changes are sent: an incremental run's (rows deleted by key and inserted,
+statuses refreshed), or what a full run's tables differ in from the ones they replace, compared
+in the copy (`_changes`: the rows of each changed key); otherwise, or when a full run changed
+more than `CHANGES_SHARE` of the rows, the published tables are replaced whole. A publish that fails rolls
 the local run back too, so copy and published tables never disagree on which run is current.
 
 A working copy of another database (or of one restored to an earlier point) is thrown away and
@@ -55,6 +57,9 @@ PUBLISHED_INDEXES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 STATE_DDL = "CREATE TABLE IF NOT EXISTS engine_state (identity VARCHAR NOT NULL, pulled_seq BIGINT NOT NULL)"
 ARROW_BATCH_ROWS = 262_144
+# A full run whose rows differ from the published ones by more than this share of them
+# replaces the published tables instead of sending its changes.
+CHANGES_SHARE = 0.2
 
 
 class IncompleteCopy(Exception):
@@ -77,6 +82,70 @@ def _latest(con: duckdb.DuckDBPyConnection) -> RunRecord | None:
     return dict(zip(names, rows[0], strict=True)) if rows else None
 
 
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    return [
+        (str(name), str(kind))
+        for name, kind in con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+    ]
+
+
+def _digests(table: str, key: str | None) -> str:
+    """Per key (or for the whole table): its rows' count and the sum of their row hashes."""
+    rows = f"count(*) AS n, sum(hash(_row)::HUGEINT) AS h FROM {table} AS _row"
+    return f"SELECT NULL AS value, {rows}" if key is None else f"SELECT {key} AS value, {rows} GROUP BY ALL"
+
+
+def _changes(con: duckdb.DuckDBPyConnection) -> Changes | None:
+    """What a full run changed in the tables it replaced (`job.previous`, in its transaction),
+    as the published tables take it: in a table keyed as incremental runs key it, the keys whose
+    rows differ are deleted and the run's rows of those keys inserted; any other table that
+    differs is replaced whole. None when the outgoing tables are missing or of other columns,
+    or when more than `CHANGES_SHARE` of the rows changed (replacing everything is then cheaper).
+
+    Rows are compared by key through their count and the sum of their 64-bit row hashes
+    (DuckDB's `hash` of the whole row, nulls included, column order counting): a key whose
+    rows changed keeps both by chance about once in 2^64. An exact comparison (EXCEPT ALL of
+    whole rows both ways) took 9 s at 1M events, more than publishing every table (4 s); this
+    takes a fraction of a second."""
+    changes = Changes()
+    sent = rows = 0
+    for table, attribute in [*((t, a) for t, (a, _) in job.TABLES.items()), ("rc_unroutable", "")]:
+        old = job.previous(table)
+        columns = _columns(con, table)
+        if not columns or columns != _columns(con, old):
+            return None
+        ((count,),) = con.execute(f"SELECT count(*) FROM {table}").fetchall()
+        rows += int(count)
+        key = incremental.KEYS.get(attribute)
+        differ = (
+            f"SELECT coalesce(new.value, old.value) AS value FROM ({_digests(table, key)}) AS new"
+            f" FULL JOIN ({_digests(old, key)}) AS old ON new.value IS NOT DISTINCT FROM old.value"
+            " WHERE new.n IS DISTINCT FROM old.n OR new.h IS DISTINCT FROM old.h"
+        )
+        keys = con.sql(differ).to_arrow_table()
+        if not keys.num_rows:
+            continue
+        if key is None:
+            changes.replaces[table] = con.sql(f"FROM {table}").to_arrow_table()
+            sent += int(count)
+            continue
+        if keys.column("value").null_count:  # a key that cannot be deleted by value
+            return None
+        con.register("_rc_changed", keys)
+        try:
+            inserts = con.sql(f"FROM {table} WHERE {key} IN (SELECT value FROM _rc_changed)").to_arrow_table()
+        finally:
+            con.unregister("_rc_changed")
+        changes.deletes[table] = (key, keys.column("value").combine_chunks().cast(pa.string()))
+        changes.inserts[table] = inserts
+        sent += inserts.num_rows
+    return None if sent > CHANGES_SHARE * rows else changes
+
+
 class Publisher:
     """`reconcile.job.Publish` to a `ResultSink`."""
 
@@ -85,13 +154,21 @@ class Publisher:
         self._previous = str(previous["run_id"]) if previous else None
         # when the published statuses were last brought up to (the previous run's `now`)
         self._previous_now: datetime | None = previous["started_at"] if previous else None
-        self.mode: str | None = None  # what the last publish did: "replace" | "patch"
+        self.mode: str | None = None  # what the last publish did: "replace" | "changes" | "patch"
 
     def full(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Replace every published table with this run's (read from the engine inside the
-        run's transaction)."""
+        """Publish a full run: only the rows that differ from the tables it replaced
+        (`changes`), when those are the published ones and not much changed; otherwise every
+        published table replaced with this run's (read from the engine inside the run's
+        transaction)."""
         run = _latest(con)
         assert run is not None
+        if self._previous is not None and self._sink.latest_run() == self._previous:
+            changes = _changes(con)
+            if changes is not None:
+                self._sink.patch(changes, run)
+                self.mode = "changes"
+                return
         # One table's rows at a time: each reader is opened once the sink has taken the previous.
         tables = (
             (name, con.sql(f"SELECT * FROM {name}").to_arrow_reader(ARROW_BATCH_ROWS)) for name in job.STAGED

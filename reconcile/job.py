@@ -270,12 +270,28 @@ def _reconcile_all(
     return int(events), int(high_water), sales, lines
 
 
-def _swap_in(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-    """Inside the final transaction: this run's staging tables become the rc_* tables."""
+def previous(table: str) -> str:
+    """Where a full run keeps the outgoing `table` while it publishes (`Publish.full`)."""
+    return f"{table}__previous"
+
+
+def _swap_in(con: duckdb.DuckDBPyConnection, run_id: str, *, keep_previous: bool = False) -> None:
+    """Inside the final transaction: this run's staging tables become the rc_* tables. The
+    outgoing tables are dropped, or with `keep_previous` renamed (`previous`) for the publisher
+    to compare against, and dropped by `_drop_previous` before the commit."""
     for table in STAGED:
-        con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute(f"DROP TABLE IF EXISTS {previous(table)}")
+        if keep_previous:
+            con.execute(f"ALTER TABLE IF EXISTS {table} RENAME TO {previous(table)}")
+        else:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
         con.execute(f'ALTER TABLE "{_staging(table, run_id)}" RENAME TO {table}')
     _replace_view(con, "rc_explain", explain.view_ddl())
+
+
+def _drop_previous(con: duckdb.DuckDBPyConnection) -> None:
+    for table in STAGED:
+        con.execute(f"DROP TABLE IF EXISTS {previous(table)}")
 
 
 def _record(
@@ -359,7 +375,8 @@ def write(
 class Publish(Protocol):
     """Where a run's results go besides the engine's own tables (reconcile/engine.py): called
     inside the run's final transaction, after its tables and record are in place, so that a
-    failure to publish rolls the run back."""
+    failure to publish rolls the run back. During `full` the tables the run replaces are still
+    there, renamed (`previous`), so that only what changed need be sent."""
 
     def full(self, con: duckdb.DuckDBPyConnection) -> None: ...
 
@@ -413,12 +430,13 @@ def run(
             reader.close()
 
         def swap() -> RunSummary:
-            _swap_in(con, run_id)
+            _swap_in(con, run_id, keep_previous=publish is not None)
             mirror.register(con)
             summary = _record(con, run_id, now, started, counts, "full", fingerprint)
             if publish is not None:
                 report("publish", 0, 1)
                 publish.full(con)
+                _drop_previous(con)
             return summary
 
         def apply() -> RunSummary:
