@@ -12,8 +12,9 @@ the published tables are those of the run this one built on (no other replica re
 meanwhile), only changes are sent: an incremental run's (rows deleted by key and inserted,
 statuses refreshed), or what a full run's tables differ in from the ones they replace, compared
 in the copy (`_changes`: the rows of each changed key); otherwise, or when a full run changed
-more than `CHANGES_SHARE` of the rows, the published tables are replaced whole. A publish that fails rolls
-the local run back too, so copy and published tables never disagree on which run is current.
+more than `CHANGES_SHARE` of the rows, the published tables are replaced whole. A publish that
+fails rolls the local run back too, so copy and published tables never disagree on which run is
+current.
 
 A working copy of another database (or of one restored to an earlier point) is thrown away and
 rebuilt from the start.
