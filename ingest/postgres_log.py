@@ -260,8 +260,11 @@ class PgResultSink:
         """Rows deleted by key and inserted, statements run (status refreshes), the run
         recorded: one transaction."""
         with _adbc(self._store) as con, con.cursor() as cur:
+            sent = None  # the keys in `_rc_stale` now: an incremental run deletes the same from every table
             for table, (column, values) in changes.deletes.items():
-                cur.adbc_ingest("_rc_stale", pa.table({"value": values}), mode="replace", temporary=True)
+                if values is not sent:
+                    cur.adbc_ingest("_rc_stale", pa.table({"value": values}), mode="replace", temporary=True)
+                    sent = values
                 cur.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT value FROM _rc_stale)")
             for table, data in changes.replaces.items():
                 cur.execute(f"DELETE FROM {table}")
