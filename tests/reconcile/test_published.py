@@ -121,7 +121,7 @@ def test_statuses_published_by_an_incremental_run_follow_time_both_ways(pg_serve
 
 
 def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: Server) -> None:
-    """Ten sales, thirty days' holding: a full run when only the first sale's line has become
+    """Thirty sales, thirty days' holding: a full run when only the first sale's line has become
     approvable rewrites only that sale's published rows (the others keep the row versions, `xmin`,
     of the previous publish); a full run when every line has moved replaces the tables whole; and a
     replica whose previous run is not the one published (another replica published since) replaces
@@ -130,7 +130,7 @@ def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: 
     from tests.reconcile import builders as b
 
     rows: list[dict[str, object]] = []
-    for n in range(10):
+    for n in range(30):
         rows += [
             b.click(f"clk_{n}", "p1"),
             b.lead(f"lead_{n}", f"ck_{n}", click_id=f"clk_{n}"),
@@ -170,7 +170,7 @@ def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: 
             after = versions(db)
             assert_same(published(db), tables(state))
         assert [txn for txn in before if before[txn] != after[txn]] == ["in_0"]
-        assert full_run(store, 60) == "replace"  # every line approved: most rows differ
+        assert full_run(store, 70) == "replace"  # every line approved: most rows differ
         with store.reader() as db:
             assert_same(published(db), tables(state))
         other = PgStore(database, engine_dir=folder)
@@ -178,6 +178,6 @@ def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: 
             assert full_run(other, 20) == "replace"  # all pending again, published by `other`
         finally:
             other.close()
-        assert full_run(store, 60) == "replace"  # not "changes": its own previous run is not published
+        assert full_run(store, 70) == "replace"  # not "changes": its own previous run is not published
         with store.reader() as db:
             assert_same(published(db), tables(state))
