@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 TRACK_KINDS = ("click", "lead", "sale", "refund", "stripe")
 PULL_WINDOW = 500_000  # raw rows per query while the working copy catches up
 PULL_CONNECTIONS = 2  # windows fetched at once
+PUBLISH_WORK_MEM = "256MB"  # for the reconciler's publishing transaction only
 
 
 class _WholeNumeric(NumericLoader):
@@ -260,10 +261,14 @@ class PgResultSink:
         """Rows deleted by key and inserted, statements run (status refreshes), the run
         recorded: one transaction."""
         with _adbc(self._store) as con, con.cursor() as cur:
+            # The deletes hash every stale key (10M events, +1 %: about half a million): with the
+            # default work_mem each hash spills to disk. One publisher at a time (the run lock).
+            cur.execute(f"SET LOCAL work_mem = '{PUBLISH_WORK_MEM}'")
             sent = None  # the keys in `_rc_stale` now: an incremental run deletes the same from every table
             for table, (column, values) in changes.deletes.items():
                 if values is not sent:
                     cur.adbc_ingest("_rc_stale", pa.table({"value": values}), mode="replace", temporary=True)
+                    cur.execute("ANALYZE _rc_stale")  # the planner's estimate of the key set's size
                     sent = values
                 cur.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT value FROM _rc_stale)")
             for table, data in changes.replaces.items():
