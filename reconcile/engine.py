@@ -112,40 +112,46 @@ def _changes(con: duckdb.DuckDBPyConnection) -> Changes | None:
     (DuckDB's `hash` of the whole row, nulls included, column order counting): a key whose
     rows changed keeps both by chance about once in 2^64. An exact comparison (EXCEPT ALL of
     whole rows both ways) took 9 s at 1M events, more than publishing every table (4 s); this
-    takes a fraction of a second."""
-    changes = Changes()
-    sent = rows = 0
-    for table, attribute in [*((t, a) for t, (a, _) in job.TABLES.items()), ("rc_unroutable", "")]:
-        old = job.previous(table)
+    takes 0.6 s there, 7 to 9 s at 10M. The tables' sizes are counted first, so that a run
+    over the budget stops at the table that crosses it, its changes never fetched."""
+    tables = [*((t, a) for t, (a, _) in job.TABLES.items()), ("rc_unroutable", "")]
+    rows = 0
+    for table, _ in tables:
         columns = _columns(con, table)
-        if not columns or columns != _columns(con, old):
+        if not columns or columns != _columns(con, job.previous(table)):
             return None
         ((count,),) = con.execute(f"SELECT count(*) FROM {table}").fetchall()
         rows += int(count)
+    # Nothing is fetched beyond the budget: a run that changed most rows costs the comparison
+    # and counts, never its changes in memory.
+    budget, sent = CHANGES_SHARE * rows, 0
+    changes = Changes()
+    for table, attribute in tables:
         key = incremental.KEYS.get(attribute)
-        differ = (
-            f"SELECT coalesce(new.value, old.value) AS value FROM ({_digests(table, key)}) AS new"
-            f" FULL JOIN ({_digests(old, key)}) AS old ON new.value IS NOT DISTINCT FROM old.value"
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _rc_changed AS SELECT coalesce(new.value, old.value) AS value"
+            f" FROM ({_digests(table, key)}) AS new FULL JOIN ({_digests(job.previous(table), key)}) AS old"
+            " ON new.value IS NOT DISTINCT FROM old.value"
             " WHERE new.n IS DISTINCT FROM old.n OR new.h IS DISTINCT FROM old.h"
         )
-        keys = con.sql(differ).to_arrow_table()
-        if not keys.num_rows:
-            continue
-        if key is None:
-            changes.replaces[table] = con.sql(f"FROM {table}").to_arrow_table()
-            sent += int(count)
-            continue
-        if keys.column("value").null_count:  # a key that cannot be deleted by value
+        changed = (
+            f"FROM {table}" if key is None else f"FROM {table} WHERE {key} IN (SELECT value FROM _rc_changed)"
+        )
+        ((keys, nulls, size),) = con.execute(
+            f"SELECT count(*), count(*) - count(value), (SELECT count(*) {changed}) FROM _rc_changed"
+        ).fetchall()
+        sent += int(size) if keys else 0
+        if sent > budget or (key is not None and nulls):  # too much, or a key not deletable by value
+            con.execute("DROP TABLE _rc_changed")
             return None
-        con.register("_rc_changed", keys)
-        try:
-            inserts = con.sql(f"FROM {table} WHERE {key} IN (SELECT value FROM _rc_changed)").to_arrow_table()
-        finally:
-            con.unregister("_rc_changed")
-        changes.deletes[table] = (key, keys.column("value").combine_chunks().cast(pa.string()))
-        changes.inserts[table] = inserts
-        sent += inserts.num_rows
-    return None if sent > CHANGES_SHARE * rows else changes
+        if keys and key is None:
+            changes.replaces[table] = con.sql(changed).to_arrow_table()
+        elif keys and key is not None:
+            stale = con.sql("SELECT value FROM _rc_changed").to_arrow_table().column("value")
+            changes.deletes[table] = (key, stale.combine_chunks().cast(pa.string()))
+            changes.inserts[table] = con.sql(changed).to_arrow_table()
+        con.execute("DROP TABLE _rc_changed")
+    return changes
 
 
 class Publisher:
