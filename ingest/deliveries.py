@@ -27,9 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
-from ingest.hotkeys import EVENT_KEY_SPACE, processor_sale_keys
+from ingest.hotkeys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
 from ingest.records import Program
-from ingest.store import Store, Tx
+from ingest.store import Needs, Store, Tx
 from ingest.stripe import Problems, extract, parse_event, read, verify_signature
 from ingest.writer import Writer
 
@@ -152,7 +152,7 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
         )
         return duplicate
 
-    duplicate = await writer.run(op)
+    duplicate = await writer.run(op, needs=_needs(fields, program))
     if duplicate:
         return {"received": True, "duplicate": True}
     if program is None:
@@ -164,6 +164,22 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
         "duplicate": False,
         "test_mode": fields["test_mode"],
     }
+
+
+def _needs(fields: Mapping[str, Any], program: Program | None) -> Needs:
+    """What a delivery's operation claims and looks up: its event id, and the ids of the sale
+    it is (or refunds) in its program."""
+    event_id = fields.get("event_id")
+    if not isinstance(event_id, str):
+        return Needs()
+    claims = [(EVENT_KEY_SPACE, event_id)]
+    sales: list[tuple[str, str]] = []
+    if program is not None:
+        pid = program.program_id
+        claims += [(pid, key) for key in processor_sale_keys(fields)]
+        ids = (fields.get(name) for name in (*PROCESSOR_ID_FIELDS, "transaction_id"))
+        sales = [(pid, key) for key in ids if isinstance(key, str)]
+    return Needs(claims=tuple(claims), sales=tuple(sales), events=(event_id,))
 
 
 async def _store_unusable(

@@ -55,6 +55,7 @@ from ingest.records import (
     credential_values,
 )
 from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
+from ingest.store import Needs
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
     import polars as pl
@@ -344,6 +345,10 @@ class DuckTx:
             self._kx.mark(),
             self._last,
         )
+
+    def prefetch(self, needs: Sequence[Needs]) -> None:
+        with _keys_faults():
+            self._kx.prefetch(needs)
 
     def release(self, mark: tuple[Any, ...]) -> bool:
         """Drop what was written since `mark`; False when that cannot be done (statements ran
@@ -1092,6 +1097,7 @@ class DuckStore:
         rebuild it from the whole log when it is of another format, ahead of the log or from
         another history. Returns the rows applied."""
         keys = self.keys
+        keys.discard()  # what is not in the index file yet is replayed from the log below
         seq, anchor, fmt = keys.position()
         if fmt != KEYS_FORMAT or seq > self._seq or (seq and anchor != self._anchor_at(seq)):
             if fmt is not None:

@@ -23,6 +23,7 @@ from ingest.postgres_conn import resource_fault
 from ingest.postgres_control import BY_ACCOUNT, PROGRAM, program_row
 from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.schema import RAW_EVENT_FIELDS, storable
+from ingest.store import Needs
 
 if TYPE_CHECKING:
     from ingest.postgres_store import PgStore
@@ -91,6 +92,9 @@ class PgTx:
                 self._sent = number
             self._pending = kept
         return self._cur
+
+    def prefetch(self, needs: Sequence[Needs]) -> None:
+        """Nothing read ahead yet: each claim and lookup is its own statement."""
 
     def mark(self) -> tuple[int, int, int, int, dict[tuple[str, str], datetime]]:
         self._marked = self._numbered

@@ -87,8 +87,32 @@ class Reader(Protocol):
         partners, on one snapshot: the reconciler's input for books as of a period close."""
 
 
+ProgramKey = tuple[str, str]  # (program id, key)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one operation will claim and look up in the tables ingest decides from, handed to
+    the writer with it (`Writer.run(op, needs=...)`) so a group commit can read them for every
+    operation of the group at once (`Tx.prefetch`) instead of a statement each. A hint, never a
+    promise: an operation may look up more (at a statement each) or less."""
+
+    claims: tuple[ProgramKey, ...] = ()  # idempotency keys it will claim
+    sales: tuple[ProgramKey, ...] = ()  # sale ids whose ledger it will read
+    clicks: tuple[ProgramKey, ...] = ()
+    bindings: tuple[ProgramKey, ...] = ()  # customers whose binding it will read
+    provisional: tuple[ProgramKey, ...] = ()  # customers whose provisional lead it will read
+    refunds: tuple[ProgramKey, ...] = ()
+    events: tuple[str, ...] = ()  # processor event ids
+
+
 class Tx(Protocol):
     """One write transaction, owned by the writer thread. Domain checks happen before writes."""
+
+    def prefetch(self, needs: Sequence[Needs]) -> None:
+        """Read ahead what the group's operations will claim and look up (`Needs`), in as few
+        statements as the backend can; their lookups and claims then answer from it. Decides
+        nothing: what a claim took is still the claim's own result."""
 
     def mark(self) -> Any:
         """Where the transaction stands now, for `release`."""

@@ -19,7 +19,7 @@ from ingest.errors import (
 )
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
 from ingest.records import Program
-from ingest.store import Store, Tx
+from ingest.store import Needs, Store, Tx
 from ingest.tokens import new_id
 from ingest.writer import Writer
 
@@ -165,7 +165,9 @@ async def record_lead(
         _log(tx, call, pid, 200, "accepted", f"{mode} lead {lead_id} ({status}) for {customer}", seq)
         tx.check(pid, "lead_received", call.received_at)
 
-    await writer.run(op)
+    clicks = ((pid, inp.click_id),) if inp.click_id is not None else ()
+    who = ((pid, customer),)
+    await writer.run(op, needs=Needs(clicks=clicks, bindings=who, provisional=who))
     return Outcome(
         {
             "lead_id": lead_id,
@@ -228,7 +230,9 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
         _log(tx, call, pid, 409, "duplicate_transaction", f"transaction {txn} already recorded", seq)
         return None
 
-    partner = await writer.run(op)
+    clicks = ((pid, inp.click_id),) if inp.click_id is not None else ()
+    needs = Needs(claims=((pid, txn),), sales=((pid, txn),), clicks=clicks, bindings=((pid, customer),))
+    partner = await writer.run(op, needs=needs)
     if partner is None:
         dup = DuplicateTransaction(f"transaction {txn} is already recorded for program {pid}")
         dup.logged = True
@@ -313,7 +317,12 @@ async def record_refund(store: Store, writer: Writer, call: Call, inp: RefundIn,
         _log(tx, call, pid, 409, "duplicate_refund", f"refund {inp.refund_id} already recorded", seq)
         return "duplicate", False
 
-    outcome, known = await writer.run(op)
+    needs = Needs(
+        claims=((pid, f"refund:{inp.refund_id}"),),
+        sales=((pid, inp.transaction_id),),
+        refunds=((pid, inp.refund_id),),
+    )
+    outcome, known = await writer.run(op, needs=needs)
     if outcome == "duplicate":
         dup_refund = DuplicateRefund(f"refund {inp.refund_id} is already recorded for program {pid}")
         dup_refund.logged = True

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ingest.errors import DatabaseUnavailable, ServiceUnavailable, TallyError
-from ingest.store import Store, Tx
+from ingest.store import Needs, Store, Tx
 
 T = TypeVar("T")
 log = logging.getLogger("tally.writer")
@@ -51,6 +51,7 @@ class _Job(Generic[T]):
     flush: bool = False
     waiter: asyncio.Future[T] | None = None
     queued: float = 0.0  # time.perf_counter() when handed to the writer (for the wait metric)
+    needs: Needs | None = None  # what it will claim and look up (read ahead for the whole group)
 
 
 Outcome = tuple[_Job[Any], bool, Any]
@@ -119,17 +120,18 @@ class Writer:
             self._copier.join()
             self._flush()
 
-    def submit(self, op: Callable[[Tx], T], flush: bool = False) -> Future[T]:
+    def submit(self, op: Callable[[Tx], T], flush: bool = False, needs: Needs | None = None) -> Future[T]:
         future: Future[T] = Future()
         if not self._running:
             future.set_exception(ServiceUnavailable("tally is not accepting writes right now"))
             return future
-        self._queue.put(_Job(op, future, flush, None, time.perf_counter()))
+        self._queue.put(_Job(op, future, flush, None, time.perf_counter(), needs))
         return future
 
-    async def run(self, op: Callable[[Tx], T], flush: bool = False) -> T:
+    async def run(self, op: Callable[[Tx], T], flush: bool = False, needs: Needs | None = None) -> T:
         """Run `op` in the writer and wait (without blocking the event loop) until it is durable.
-        With `flush`, also wait until the store's reads (`query`) see it.
+        With `flush`, also wait until the store's reads (`query`) see it. `needs` says what it
+        will claim and look up: the group commit reads that for all its operations at once.
 
         Jobs from one turn of the event loop are handed to the writer together (one queue put,
         one wake-up of the writer thread) by a callback that runs right after that turn."""
@@ -142,7 +144,7 @@ class Writer:
             outbox = self._local.outbox = []
         if not outbox:
             loop.call_soon(self._hand_over, outbox)
-        outbox.append(_Job(op, None, flush, waiter, time.perf_counter()))
+        outbox.append(_Job(op, None, flush, waiter, time.perf_counter(), needs))
         return await waiter
 
     def _hand_over(self, outbox: list[_Job[Any]]) -> None:
@@ -220,6 +222,9 @@ class Writer:
             self._settle([(job, False, exc) for job in batch])
             return
         try:
+            needs = [job.needs for job in batch if job.needs is not None]
+            if needs:
+                tx.prefetch(needs)
             for job in batch:
                 mark = tx.mark()
                 try:

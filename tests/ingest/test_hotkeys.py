@@ -5,6 +5,7 @@ are rebuilt when they do not match the log beside them."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ingest import hotkeys
 from ingest.duckdb_store import DuckStore, index_keys
 from ingest.hotkeys import KeyIndex, claims_of
 from tests.helpers import STORE_AT
@@ -65,9 +67,10 @@ def _write(store: DuckStore, rows: list[dict[str, Any]]) -> None:
     tx.commit()
 
 
-def _decisions(store: DuckStore) -> dict[str, Any]:
+def _decisions(store: DuckStore, counts: bool = True) -> dict[str, Any]:
+    """Every answer the index gives (with `counts`, its tables' sizes: that flushes it)."""
     ledger = store.sale("p", ["pi_1"])
-    return {
+    answers = {
         "clk_1": store.click_partner("p", "clk_1"),
         "clk_2": store.click_partner("p", "clk_2"),
         "c1": store.binding("p", "c1"),
@@ -76,8 +79,10 @@ def _decisions(store: DuckStore) -> dict[str, Any]:
         "pi_1": (ledger.amount, ledger.currency, ledger.refunded) if ledger else None,
         "re_1": store.refund_seen("p", "re_1"),
         "evt_1": store.event_seen("evt_1"),
-        "counts": store.keys.counts(),
     }
+    if counts:
+        answers["counts"] = store.keys.counts()
+    return answers
 
 
 EXPECTED: Mapping[str, Any] = {
@@ -217,3 +222,61 @@ def test_catching_up_reads_the_database_and_then_the_journal(tmp_path: Path) -> 
         assert [row["event_id"] for row in store._raw_after(8)] == ["click_9"]
     finally:
         store.close()
+
+
+def test_a_failed_flush_drops_the_sealed_writes_and_catches_up_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committed writes wait in memory before they go to the index file. If writing them
+    fails, they are all dropped and the log replays them: each row counts once (a refund
+    replayed on top of a sealed one would count twice)."""
+    monkeypatch.setattr(hotkeys, "FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(hotkeys, "FLUSH_ROWS", 1_000)
+    store = DuckStore(tmp_path / "t.duckdb")
+    try:
+        history = _history()
+        _write(store, history[:3])  # sealed, not in the file
+        assert store.keys.position()[0] == 0
+        real_flush = KeyIndex._flush
+
+        def failing(self: KeyIndex) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(KeyIndex, "_flush", failing)
+        monkeypatch.setattr(hotkeys, "FLUSH_ROWS", 1)
+        _write(store, history[3:5])  # the refund and the processor sale: acknowledged (journal)
+        monkeypatch.setattr(KeyIndex, "_flush", real_flush)
+        monkeypatch.setattr(hotkeys, "FLUSH_ROWS", 1_000)
+        assert store.sale("p", ["in_1"]) is None  # every sealed write is gone...
+        store.begin().rollback()  # ...until the next write replays the log after the file's position
+        ledger = store.sale("p", ["pi_1"])
+        assert ledger is not None and (ledger.amount, ledger.refunded) == (1000, 300)
+        _write(store, history[5:])
+        _check(_decisions(store))
+    finally:
+        store.close()
+
+
+def test_sealed_writes_lost_in_a_crash_are_replayed_from_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash loses the writes not yet in the index file; the next start replays the raw rows
+    after the file's position, and every decision is the same."""
+    monkeypatch.setattr(hotkeys, "FLUSH_SECONDS", 3600.0)
+    history = _history()
+    db = tmp_path / "t.duckdb"
+    store = DuckStore(db)
+    _write(store, history[:4])
+    store.keys.flush()  # rows 1-4 in the file
+    _write(store, history[4:])  # rows 5-9 sealed only
+    answers = _decisions(store, counts=False)
+    store.keys.discard()  # what a crash loses (the journal and DuckDB keep every row)
+    store.close()
+    applied: list[int] = []
+    reopened = DuckStore(db, on_progress=lambda done, total: applied.append(done))
+    try:
+        assert applied[-1] == len(history) - 4  # the rows after the file's position, once
+        assert _decisions(reopened, counts=False) == answers
+        _check(_decisions(reopened))
+    finally:
+        reopened.close()
