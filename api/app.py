@@ -55,6 +55,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
                 key_cache_mb=settings.key_cache_mb,
                 memory_mb=settings.database_memory_mb,
                 engine_dir=settings.engine_dir or None,
+                credential_cache=settings.credential_cache,
             )
         except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
             app.state.startup_failure = f"cannot open the database {settings.database_name}: {one_line(exc)}"

@@ -129,7 +129,10 @@ async def read_body(request: Request) -> bytes:
     """The raw body, refusing more than 1 MiB (413) without reading past the limit, and a client
     that pauses longer than `TALLY_BODY_TIMEOUT_SECONDS` between parts of it (408; the answer
     closes the connection). Reads the ASGI messages directly (`request.stream()` is an async
-    generator, costly per call)."""
+    generator, costly per call). A second call (a request decided again) gets the same bytes."""
+    kept: bytes | None = getattr(request, "_body", None)
+    if kept is not None:
+        return kept
     declared = header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")

@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     # PostgreSQL only: where this replica keeps the reconciler's working copy of the log (a
     # DuckDB file, derived and disposable); empty: a temporary directory of the process.
     engine_dir: str = ""
+    # PostgreSQL only: how many program keys a replica keeps in memory for the track endpoints
+    # (each group commit reads its keys again, so a revoked key is refused at once); 0: none.
+    credential_cache: int = Field(default=4096, ge=0, le=1_000_000)
     public_rate_per_second: float = Field(default=20.0, ge=0)
     public_rate_burst: int = Field(default=100, ge=1)
     # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.

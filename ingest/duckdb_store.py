@@ -350,6 +350,10 @@ class DuckTx:
         with _keys_faults():
             self._kx.prefetch(needs)
 
+    def outdated(self, needs: Needs) -> bool:
+        """Never: the endpoints read keys from the control plane this writer keeps itself."""
+        return False
+
     def release(self, mark: tuple[Any, ...]) -> bool:
         """Drop what was written since `mark`; False when that cannot be done (statements ran
         in the database since), and then only rolling back the whole transaction can."""

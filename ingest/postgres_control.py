@@ -49,4 +49,5 @@ CREDENTIAL_AND_PROGRAM = (
     " FROM credentials c LEFT JOIN programs p ON c.kind = 'program' AND p.program_id = c.subject_id"
     " WHERE c.token_hash = %s AND c.revoked_at IS NULL"
 )
+CREDENTIALS_AND_PROGRAMS = CREDENTIAL_AND_PROGRAM.replace("c.token_hash = %s", "c.token_hash = ANY(%s)")
 BY_ACCOUNT = " WHERE settings::jsonb ->> 'stripe_account_id' = %s ORDER BY created_at, program_id"

@@ -6,9 +6,13 @@ dashboard session) binds every replica from that moment:
 
 - Lookups (credentials, programs, partners, roles, clicks, bindings, sale ledgers, seen refunds
   and events) are point queries on primary keys and indexes, on each thread's own connection;
-  reads of the materialised tables take one from a pool (psycopg-pool). No cache: a
-  regenerated or revoked key is refused by every replica as soon as the regenerate call has
-  returned.
+  reads of the materialised tables take one from a pool (psycopg-pool). One cache: the track
+  endpoints' program keys (`credential_and_program`, at most `credential_cache` of them), so a
+  track call does not wait on the database before its group commit. Every group commit reads
+  the keys its operations were let in with again (`PgTx.prefetch`); an operation whose key was
+  revoked, flagged or changed meanwhile (on any replica) is decided again with the key as it is
+  now (`PgTx.outdated`, `KeyChanged`). So a regenerated or revoked key is refused by every
+  replica as soon as the regenerate call has returned, cache or not.
 - Writes: the writer thread (ingest/writer.py) runs each group commit as one transaction on its
   own connection (`PgTx`, ingest/postgres_tx.py): claims and the reads a decision rests on go
   out at once (ingest/postgres_keys.py: the database's unique keys and row locks decide
@@ -81,10 +85,13 @@ class PgStore:
 
     set_aside = 0  # no journal: nothing is ever set aside
 
-    def __init__(self, url: str, memory_mb: int = 512, engine_dir: str | None = None) -> None:
+    def __init__(
+        self, url: str, memory_mb: int = 512, engine_dir: str | None = None, credential_cache: int = 4096
+    ) -> None:
         """Connect to the database at `url`, migrate it (one replica at a time) and open the
         pool. `memory_mb` bounds the reconciler's working copy; `engine_dir` is where it lives
-        (None: a temporary directory of this process)."""
+        (None: a temporary directory of this process); `credential_cache` is how many program
+        keys the track endpoints keep in memory (0: none)."""
         self.url = url
         self.name = describe(url)
         self._info = conninfo(url)
@@ -103,6 +110,9 @@ class PgStore:
         self._leases_lock = threading.Lock()
         self._engine: Any = None
         self._engine_lock = threading.Lock()
+        self._keys: dict[str, tuple[Credential, Program | None]] = {}  # token hash -> key, program
+        self._keys_size = credential_cache
+        self._keys_lock = threading.Lock()
         try:
             with psycopg.connect(self._info, autocommit=True) as con:
                 migrations.apply(PgExecutor(con))
@@ -207,7 +217,8 @@ class PgStore:
             self._writer = None
         if self._writer is None or self._writer.closed or self._writer.broken:
             try:
-                self._writer = psycopg.connect(self._request_info, autocommit=False)
+                # autocommit: each group commit delimits its own transaction in its pipeline
+                self._writer = psycopg.connect(self._request_info, autocommit=True)
             except psycopg.Error as exc:
                 self._failed(None, exc)
                 raise DatabaseUnavailable(
@@ -370,10 +381,34 @@ class PgStore:
         return credential_row(row) if row else None
 
     def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+        """The track endpoints' lookup: from the cache when it has the key (the group commit
+        reads it again, `PgTx.outdated`), else from the database (kept when live)."""
+        kept = self._keys.get(token_hash)
+        if kept is not None:
+            return kept
         row = self._one(CREDENTIAL_AND_PROGRAM, (token_hash,))
         if row is None:
             return None
-        return credential_row(row[:11]), program_row(row[11:]) if row[11] is not None else None
+        found = credential_row(row[:11]), program_row(row[11:]) if row[11] is not None else None
+        self.key_changed(token_hash, found)
+        return found
+
+    def key_changed(self, token_hash: str, now: tuple[Credential, Program | None] | None) -> None:
+        """What a program key is now (None: revoked or gone), as a lookup or a group commit read it."""
+        if self._keys_size <= 0:
+            return
+        with self._keys_lock:
+            if now is None or now[0].kind != "program":
+                self._keys.pop(token_hash, None)
+                return
+            if token_hash not in self._keys and len(self._keys) >= self._keys_size:
+                del self._keys[next(iter(self._keys))]  # the oldest: a bounded cache
+            self._keys[token_hash] = now
+
+    def forget_keys(self) -> None:
+        """Drop every cached key (this replica changed a credential or a program)."""
+        with self._keys_lock:
+            self._keys.clear()
 
     def program_credential(self, program_id: str) -> Credential | None:
         row = self._one(

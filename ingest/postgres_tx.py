@@ -1,26 +1,35 @@
 """One group commit on PostgreSQL (`ingest.store.Tx`, on the writer's own connection).
 
-Writes nobody reads the result of wait and go out with the next read that must see them (pipeline
-mode); claims and the reads that decide go out at once and come back with the database's answer
-(ingest/postgres_keys.py). The raw-log, tracking-log and claim rows are written at commit with
-COPY, after the group takes its block of sequence numbers from `log_head` as its last statement,
-so numbers follow commit order (ingest/postgres_store.py says why).
+A group commit is two round trips in pipeline mode. The first (`prefetch`) begins the
+transaction, reads the program keys its operations were let in with, claims their idempotency
+keys ahead and reads what they will look up, one statement per table. The operations then run in
+Python against that. Writes nobody reads the result of wait, and go out with the next read that
+must see them (a lookup the prefetch could not answer) or at commit; a claim or lookup not read
+ahead goes out at once (ingest/postgres_keys.py). The second round trip (`commit`) sends the
+remaining writes, takes the group's block of sequence numbers from `log_head`, inserts the
+raw-log, tracking-log and claim rows (as JSON documents, a statement per table) and commits, so
+numbers follow commit order (ingest/postgres_store.py says why). Each statement and each wait
+hands the interpreter lock to the event loop and back: a group that took eleven round trips and
+a statement per write per operation spent most of its time there.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import psycopg
 
 from ingest import postgres_keys as keys
 from ingest.errors import DatabaseUnavailable, ValidationFailed
+from ingest.hotkeys import PROCESSOR_ID_FIELDS
 from ingest.postgres_conn import resource_fault
-from ingest.postgres_control import BY_ACCOUNT, PROGRAM, program_row
+from ingest.postgres_control import BY_ACCOUNT, CREDENTIALS_AND_PROGRAMS, PROGRAM, credential_row, program_row
 from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.schema import RAW_EVENT_FIELDS, storable
 from ingest.store import Needs
@@ -42,6 +51,89 @@ LOG_COLUMNS = (
     "request_id",
     "raw_seq",
 )
+
+
+# The log rows of a group, as JSON documents (a row per object, by column name): `%s` the group's
+# raw rows (n), then for tracking-log lines their count (m), then the document. The block's start
+# is `log_head` as this transaction just moved it, less n (or m).
+_HEAD = "(SELECT seq - %(n)s AS seq0, log_id AS log1 FROM log_head WHERE id = 1) AS h"
+_RAW_SEQ = "CASE WHEN j.raw_seq < 0 THEN h.seq0 - j.raw_seq ELSE j.raw_seq END"
+_INSERT_RAW = (
+    f"INSERT INTO raw_events ({', '.join(RAW_EVENT_FIELDS)}) SELECT "
+    + ", ".join("h.seq0 + j.seq" if n == "seq" else f"j.{n}" for n in RAW_EVENT_FIELDS)
+    + f" FROM {_HEAD}, json_populate_recordset(NULL::raw_events, %(doc)s::json) AS j"
+).encode()
+_INSERT_LOGS = (
+    f"INSERT INTO tracking_log ({', '.join(LOG_COLUMNS)}) SELECT "
+    + ", ".join(
+        "h.log1 - %(m)s + j.log_id" if n == "log_id" else _RAW_SEQ if n == "raw_seq" else f"j.{n}"
+        for n in LOG_COLUMNS
+    )
+    + f" FROM {_HEAD}, json_populate_recordset(NULL::tracking_log, %(doc)s::json) AS j"
+).encode()
+_INSERT_CLAIMS = (
+    f"INSERT INTO idempotency_keys (program_id, key, raw_seq) SELECT j.program_id, j.key, {_RAW_SEQ}"
+    f" FROM {_HEAD}, json_populate_recordset(NULL::idempotency_keys, %(doc)s::json) AS j"
+).encode()
+CHUNK_BYTES = 8 << 20  # at most this much JSON in one statement (bodies reach 1 MiB each)
+
+
+def _chunks(rows: list[list[Any]]) -> Iterator[tuple[int, list[list[Any]]]]:
+    """`rows` in runs of about `CHUNK_BYTES` (by their text), with each run's offset."""
+    start, size = 0, 0
+    for i, row in enumerate(rows):
+        size += sum(len(v) for v in row if isinstance(v, str)) + 64
+        if size > CHUNK_BYTES and i > start:
+            yield start, rows[start:i]
+            start, size = i, 0
+    if start < len(rows):
+        yield start, rows[start:]
+
+
+def _json(columns: Sequence[str], rows: list[list[Any]]) -> str:
+    return orjson.dumps([dict(zip(columns, row, strict=True)) for row in rows]).decode()
+
+
+ProgramKey = tuple[str, str]
+Mark = tuple[int, int, int, int, dict[tuple[str, str], datetime], int]
+_UNKNOWN: Any = object()  # not read ahead (or touched since): the database answers
+
+# What `prefetch` reads ahead, one statement per table: the keys as parallel arrays, the rows
+# back as (key columns..., value columns...), and how a value becomes the lookup's answer.
+# Each key is looked up on its own (LATERAL ... LIMIT 1: the planner cannot turn the lookups into a
+# join, so a plan made while a table was small, which a prepared statement keeps, still uses its
+# primary key when the table has grown; a hash join over a sequential scan took 4 ms at 10k rows).
+_LOOKUP_SQL: dict[str, bytes] = {
+    "clicks": b"SELECT w.p, w.k, x.partner_code FROM unnest(%s::varchar[], %s::varchar[]) AS w(p, k)"
+    b" CROSS JOIN LATERAL (SELECT partner_code FROM key_clicks"
+    b" WHERE program_id = w.p AND click_id = w.k LIMIT 1) x",
+    "bindings": b"SELECT w.p, w.k, x.lead_event_id, x.click_id, x.partner_code"
+    b" FROM unnest(%s::varchar[], %s::varchar[]) AS w(p, k)"
+    b" CROSS JOIN LATERAL (SELECT lead_event_id, click_id, partner_code FROM key_bindings"
+    b" WHERE program_id = w.p AND customer = w.k LIMIT 1) x",
+    "provisional": b"SELECT w.p, w.k, x.click_id FROM unnest(%s::varchar[], %s::varchar[]) AS w(p, k)"
+    b" CROSS JOIN LATERAL (SELECT click_id FROM key_provisional"
+    b" WHERE program_id = w.p AND customer = w.k LIMIT 1) x",
+    "refunds": b"SELECT w.p, w.k FROM unnest(%s::varchar[], %s::varchar[]) AS w(p, k)"
+    b" CROSS JOIN LATERAL (SELECT 1 FROM key_refunds"
+    b" WHERE program_id = w.p AND refund_id = w.k LIMIT 1) x",
+    "events": b"SELECT w.k FROM unnest(%s::varchar[]) AS w(k)"
+    b" CROSS JOIN LATERAL (SELECT 1 FROM key_events WHERE event_id = w.k LIMIT 1) x",
+    "sales": b"SELECT w.p, w.k, x.amount, x.currency, x.refunded"
+    b" FROM unnest(%s::varchar[], %s::varchar[]) AS w(p, k)"
+    b" CROSS JOIN LATERAL (SELECT l.amount, l.currency, l.refunded FROM key_sales s"
+    b" JOIN key_ledgers l ON l.id = s.ledger WHERE s.program_id = w.p AND s.key = w.k"
+    b" LIMIT 1 FOR UPDATE OF l) x",
+}
+_LOOKED_UP = tuple(_LOOKUP_SQL)
+_LOOKUP_ROW: dict[str, Callable[[Sequence[Any]], Any]] = {
+    "clicks": lambda v: str(v[0]),
+    "bindings": lambda v: Binding(v[0], v[1], v[2]),
+    "provisional": lambda v: v[0],
+    "refunds": lambda v: True,
+    "events": lambda v: True,
+    "sales": lambda v: SaleLedger(v[0], v[1], int(v[2])),
+}
 
 
 class PgTx:
@@ -67,6 +159,18 @@ class PgTx:
         self._sent = 0  # the highest number sent to the database
         self._pipe: AbstractContextManager[psycopg.Pipeline] | None = con.pipeline()
         self._pipe.__enter__()
+        self._begun = False  # BEGIN sent (an autocommit connection: the transaction is ours to delimit)
+        # What `prefetch` read for the group's operations: the program keys as they are now;
+        # the keys it claimed ahead (True while no operation took it: released at commit) or
+        # found taken; and lookups (name -> key -> row or None). A lookup of a key this group's
+        # own writes touched (`_touched`) goes to the database instead, after those writes.
+        self._fresh_keys: dict[str, tuple[Credential, Program | None] | None] = {}
+        self._ahead: dict[ProgramKey, bool] = {}
+        self._taken: list[ProgramKey] = []
+        self._refused: set[ProgramKey] = set()
+        self._known: dict[str, dict[Any, Any]] = {name: {} for name in _LOOKED_UP}
+        self._touched: dict[str, set[Any]] = {name: set() for name in _LOOKED_UP}
+        self._control = False  # a control-plane write: the replica's cached keys are dropped at commit
 
     def _leave_pipeline(self) -> None:
         """Send what is queued and leave pipeline mode (raising any error it met)."""
@@ -79,9 +183,17 @@ class PgTx:
         self._numbered += 1
         self._pending.append((self._numbered, sql, params))
 
+    def _begin(self) -> None:
+        """Open the transaction before the first statement goes out (never in `__init__`: a
+        database that went away fails the group's first statement, which the writer handles)."""
+        if not self._begun:
+            self._cur.execute(b"BEGIN")
+            self._begun = True
+
     def _read(self, upto: int | None = None) -> keys.Cursor:
         """The cursor, once the pending writes (those numbered up to `upto`, if given) are on
         their way (the read sees them)."""
+        self._begin()
         if self._pending:
             kept = []
             for number, sql, params in self._pending:
@@ -94,40 +206,151 @@ class PgTx:
         return self._cur
 
     def prefetch(self, needs: Sequence[Needs]) -> None:
-        """Nothing read ahead yet: each claim and lookup is its own statement."""
+        """One round trip for the group (pipeline mode): the program keys its operations were
+        let in with, as they are now; its claims, taken ahead in one statement (in key order,
+        so two replicas' groups never wait on each other in opposite orders); and its lookups,
+        one statement per table. Sale ledgers are read `FOR UPDATE` (as `sale` reads them)."""
+        con = self._con
+        self._begin()
+        hashes = list(dict.fromkeys(n.key[0].token_hash for n in needs if n.key is not None))
+        claims = sorted(set(c for n in needs for c in n.claims))
+        wanted: dict[str, list[Any]] = {name: [] for name in _LOOKED_UP}
+        for n in needs:
+            wanted["clicks"] += n.clicks
+            wanted["bindings"] += n.bindings
+            wanted["provisional"] += n.provisional
+            wanted["refunds"] += n.refunds
+            wanted["sales"] += n.sales
+            wanted["events"] += [(e,) for e in n.events]
+        pending: list[tuple[str, psycopg.Cursor[Any], list[Any]]] = []
+        if hashes:
+            cur = con.cursor()
+            cur.execute(CREDENTIALS_AND_PROGRAMS.encode(), (hashes,))
+            pending.append(("keys", cur, hashes))
+        if claims:
+            cur = con.cursor()
+            cur.execute(
+                b"INSERT INTO key_claims (program_id, key)"
+                b" SELECT * FROM unnest(%s::varchar[], %s::varchar[]) ON CONFLICT DO NOTHING"
+                b" RETURNING program_id, key",
+                ([p for p, _ in claims], [k for _, k in claims]),
+            )
+            pending.append(("claims", cur, claims))
+        for name, sql in _LOOKUP_SQL.items():
+            todo = list(dict.fromkeys(wanted[name]))
+            if todo:
+                cur = con.cursor()
+                cur.execute(sql, tuple(list(column) for column in zip(*todo, strict=True)))
+                pending.append((name, cur, todo))
+        for name, cur, asked in pending:
+            rows = cur.fetchall()
+            if name == "keys":
+                self._fresh_keys = dict.fromkeys(asked)
+                for r in rows:
+                    program = program_row(r[11:]) if r[11] is not None else None
+                    self._fresh_keys[r[0]] = (credential_row(r[:11]), program)
+            elif name == "claims":
+                won = {(str(r[0]), str(r[1])) for r in rows}
+                self._ahead = {c: True for c in asked if c in won}
+                self._refused = {c for c in asked if c not in won}
+            else:
+                known = self._known[name]
+                known.update(dict.fromkeys(asked))
+                width = 1 if name == "events" else 2
+                for r in rows:
+                    known[tuple(r[:width])] = _LOOKUP_ROW[name](r[width:])
 
-    def mark(self) -> tuple[int, int, int, int, dict[tuple[str, str], datetime]]:
+    def outdated(self, needs: Needs) -> bool:
+        if needs.key is None:
+            return False
+        cred, program = needs.key
+        if cred.token_hash not in self._fresh_keys:
+            return False
+        fresh = self._fresh_keys[cred.token_hash]
+        if fresh == (cred, program):
+            return False
+        self._store.key_changed(cred.token_hash, fresh)
+        return True
+
+    def _lookup(self, name: str, key: Any) -> Any:
+        """A prefetched answer for `key`, or `_UNKNOWN` (then the database answers)."""
+        if key in self._touched[name]:
+            return _UNKNOWN
+        return self._known[name].get(key, _UNKNOWN)
+
+    def _touch(self, row: Mapping[str, Any]) -> None:
+        """The lookups an appended row's key writes may change: answered by the database from now
+        on in this group (after those writes)."""
+        kind, program = row.get("kind"), row.get("program_id")
+        touched = self._touched
+        if kind == "stripe" and isinstance(row.get("event_id"), str):
+            touched["events"].add((row["event_id"],))
+        if not isinstance(program, str):
+            return
+        if kind == "click":
+            touched["clicks"].add((program, row.get("click_id")))
+        elif kind == "lead":
+            touched["bindings"].add((program, row.get("customer_key")))
+            touched["provisional"].add((program, row.get("customer_key")))
+        elif kind == "refund":
+            touched["refunds"].add((program, row.get("refund_id")))
+        ids = [row.get(n) for n in ("transaction_id", *PROCESSOR_ID_FIELDS)]
+        touched["sales"].update((program, k) for k in ids if isinstance(k, str))
+
+    def mark(self) -> Mark:
         self._marked = self._numbered
-        return (self._numbered, len(self._raw), len(self._logs), len(self._claims), dict(self._checks))
+        return (
+            self._numbered,
+            len(self._raw),
+            len(self._logs),
+            len(self._claims),
+            dict(self._checks),
+            len(self._taken),
+        )
 
-    def release(self, mark: tuple[int, int, int, int, dict[tuple[str, str], datetime]]) -> bool:
-        """Drop the operation's writes since `mark`; False once one of them went out (the
-        writer then replays the group one operation at a time)."""
-        number, raw, logs, claims, checks = mark
+    def release(self, mark: Mark) -> bool:
+        """Drop the operation's writes since `mark` (claims taken ahead go back to the group);
+        False once one of them went out (the writer then replays the group one operation at a
+        time)."""
+        number, raw, logs, claims, checks, taken = mark
         if self._sent > number:
             return False
         self._pending = [p for p in self._pending if p[0] <= number]
         del self._raw[raw:], self._logs[logs:], self._claims[claims:]
         self._checks = checks
+        while len(self._taken) > taken:
+            self._ahead[self._taken.pop()] = True
         return True
 
     # -- lookups inside the transaction (they see its own writes) -----------------------------
     def sale(self, program_id: str, keys_: Sequence[str]) -> SaleLedger | None:
+        if len(keys_) == 1 and (known := self._lookup("sales", (program_id, keys_[0]))) is not _UNKNOWN:
+            return copy.copy(known)  # type: ignore[no-any-return]
         return keys.sale(self._read(), program_id, keys_, lock=True)
 
     def refund_seen(self, program_id: str, refund_id: str) -> bool:
+        if (known := self._lookup("refunds", (program_id, refund_id))) is not _UNKNOWN:
+            return known is not None
         return keys.refund_seen(self._read(), program_id, refund_id)
 
     def event_seen(self, event_id: str) -> bool:
+        if (known := self._lookup("events", (event_id,))) is not _UNKNOWN:
+            return known is not None
         return keys.event_seen(self._read(), event_id)
 
     def click_partner(self, program_id: str, click_id: str) -> str | None:
+        if (known := self._lookup("clicks", (program_id, click_id))) is not _UNKNOWN:
+            return known  # type: ignore[no-any-return]
         return keys.click_partner(self._read(), program_id, click_id)
 
     def binding(self, program_id: str, customer_key: str) -> Binding | None:
+        if (known := self._lookup("bindings", (program_id, customer_key))) is not _UNKNOWN:
+            return known  # type: ignore[no-any-return]
         return keys.binding(self._read(), program_id, customer_key)
 
     def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
+        if (known := self._lookup("provisional", (program_id, customer_key))) is not _UNKNOWN:
+            return (False, None) if known is None else (True, known)
         return keys.provisional_click(self._read(), program_id, customer_key)
 
     def programs_for_stripe_account(self, account: str) -> list[Program]:
@@ -155,15 +378,34 @@ class PgTx:
         values[_SEQ] = stand_in
         self._raw.append(values)
         keys.observe(self._write, full)
+        self._touch(full)
         return stand_in
 
+    def _take(self, key: ProgramKey) -> bool | None:
+        """A claim decided by `prefetch`: True when it claimed `key` for the group and no
+        operation took it yet (this one does now), False when taken, None when not claimed ahead."""
+        if self._ahead.get(key):
+            self._ahead[key] = False
+            self._taken.append(key)
+            return True
+        if key in self._ahead or key in self._refused:
+            return False
+        return None
+
     def claim_keys(self, program_id: str, keys_: Sequence[str], raw_seq: int) -> list[str]:
-        """Sent at once, ahead of pending writes (no one of them touches claims): a claim that
-        takes nothing leaves the operation free to be dropped."""
-        claimed = keys.claim(self._cur, program_id, list(dict.fromkeys(keys_)))
-        if claimed:
+        """Claims taken ahead by `prefetch` are handed out here; the others are sent at once,
+        ahead of pending writes (no one of them touches claims): a claim that takes nothing
+        leaves the operation free to be dropped."""
+        wanted = list(dict.fromkeys(keys_))
+        decided = {key: self._take((program_id, key)) for key in wanted}
+        rest = [key for key in wanted if decided[key] is None]
+        if rest:
+            self._begin()
+        won = set(keys.claim(self._cur, program_id, rest)) if rest else set()
+        if won:
             self._numbered += 1
             self._sent = self._numbered
+        claimed = [key for key in wanted if decided[key] or key in won]
         self._claims += [[program_id, key, raw_seq] for key in claimed]
         return claimed
 
@@ -173,6 +415,16 @@ class PgTx:
         """One statement: the claim and the partner lookup. Pending writes of earlier operations
         go out with it (a click or lead of this group is seen); this operation's own (its sale's
         ledger, which the lookup does not read) wait, so a refused claim leaves nothing sent."""
+        taken = self._take((program_id, transaction_id))
+        if taken is not None:  # claimed ahead: the partner from what the group read
+            if not taken:
+                return None
+            self._claims.append([program_id, transaction_id, raw_seq])
+            partner = self.click_partner(program_id, click_id) if click_id is not None else None
+            if partner is None:
+                binding = self.binding(program_id, customer_key)
+                partner = binding.partner_code if binding else None
+            return partner or ""
         partner = keys.claim_sale(
             self._read(upto=self._marked), program_id, transaction_id, click_id, customer_key
         )
@@ -209,6 +461,7 @@ class PgTx:
         self._write(b"INSERT INTO memberships VALUES (%s, %s, %s, %s)", (workspace_id, account_id, role, at))
 
     def put_program(self, program: Program) -> None:
+        self._control = True
         self._write(
             b"INSERT INTO programs VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (program_id) DO UPDATE SET"
             b" workspace_id = EXCLUDED.workspace_id, name = EXCLUDED.name, settings = EXCLUDED.settings,"
@@ -237,12 +490,14 @@ class PgTx:
         )
 
     def add_credential(self, cred: Credential) -> None:
+        self._control = True
         self._write(
             b"INSERT INTO credentials VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             credential_values(cred),
         )
 
     def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None:
+        self._control = True
         self._write(
             b"UPDATE credentials SET revoked_at = %s"
             b" WHERE kind = %s AND subject_id = %s AND revoked_at IS NULL",
@@ -250,6 +505,7 @@ class PgTx:
         )
 
     def flag_credential(self, token_hash: str, flagged_at: datetime, deadline: datetime) -> None:
+        self._control = True
         self._write(
             b"UPDATE credentials SET flagged_at = %s, rotation_deadline = %s WHERE token_hash = %s",
             (flagged_at, deadline, token_hash),
@@ -257,63 +513,71 @@ class PgTx:
 
     # -- commit ----------------------------------------------------------------------------------
     def commit(self) -> None:
-        """Write the buffered rows and commit: the group's seqs and log ids are taken from
-        `log_head` last, so its lock is held only for the COPY and the commit itself."""
-        cur = self._cur
+        """Send the remaining writes, the group's log rows and COMMIT in one round trip: the
+        group's seqs and log ids are taken from `log_head` after every other write, so its lock
+        is held only for the log rows and the commit itself."""
+        unused = [key for key, free in self._ahead.items() if free]
+        if unused:  # claimed ahead for operations that did not take them: free for others again
+            self._write(
+                b"DELETE FROM key_claims WHERE (program_id, key) IN"
+                b" (SELECT * FROM unnest(%s::varchar[], %s::varchar[]))",
+                ([p for p, _ in unused], [k for _, k in unused]),
+            )
+        if self._checks:
+            rows = list(self._checks.items())
+            self._write(
+                b"INSERT INTO checklist SELECT * FROM unnest(%s::varchar[], %s::varchar[], %s::timestamptz[])"
+                b" ON CONFLICT DO NOTHING",
+                ([p for (p, _), _ in rows], [s for (_, s), _ in rows], [at for _, at in rows]),
+            )
+        if self._raw or self._logs or self._claims:
+            self._write_log()
+        if not self._begun and not self._pending:  # nothing was read or written: nothing to commit
+            self._leave_pipeline()
+            return
+        self._write(b"COMMIT", None)
         try:
             self._read()
             self._leave_pipeline()
-            if self._checks:
-                rows = [(p, s, at) for (p, s), at in self._checks.items()]
-                cur.executemany(b"INSERT INTO checklist VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", rows)
-            if self._raw or self._logs or self._claims:
-                self._write_log(cur)
-            self._con.commit()
         except Exception as exc:
+            if self._control:
+                self._store.forget_keys()
             self._store._failed(self._con, exc)
             if resource_fault(exc):
                 raise DatabaseUnavailable(
                     "tally cannot write to its database right now; nothing of this request was stored"
                 ) from exc
             raise
+        if self._control:
+            self._store.forget_keys()
         counts = self._store.ingested
         for row in self._raw:
             key = (row[_KIND], row[_OUTCOME])
             counts[key] = counts.get(key, 0) + 1
 
-    def _write_log(self, cur: keys.Cursor) -> None:
-        row = cur.execute(
-            b"UPDATE log_head SET seq = seq + %s, log_id = log_id + %s WHERE id = 1 RETURNING seq, log_id",
-            (len(self._raw), len(self._logs)),
-        ).fetchone()
-        assert row is not None, "log_head lost its row"
-        first_seq = int(row[0]) - len(self._raw) + 1
-        first_log = int(row[1]) - len(self._logs) + 1
-
-        def real(seq: int | None) -> int | None:  # stand-in -k is the k-th raw row
-            return first_seq - seq - 1 if seq is not None and seq < 0 else seq
-
-        if self._raw:
-            with cur.copy(f"COPY raw_events ({', '.join(RAW_EVENT_FIELDS)}) FROM STDIN".encode()) as copy:
-                for values in self._raw:
-                    values[_SEQ] = real(values[_SEQ])
-                    copy.write_row(values)
-        if self._logs:
-            with cur.copy(f"COPY tracking_log ({', '.join(LOG_COLUMNS)}) FROM STDIN".encode()) as copy:
-                for number, values in enumerate(self._logs):
-                    values[0] = first_log + number
-                    values[-1] = real(values[-1])
-                    copy.write_row(values)
-        if self._claims:
-            with cur.copy(b"COPY idempotency_keys (program_id, key, raw_seq) FROM STDIN") as copy:
-                for values in self._claims:
-                    values[-1] = real(values[-1])
-                    copy.write_row(values)
+    def _write_log(self) -> None:
+        """The group's block of seqs and log ids (`log_head`), then its raw-log, tracking-log and
+        claim rows. Rows carry their place in the group (seq and log id k: the k-th of the
+        group; a raw seq -k: the k-th raw row), and each statement adds the block's start, read
+        back from the `log_head` row this transaction just updated."""
+        raws, logs = len(self._raw), len(self._logs)
+        self._write(b"UPDATE log_head SET seq = seq + %s, log_id = log_id + %s WHERE id = 1", (raws, logs))
+        for offset, chunk in _chunks(self._raw):
+            for k, values in enumerate(chunk, start=offset + 1):
+                values[_SEQ] = k
+            self._write(_INSERT_RAW, {"n": raws, "doc": _json(RAW_EVENT_FIELDS, chunk)})
+        for offset, chunk in _chunks(self._logs):
+            for k, values in enumerate(chunk, start=offset + 1):
+                values[0] = k
+            self._write(_INSERT_LOGS, {"n": raws, "m": logs, "doc": _json(LOG_COLUMNS, chunk)})
+        for _, chunk in _chunks(self._claims):
+            self._write(_INSERT_CLAIMS, {"n": raws, "doc": _json(("program_id", "key", "raw_seq"), chunk)})
 
     def rollback(self) -> None:
         try:
             with contextlib.suppress(psycopg.Error):  # what it met is the reason for the rollback
                 self._leave_pipeline()
-            self._con.rollback()
+            if self._begun:
+                self._con.execute(b"ROLLBACK")
         except psycopg.Error as exc:  # the connection broke: the next group opens another
             self._store._failed(self._con, exc)

@@ -104,6 +104,9 @@ class Needs:
     provisional: tuple[ProgramKey, ...] = ()  # customers whose provisional lead it will read
     refunds: tuple[ProgramKey, ...] = ()
     events: tuple[str, ...] = ()  # processor event ids
+    # The program key the operation was let in with, and its program, as they were read (a
+    # backend whose lookups may answer from a cache checks them again in the group commit).
+    key: tuple[Credential, Program | None] | None = None
 
 
 class Tx(Protocol):
@@ -113,6 +116,11 @@ class Tx(Protocol):
         """Read ahead what the group's operations will claim and look up (`Needs`), in as few
         statements as the backend can; their lookups and claims then answer from it. Decides
         nothing: what a claim took is still the claim's own result."""
+
+    def outdated(self, needs: Needs) -> bool:
+        """After `prefetch`: whether the program key `needs.key` names was revoked, flagged or
+        changed (or its program's settings) since the operation read it; the writer then hands
+        the operation back (`KeyChanged`) to be decided again with the key as it is now."""
 
     def mark(self) -> Any:
         """Where the transaction stands now, for `release`."""

@@ -18,7 +18,7 @@ from ingest.errors import (
     ValidationFailed,
 )
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
-from ingest.records import Program
+from ingest.records import Credential, Program
 from ingest.store import Needs, Store, Tx
 from ingest.tokens import new_id
 from ingest.writer import Writer
@@ -32,6 +32,9 @@ class Call(NamedTuple):
     body: str
     headers: str
     request_id: str | None
+
+
+KeyRead = tuple[Credential, Program | None]  # a program key and its program, as the endpoint read them
 
 
 @dataclass
@@ -118,9 +121,15 @@ async def record_click(store: Store, writer: Writer, call: Call, inp: ClickIn) -
 
 # -- lead --------------------------------------------------------------------------------------
 async def record_lead(
-    store: Store, writer: Writer, call: Call, inp: LeadIn, keyed_program: Program | None
+    store: Store,
+    writer: Writer,
+    call: Call,
+    inp: LeadIn,
+    keyed_program: Program | None,
+    key: KeyRead | None = None,
 ) -> Outcome:
-    """`keyed_program` is the key's program for a server-mode lead, None for browser mode."""
+    """`keyed_program` is the key's program for a server-mode lead (`key` the key as read), None
+    for browser mode."""
     if keyed_program is not None:
         if inp.program_id is not None and inp.program_id != keyed_program.program_id:
             raise ProgramMismatch(
@@ -167,7 +176,7 @@ async def record_lead(
 
     clicks = ((pid, inp.click_id),) if inp.click_id is not None else ()
     who = ((pid, customer),)
-    await writer.run(op, needs=Needs(clicks=clicks, bindings=who, provisional=who))
+    await writer.run(op, needs=Needs(clicks=clicks, bindings=who, provisional=who, key=key))
     return Outcome(
         {
             "lead_id": lead_id,
@@ -193,11 +202,13 @@ def _require_real_sale(inp: SaleIn) -> tuple[str, str, int]:
     return inp.transaction_id, inp.customer_external_id, inp.amount
 
 
-async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, program: Program) -> Outcome:
+async def record_sale(
+    store: Store, writer: Writer, call: Call, inp: SaleIn, program: Program, key: KeyRead | None = None
+) -> Outcome:
     pid = program.program_id
     sale_id = new_id("sale")
     if inp.test_mode:
-        return await _record_test_sale(writer, call, inp, pid, sale_id)
+        return await _record_test_sale(writer, call, inp, pid, sale_id, key)
     txn, customer, amount = _require_real_sale(inp)
     occurred = when(inp.occurred_at, call.received_at)
     typed = {
@@ -231,7 +242,9 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
         return None
 
     clicks = ((pid, inp.click_id),) if inp.click_id is not None else ()
-    needs = Needs(claims=((pid, txn),), sales=((pid, txn),), clicks=clicks, bindings=((pid, customer),))
+    needs = Needs(
+        claims=((pid, txn),), sales=((pid, txn),), clicks=clicks, bindings=((pid, customer),), key=key
+    )
     partner = await writer.run(op, needs=needs)
     if partner is None:
         dup = DuplicateTransaction(f"transaction {txn} is already recorded for program {pid}")
@@ -259,7 +272,9 @@ async def record_sale(store: Store, writer: Writer, call: Call, inp: SaleIn, pro
     return Outcome(data, warnings)
 
 
-async def _record_test_sale(writer: Writer, call: Call, inp: SaleIn, pid: str, sale_id: str) -> Outcome:
+async def _record_test_sale(
+    writer: Writer, call: Call, inp: SaleIn, pid: str, sale_id: str, key: KeyRead | None
+) -> Outcome:
     def op(tx: Tx) -> None:
         seq = tx.append(
             _row(
@@ -278,12 +293,14 @@ async def _record_test_sale(writer: Writer, call: Call, inp: SaleIn, pid: str, s
         _log(tx, call, pid, 200, "test_mode", f"test sale {sale_id}", seq)
         tx.check(pid, "test_sale_received", call.received_at)
 
-    await writer.run(op)
+    await writer.run(op, needs=Needs(key=key) if key is not None else None)
     return Outcome({"sale_id": sale_id, "transaction_id": inp.transaction_id, "test_mode": True})
 
 
 # -- refund ------------------------------------------------------------------------------------
-async def record_refund(store: Store, writer: Writer, call: Call, inp: RefundIn, program: Program) -> Outcome:
+async def record_refund(
+    store: Store, writer: Writer, call: Call, inp: RefundIn, program: Program, key: KeyRead | None = None
+) -> Outcome:
     pid = program.program_id
     typed = {
         "event_id": new_id("rfd"),
@@ -321,6 +338,7 @@ async def record_refund(store: Store, writer: Writer, call: Call, inp: RefundIn,
         claims=((pid, f"refund:{inp.refund_id}"),),
         sales=((pid, inp.transaction_id),),
         refunds=((pid, inp.refund_id),),
+        key=key,
     )
     outcome, known = await writer.run(op, needs=needs)
     if outcome == "duplicate":

@@ -57,6 +57,13 @@ class _Job(Generic[T]):
 Outcome = tuple[_Job[Any], bool, Any]
 
 
+class KeyChanged(ServiceUnavailable):
+    """Handed back by the writer when the program key an operation was let in with changed
+    since it was read (a replica's cached copy; `Tx.outdated`): the endpoint decides the request
+    again with the key as it is now. A client sees it (503) only if that keeps happening. Not
+    in the error catalogue: its code is `service_unavailable`'s."""
+
+
 def _settle_async(outcomes: list[Outcome]) -> None:
     """On the event loop: resolve every waiter of one commit (one wake-up for the whole batch)."""
     for job, ok, value in outcomes:
@@ -221,11 +228,19 @@ class Writer:
         except DatabaseUnavailable as exc:
             self._settle([(job, False, exc) for job in batch])
             return
+        except Exception as exc:  # never let the writer thread die: every waiter would hang
+            log.exception("opening a group commit failed")
+            self._settle([(job, False, exc) for job in batch])
+            return
         try:
             needs = [job.needs for job in batch if job.needs is not None]
             if needs:
                 tx.prefetch(needs)
             for job in batch:
+                if job.needs is not None and job.needs.key is not None and tx.outdated(job.needs):
+                    changed = KeyChanged("the program key changed while this request was decided; retry")
+                    outcomes.append((job, False, changed))
+                    continue
                 mark = tx.mark()
                 try:
                     outcomes.append((job, True, job.op(tx)))

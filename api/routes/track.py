@@ -28,7 +28,9 @@ from ingest.errors import (
     TallyError,
 )
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn
-from ingest.tracking import Call, Outcome
+from ingest.records import Credential, Program
+from ingest.tracking import Call, KeyRead, Outcome
+from ingest.writer import KeyChanged
 
 KEPT_HEADERS = frozenset(
     {b"content-type", b"user-agent", b"origin", b"referer", b"x-request-id", b"x-forwarded-for"}
@@ -48,13 +50,24 @@ def _call(request: Request, endpoint: str, received_at: datetime, raw: bytes = b
 Work = Callable[[datetime], Awaitable[Outcome]]
 
 
+KEY_RETRIES = 3  # decisions of one call whose program key keeps changing under it
+
+
 async def _handle(request: Request, endpoint: str, status: int, work: Work, cors: bool = False) -> Response:
-    """Run one track call received now; a refusal for a known program is logged (no body)."""
+    """Run one track call received now; a refusal for a known program is logged (no body). A
+    call the writer hands back because its program key changed meanwhile (`KeyChanged`: a
+    replica read it from its cache) is decided again, key and all."""
     received_at = utcnow()
     if cors:
         remember(request, cors=True)
     try:
-        outcome = await work(received_at)
+        for attempt in range(KEY_RETRIES):
+            try:
+                outcome = await work(received_at)
+                break
+            except KeyChanged:
+                if attempt == KEY_RETRIES - 1:
+                    raise
     except TallyError as exc:
         program_id = recall(request, "program_id")
         if program_id is not None and not exc.logged:
@@ -65,6 +78,12 @@ async def _handle(request: Request, endpoint: str, status: int, work: Work, cors
     if cors:
         response.headers.update(CORS_HEADERS)
     return response
+
+
+def _key(request: Request, program: Program) -> KeyRead:
+    """The program key this call was let in with (`program_from_key` kept it) and its program."""
+    credential: Credential = recall(request, "credential")
+    return credential, program
 
 
 def _client(request: Request) -> str:
@@ -107,7 +126,8 @@ async def track_lead(request: Request) -> Response:
         if program is None and inp.program_id and st.store.program(inp.program_id) is not None:
             remember(request, program_id=inp.program_id)
         call = _call(request, "track/lead", received_at, raw)
-        return await tracking.record_lead(st.store, st.writer, call, inp, program)
+        key = _key(request, program) if program is not None else None
+        return await tracking.record_lead(st.store, st.writer, call, inp, program, key)
 
     return await _handle(request, "track/lead", 200, work, cors=True)
 
@@ -117,9 +137,8 @@ async def track_sale(request: Request) -> Response:
         st = state(request)
         program = require_program_key(request)
         raw, inp = await body_model(request, SaleIn)
-        return await tracking.record_sale(
-            st.store, st.writer, _call(request, "track/sale", received_at, raw), inp, program
-        )
+        call = _call(request, "track/sale", received_at, raw)
+        return await tracking.record_sale(st.store, st.writer, call, inp, program, _key(request, program))
 
     return await _handle(request, "track/sale", 200, work)
 
@@ -130,7 +149,7 @@ async def track_refund(request: Request) -> Response:
         program = require_program_key(request)
         raw, inp = await body_model(request, RefundIn)
         call = _call(request, "track/refund", received_at, raw)
-        return await tracking.record_refund(st.store, st.writer, call, inp, program)
+        return await tracking.record_refund(st.store, st.writer, call, inp, program, _key(request, program))
 
     return await _handle(request, "track/refund", 200, work)
 

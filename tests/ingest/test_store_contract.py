@@ -389,6 +389,48 @@ def test_a_key_revoked_through_one_instance_is_refused_through_another_at_once(
 
 
 @pytest.mark.shared
+def test_a_cached_program_key_is_read_again_by_every_group_commit(
+    open_store: Callable[[], Store], backend: str
+) -> None:
+    """The track endpoints read program keys from a replica's cache; every group commit reads
+    the keys its operations were let in with again, and an operation whose key another instance
+    flagged or revoked meanwhile is handed back (`KeyChanged`) with the cache now holding the key
+    as it is, so the endpoint decides it again: flagged (rotation headers) or refused."""
+    from ingest.store import Needs
+    from ingest.writer import KeyChanged
+
+    a, b = open_store(), open_store()
+    wa, wb = Writer(a), Writer(b)
+    try:
+        _seed(a)
+        wa.start()
+        wb.start()
+        read = b.credential_and_program("h1")
+        assert read is not None and read[0].flagged_at is None
+
+        def nothing(tx):  # type: ignore[no-untyped-def]
+            return "done"
+
+        assert wb.submit(nothing, needs=Needs(key=read)).result() == "done"  # still as read
+        wa.run_sync(lambda tx: tx.flag_credential("h1", AT, AT + timedelta(days=30)))
+        assert b.credential_and_program("h1") == read  # B's cache has not seen it...
+        with pytest.raises(KeyChanged):
+            wb.submit(nothing, needs=Needs(key=read)).result()  # ...its next group commit has
+        flagged = b.credential_and_program("h1")
+        assert flagged is not None and flagged[0].flagged_at == AT
+        assert wb.submit(nothing, needs=Needs(key=flagged)).result() == "done"
+        wa.run_sync(lambda tx: tx.revoke_credentials("program", "prog_1", AT))
+        with pytest.raises(KeyChanged):
+            wb.submit(nothing, needs=Needs(key=flagged)).result()
+        assert b.credential_and_program("h1") is None  # refused from now on
+    finally:
+        wb.stop()
+        wa.stop()
+        b.close()
+        a.close()
+
+
+@pytest.mark.shared
 def test_a_transaction_that_commits_late_never_lands_below_the_watermark(
     open_store: Callable[[], Store], backend: str
 ) -> None:
