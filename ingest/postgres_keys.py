@@ -172,26 +172,36 @@ def _lead(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
         )
 
 
+# A track sale's ledger (one id): `write(ONE_SALE, (program, id, amount, currency))`. The writer
+# sends consecutive ones as one `SALES` statement (ingest/postgres_tx.py), in their place among
+# the other writes: an id that has a ledger keeps it, a new one gets one.
+ONE_SALE = b"-- one track sale's ledger"
+SALES = (
+    b"WITH w AS (SELECT DISTINCT ON (p, k) p, k, a, c"
+    b"   FROM unnest(%s::varchar[], %s::varchar[], %s::bigint[], %s::varchar[]) AS w(p, k, a, c)),"
+    b" fresh AS (SELECT w.p, w.k, w.a, w.c, nextval(pg_get_serial_sequence('key_ledgers', 'id')) AS id"
+    b"   FROM w LEFT JOIN LATERAL (SELECT 1 AS found FROM key_sales s"
+    b"     WHERE s.program_id = w.p AND s.key = w.k LIMIT 1) x ON true WHERE x.found IS NULL),"
+    b" made AS (INSERT INTO key_ledgers (id, amount, currency, refunded) SELECT id, a, c, 0 FROM fresh)"
+    b" INSERT INTO key_sales (program_id, key, ledger) SELECT p, k, id FROM fresh ON CONFLICT DO NOTHING"
+)
+
+
+def sales(one_sales: Sequence[tuple[str, str, int | None, str | None]]) -> tuple[bytes, Any]:
+    """The statement for consecutive `ONE_SALE` writes."""
+    return SALES, tuple(list(column) for column in zip(*one_sales, strict=True))
+
+
 def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[object]) -> None:
     """Every id of a sale points at one ledger: the one an id already has, else a new one."""
     keys = list(dict.fromkeys(k for k in ids if isinstance(k, str) and k))
     if not keys:
         return
     amount, currency = row.get("amount"), row.get("currency")
-    if len(keys) == 1:  # a track sale: one id, looked up by equality (a plan that uses the key)
-        write(
-            b"WITH made AS (INSERT INTO key_ledgers (amount, currency, refunded) SELECT %(a)s, %(c)s, 0"
-            b"   WHERE NOT EXISTS (SELECT 1 FROM key_sales WHERE program_id = %(p)s AND key = %(k)s)"
-            b"   RETURNING id)"
-            b" INSERT INTO key_sales (program_id, key, ledger) SELECT %(p)s, %(k)s, id FROM made"
-            b" ON CONFLICT DO NOTHING",
-            {
-                "p": program_id,
-                "k": keys[0],
-                "a": amount if isinstance(amount, int) else None,
-                "c": currency if isinstance(currency, str) else None,
-            },
-        )
+    amount = amount if isinstance(amount, int) else None
+    currency = currency if isinstance(currency, str) else None
+    if len(keys) == 1:  # a track sale: the writer sends consecutive ones as one statement
+        write(ONE_SALE, (program_id, keys[0], amount, currency))
         return
     write(
         b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
@@ -204,8 +214,8 @@ def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[objec
         {
             "p": program_id,
             "k": keys,
-            "a": amount if isinstance(amount, int) else None,
-            "c": currency if isinstance(currency, str) else None,
+            "a": amount,
+            "c": currency,
         },
     )
 

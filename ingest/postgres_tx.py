@@ -196,12 +196,21 @@ class PgTx:
         self._begin()
         if self._pending:
             kept = []
+            sales: list[Any] = []  # consecutive track sales' ledgers: one statement
             for number, sql, params in self._pending:
                 if upto is not None and number > upto:
                     kept.append((number, sql, params))
                     continue
-                self._cur.execute(sql, params)
+                if sql is keys.ONE_SALE:
+                    sales.append(params)
+                else:
+                    if sales:
+                        self._cur.execute(*keys.sales(sales))
+                        sales = []
+                    self._cur.execute(sql, params)
                 self._sent = number
+            if sales:
+                self._cur.execute(*keys.sales(sales))
             self._pending = kept
         return self._cur
 
