@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 
 Connection = psycopg.Connection[Any]
 
-_KIND, _OUTCOME, _SEQ = (RAW_EVENT_FIELDS.index(n) for n in ("kind", "outcome", "seq"))
+_KIND, _OUTCOME, _SEQ, _BODY, _HEADERS = (
+    RAW_EVENT_FIELDS.index(n) for n in ("kind", "outcome", "seq", "body", "headers")
+)
 LOG_COLUMNS = (
     "log_id",
     "program_id",
@@ -79,10 +81,11 @@ CHUNK_BYTES = 8 << 20  # at most this much JSON in one statement (bodies reach 1
 
 
 def _chunks(rows: list[list[Any]]) -> Iterator[tuple[int, list[list[Any]]]]:
-    """`rows` in runs of about `CHUNK_BYTES` (by their text), with each run's offset."""
+    """Raw rows in runs of about `CHUNK_BYTES` of body and headers (the columns that grow),
+    with each run's offset."""
     start, size = 0, 0
     for i, row in enumerate(rows):
-        size += sum(len(v) for v in row if isinstance(v, str)) + 64
+        size += len(row[_BODY] or "") + len(row[_HEADERS] or "") + 512
         if size > CHUNK_BYTES and i > start:
             yield start, rows[start:i]
             start, size = i, 0
@@ -575,12 +578,13 @@ class PgTx:
             for k, values in enumerate(chunk, start=offset + 1):
                 values[_SEQ] = k
             self._write(_INSERT_RAW, {"n": raws, "doc": _json(RAW_EVENT_FIELDS, chunk)})
-        for offset, chunk in _chunks(self._logs):
-            for k, values in enumerate(chunk, start=offset + 1):
+        if self._logs:  # (lines and claims are small: a group's fit in one statement each)
+            for k, values in enumerate(self._logs, start=1):
                 values[0] = k
-            self._write(_INSERT_LOGS, {"n": raws, "m": logs, "doc": _json(LOG_COLUMNS, chunk)})
-        for _, chunk in _chunks(self._claims):
-            self._write(_INSERT_CLAIMS, {"n": raws, "doc": _json(("program_id", "key", "raw_seq"), chunk)})
+            self._write(_INSERT_LOGS, {"n": raws, "m": logs, "doc": _json(LOG_COLUMNS, self._logs)})
+        if self._claims:
+            claims = _json(("program_id", "key", "raw_seq"), self._claims)
+            self._write(_INSERT_CLAIMS, {"n": raws, "doc": claims})
 
     def rollback(self) -> None:
         try:

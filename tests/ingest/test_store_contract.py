@@ -4,6 +4,7 @@ embedded file, several on a shared database), the test says which it checks."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -238,6 +239,42 @@ def _click(n: int) -> dict[str, object]:
         "body": "{}",
         "headers": "{}",
     }
+
+
+def test_a_group_commit_keeps_its_rows_numbers_whatever_their_size(
+    open_store: Callable[[], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raw rows, tracking-log lines and claims of one group commit get consecutive numbers in
+    the order they were appended, each line and claim naming its own row, also when the rows
+    are sent in several statements (PostgreSQL sends them as JSON documents of at most
+    `CHUNK_BYTES`; here a few rows each)."""
+    from ingest import postgres_tx
+
+    monkeypatch.setattr(postgres_tx, "CHUNK_BYTES", 2_000)
+    store = open_store()
+    try:
+        tx = store.begin()
+        tx.append(_click(0))
+        tx.commit()  # one row before: the group's numbers start after it
+        store.flush()
+        first = sql_rows(store, "SELECT max(seq) FROM raw_events")[0][0]
+        tx = store.begin()
+        bodies = [json.dumps({"n": n, "pad": "x" * (300 * n)}) for n in range(12)]
+        for n, body in enumerate(bodies, start=1):
+            seq = tx.append({**_click(n), "body": body})
+            tx.log("prog_1", AT, "track/click", 201, "accepted", f"click {n}", None, seq)
+            tx.claim_keys("prog_1", [f"key_{n}"], seq)
+        tx.commit()
+        store.flush()
+        rows = sql_rows(store, "SELECT seq, event_id, body FROM raw_events ORDER BY seq")
+        assert [r[0] for r in rows] == list(range(first, first + 13))
+        assert [(r[1], r[2]) for r in rows[1:]] == [(f"clk_{n}", b) for n, b in enumerate(bodies, start=1)]
+        lines = sql_rows(store, "SELECT detail, raw_seq FROM tracking_log ORDER BY log_id")
+        assert lines == [(f"click {n}", first + n) for n in range(1, 13)]
+        claims = sql_rows(store, "SELECT key, raw_seq FROM idempotency_keys ORDER BY raw_seq")
+        assert claims == [(f"key_{n}", first + n) for n in range(1, 13)]
+    finally:
+        store.close()
 
 
 def test_the_watermark_promises_no_lower_row_can_still_appear(open_store: Callable[[], Store]) -> None:
