@@ -33,7 +33,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -592,7 +592,9 @@ class KeyIndex:
         return True
 
     def _insert_absent(self, name: str, key: Key, row: Row) -> None:
-        if self._get(name, key) is None:
+        """Insert `row` unless `key` has one (a row of no values, a key's mere presence, is
+        written as it is: the same either way, and no read)."""
+        if not row or self._get(name, key) is None:
             self._put(name, key, row)
 
     def observe(self, row: Mapping[str, object]) -> None:
@@ -689,22 +691,25 @@ class KeyIndex:
     ) -> int:
         """Apply raw-log rows (in `seq` order, after `position()`), writing them to SQLite with
         the position every `commit_every` rows, so an interrupted rebuild resumes where it
-        stopped. Returns how many rows were applied."""
+        stopped. What each run of `APPLY_CHUNK` rows looks up is read ahead in one statement per
+        table (`needs_of`), as a group commit does. Returns how many rows were applied."""
         done = 0
         last: Mapping[str, Any] | None = None
         self.begin()
         try:
-            for row in rows:
-                self.observe(row)
-                for program_id, key in claims_of(row):
-                    self.claim(program_id, key)
-                last = row
-                done += 1
-                if done % commit_every == 0:
-                    self.commit(int(row["seq"]), anchor_of(row["received_at"]), force=True)
-                    if on_progress:
-                        on_progress(done, total)
-                    self.begin()
+            for chunk in _runs(rows, APPLY_CHUNK):
+                self.prefetch([needs_of(row) for row in chunk])
+                for row in chunk:
+                    self.observe(row)
+                    for claim in claims_of(row):  # (what a claim took is known: the log says)
+                        self._put("claims", claim, ())
+                    last = row
+                    done += 1
+                    if done % commit_every == 0:
+                        self.commit(int(row["seq"]), anchor_of(row["received_at"]), force=True)
+                        if on_progress:
+                            on_progress(done, total)
+                        self.begin()
             position = int(last["seq"]) if last else None
             self.commit(position, anchor_of(last["received_at"]) if last else "", force=True)
         except BaseException:
@@ -713,3 +718,35 @@ class KeyIndex:
         if on_progress:
             on_progress(done, total)
         return done
+
+
+APPLY_CHUNK = 5_000  # raw rows whose lookups a catch-up or rebuild reads ahead at once
+
+
+def _runs(rows: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
+    run: list[Mapping[str, Any]] = []
+    for row in rows:
+        run.append(row)
+        if len(run) == size:
+            yield run
+            run = []
+    if run:
+        yield run
+
+
+def needs_of(row: Mapping[str, Any]) -> Needs:
+    """What `KeyIndex.observe` may read for `row` (catching up reads it ahead a run of rows at a
+    time; presence-only rows, claims included, are written without a read)."""
+    program = row.get("program_id")
+    if not isinstance(program, str) or row.get("outcome") in ("duplicate", "unusable"):
+        return _NO_NEEDS
+    ids = [row.get(n) for n in ("transaction_id", *PROCESSOR_ID_FIELDS)]
+    customer, click = row.get("customer_key"), row.get("click_id")
+    if row.get("kind") != "lead" or not isinstance(customer, str):
+        return Needs(sales=tuple((program, k) for k in ids if isinstance(k, str) and k))
+    who = ((program, customer),)
+    clicks = ((program, click),) if isinstance(click, str) else ()
+    return Needs(clicks=clicks, bindings=who, provisional=who)
+
+
+_NO_NEEDS = Needs()

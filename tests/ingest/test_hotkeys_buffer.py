@@ -194,6 +194,7 @@ def test_the_buffer_answers_as_the_file_does(
     hotkeys.FLUSH_ROWS, hotkeys.FLUSH_SECONDS = flush_rows, 3600.0  # flushed by rows only
     try:
         claims, reference_claims, last_kept = [], [], 0
+        every_kept: list[dict[str, Any]] = []
         for group in _numbered(groups):
             index.begin()
             if prefetch:
@@ -212,6 +213,7 @@ def test_the_buffer_answers_as_the_file_does(
                 last["seq"] if last else None, hotkeys.anchor_of(last["received_at"]) if last else ""
             )
             reference_claims += _write_each(reference, kept)
+            every_kept += kept
             last_kept = last["seq"] if last else last_kept
             # Between groups the sealed writes may or may not be in the file yet: the writer's
             # thread and any other answer as the file does with the same rows in it.
@@ -221,6 +223,14 @@ def test_the_buffer_answers_as_the_file_does(
         index.flush()
         assert index.position()[0] == last_kept
         assert index.counts() == reference.counts()
+        # Catching up (or rebuilding) applies the same rows in runs read ahead: the same index.
+        rebuilt = KeyIndex(tmp / "rebuilt.sqlite")
+        try:
+            assert rebuilt.apply(every_kept, commit_every=3) == len(every_kept)
+            assert _decisions(rebuilt) == _decisions(reference)
+            assert rebuilt.counts() == reference.counts()
+        finally:
+            rebuilt.close()
     finally:
         hotkeys.FLUSH_ROWS, hotkeys.FLUSH_SECONDS = saved
         index.close()
