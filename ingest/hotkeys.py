@@ -33,7 +33,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -164,6 +164,19 @@ _LOOKUPS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "claims": ("claims", ("program_id", "key"), ()),
 }
 
+_SELECT = {
+    name: f"SELECT 1, {', '.join(values) or '1'} FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}"
+    for name, (table, keys, values) in _LOOKUPS.items()
+}
+_REPLACE = {
+    name: f"INSERT OR REPLACE INTO {table} ({', '.join(keys + values)})"
+    f" VALUES ({', '.join('?' for _ in keys + values)})"
+    for name, (table, keys, values) in _LOOKUPS.items()
+}
+_DELETE = {
+    name: f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}"
+    for name, (table, keys, values) in _LOOKUPS.items()
+}
 Key = tuple[Any, ...]
 Row = tuple[Any, ...]
 _MISSING: Any = object()  # not in the buffer (or not looked up yet)
@@ -216,6 +229,7 @@ class KeyIndex:
         self._flushed_at = time.monotonic()
         self._seen: dict[str, dict[Key, Any]] = {name: {} for name in _LOOKUPS}  # read from SQLite
         self._next_ledger: int | None = None
+        self._direct = False  # catching up: reads and writes go to SQLite at once (`apply`)
         self._w = self._open_writer()
         for ddl in _DDL:
             self._w.execute(ddl)
@@ -468,6 +482,8 @@ class KeyIndex:
     def _get(self, name: str, key: Key) -> Row | None:
         """The row of `key` in table `name` (its value columns), None when there is none: the
         transaction's own writes first, then the sealed ones, then SQLite (read once)."""
+        if self._direct:
+            return self._read(self._w, name, key)
         if self._in_tx():
             row = self._buffer[name].get(key, _MISSING)
             if row is _MISSING:
@@ -486,17 +502,20 @@ class KeyIndex:
 
     @staticmethod
     def _read(con: sqlite3.Connection, name: str, key: Key) -> Row | None:
-        table, keys, values = _LOOKUPS[name]
-        where = " AND ".join(f"{k} = ?" for k in keys)
-        found = con.execute(
-            f"SELECT 1, {', '.join(values) or '1'} FROM {table} WHERE {where}", key
-        ).fetchone()
+        found = con.execute(_SELECT[name], key).fetchone()
         if found is None:
             return None
-        return tuple(found[1:]) if values else ()
+        return tuple(found[1:]) if _LOOKUPS[name][2] else ()
 
     def _put(self, name: str, key: Key, row: Row | None) -> None:
-        """Write `row` for `key` (None deletes it) in the buffer, undoably."""
+        """Write `row` for `key` (None deletes it) in the buffer, undoably (while catching up:
+        in SQLite at once)."""
+        if self._direct:
+            if row is None:
+                self._w.execute(_DELETE[name], key)
+            else:
+                self._w.execute(_REPLACE[name], (*key, *row))
+            return
         table = self._buffer[name]
         self._undo.append((table, key, table.get(key, _MISSING)))
         table[key] = _GONE if row is None else row
@@ -689,64 +708,48 @@ class KeyIndex:
         on_progress: Progress | None = None,
         commit_every: int = 20_000,
     ) -> int:
-        """Apply raw-log rows (in `seq` order, after `position()`), writing them to SQLite with
-        the position every `commit_every` rows, so an interrupted rebuild resumes where it
-        stopped. What each run of `APPLY_CHUNK` rows looks up is read ahead in one statement per
-        table (`needs_of`), as a group commit does. Returns how many rows were applied."""
+        """Apply raw-log rows (in `seq` order, after `position()`), committing them with the
+        position every `commit_every` rows, so an interrupted rebuild resumes where it stopped.
+        Nothing else writes meanwhile (start-up, `tally migrate`, or the writer catching up
+        before its next group), so each lookup and write is a statement at once, on one
+        thread: no buffer to keep. Returns how many rows were applied."""
+        self.discard()
         done = 0
         last: Mapping[str, Any] | None = None
-        self.begin()
+        w = self._w
+        self._direct = True
         try:
-            for chunk in _runs(rows, APPLY_CHUNK):
-                self.prefetch([needs_of(row) for row in chunk])
-                for row in chunk:
-                    self.observe(row)
-                    for claim in claims_of(row):  # (what a claim took is known: the log says)
-                        self._put("claims", claim, ())
-                    last = row
-                    done += 1
-                    if done % commit_every == 0:
-                        self.commit(int(row["seq"]), anchor_of(row["received_at"]), force=True)
-                        if on_progress:
-                            on_progress(done, total)
-                        self.begin()
-            position = int(last["seq"]) if last else None
-            self.commit(position, anchor_of(last["received_at"]) if last else "", force=True)
+            w.execute("BEGIN")
+            for row in rows:
+                self.observe(row)
+                for claim in claims_of(row):  # (what a claim took is known: the log says)
+                    self._put("claims", claim, ())
+                last = row
+                done += 1
+                if done % commit_every == 0:
+                    self._commit_direct(int(row["seq"]), anchor_of(row["received_at"]))
+                    if on_progress:
+                        on_progress(done, total)
+                    w.execute("BEGIN")
+            self._commit_direct(
+                int(last["seq"]) if last else None, anchor_of(last["received_at"]) if last else ""
+            )
         except BaseException:
-            self.rollback()
+            with contextlib.suppress(sqlite3.Error):
+                if w.in_transaction:
+                    w.execute("ROLLBACK")
             raise
+        finally:
+            self._direct = False
+            self._next_ledger = None
         if on_progress:
             on_progress(done, total)
         return done
 
-
-APPLY_CHUNK = 5_000  # raw rows whose lookups a catch-up or rebuild reads ahead at once
-
-
-def _runs(rows: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
-    run: list[Mapping[str, Any]] = []
-    for row in rows:
-        run.append(row)
-        if len(run) == size:
-            yield run
-            run = []
-    if run:
-        yield run
-
-
-def needs_of(row: Mapping[str, Any]) -> Needs:
-    """What `KeyIndex.observe` may read for `row` (catching up reads it ahead a run of rows at a
-    time; presence-only rows, claims included, are written without a read)."""
-    program = row.get("program_id")
-    if not isinstance(program, str) or row.get("outcome") in ("duplicate", "unusable"):
-        return _NO_NEEDS
-    ids = [row.get(n) for n in ("transaction_id", *PROCESSOR_ID_FIELDS)]
-    customer, click = row.get("customer_key"), row.get("click_id")
-    if row.get("kind") != "lead" or not isinstance(customer, str):
-        return Needs(sales=tuple((program, k) for k in ids if isinstance(k, str) and k))
-    who = ((program, customer),)
-    clicks = ((program, click),) if isinstance(click, str) else ()
-    return Needs(clicks=clicks, bindings=who, provisional=who)
-
-
-_NO_NEEDS = Needs()
+    def _commit_direct(self, last_seq: int | None, anchor: str) -> None:
+        if last_seq is not None:
+            self._w.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                (("last_seq", str(last_seq)), ("anchor", anchor), ("format", FORMAT)),
+            )
+        self._w.execute("COMMIT")
