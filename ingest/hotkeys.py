@@ -150,10 +150,9 @@ def anchor_of(received_at: object) -> str:
 Progress = Callable[[int, int], None]
 
 
-# What a group commit can look up for all its operations at once (`KeyIndex.prefetch`): the table
-# and its key columns; the values are the rest of the row.
+# The index's tables as the buffer and `prefetch` see them: name -> (table, key columns, value
+# columns); a row is its value columns (none: the key's presence is the row).
 _LOOKUPS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    # table: (key columns, value columns, ...) as SQL
     "clicks": ("clicks", ("program_id", "click_id"), ("partner_code",)),
     "bindings": ("bindings", ("program_id", "customer"), ("lead_event_id", "click_id", "partner_code")),
     "provisional": ("provisional", ("program_id", "customer"), ("click_id",)),
@@ -173,6 +172,7 @@ _REPLACE = {
     f" VALUES ({', '.join('?' for _ in keys + values)})"
     for name, (table, keys, values) in _LOOKUPS.items()
 }
+_IGNORE = {name: sql.replace("OR REPLACE", "OR IGNORE") for name, sql in _REPLACE.items()}
 _DELETE = {
     name: f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}"
     for name, (table, keys, values) in _LOOKUPS.items()
@@ -482,9 +482,9 @@ class KeyIndex:
     def _get(self, name: str, key: Key) -> Row | None:
         """The row of `key` in table `name` (its value columns), None when there is none: the
         transaction's own writes first, then the sealed ones, then SQLite (read once)."""
-        if self._direct:
-            return self._read(self._w, name, key)
         if self._in_tx():
+            if self._direct:
+                return self._read(self._w, name, key)
             row = self._buffer[name].get(key, _MISSING)
             if row is _MISSING:
                 row = self._sealed[name].get(key, _MISSING)
@@ -613,7 +613,9 @@ class KeyIndex:
     def _insert_absent(self, name: str, key: Key, row: Row) -> None:
         """Insert `row` unless `key` has one (a row of no values, a key's mere presence, is
         written as it is: the same either way, and no read)."""
-        if not row or self._get(name, key) is None:
+        if self._direct:
+            self._w.execute(_IGNORE[name], (*key, *row))
+        elif not row or self._get(name, key) is None:
             self._put(name, key, row)
 
     def observe(self, row: Mapping[str, object]) -> None:
@@ -718,6 +720,7 @@ class KeyIndex:
         last: Mapping[str, Any] | None = None
         w = self._w
         self._direct = True
+        self._tx_thread = threading.get_ident()
         try:
             w.execute("BEGIN")
             for row in rows:
@@ -741,6 +744,7 @@ class KeyIndex:
             raise
         finally:
             self._direct = False
+            self._tx_thread = None
             self._next_ledger = None
         if on_progress:
             on_progress(done, total)
