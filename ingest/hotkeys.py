@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from ingest.records import Binding, SaleLedger
-from ingest.store import Needs
+from ingest.store import Needs, gather
 
 log = logging.getLogger("tally.store")
 
@@ -526,16 +526,8 @@ class KeyIndex:
         keys bring their ledgers."""
         if not self._in_tx():
             return
-        wanted: dict[str, list[Key]] = {name: [] for name in _LOOKUPS}
-        for need in needs:
-            wanted["claims"] += need.claims
-            wanted["sale_keys"] += need.sales
-            wanted["clicks"] += need.clicks
-            wanted["bindings"] += need.bindings
-            wanted["provisional"] += need.provisional
-            wanted["refunds"] += need.refunds
-            wanted["events"] += [(event_id,) for event_id in need.events]
-        for name, keys in wanted.items():
+        for field, keys in gather(needs).items():
+            name = "sale_keys" if field == "sales" else field
             buffer, sealed, seen = self._buffer[name], self._sealed[name], self._seen[name]
             todo = list(
                 dict.fromkeys(k for k in keys if k not in buffer and k not in sealed and k not in seen)

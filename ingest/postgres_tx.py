@@ -32,7 +32,7 @@ from ingest.postgres_conn import resource_fault
 from ingest.postgres_control import BY_ACCOUNT, CREDENTIALS_AND_PROGRAMS, PROGRAM, credential_row, program_row
 from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.schema import RAW_EVENT_FIELDS, storable
-from ingest.store import Needs
+from ingest.store import Needs, gather
 
 if TYPE_CHECKING:
     from ingest.postgres_store import PgStore
@@ -225,15 +225,8 @@ class PgTx:
         con = self._con
         self._begin()
         hashes = list(dict.fromkeys(n.key[0].token_hash for n in needs if n.key is not None))
-        claims = sorted(set(c for n in needs for c in n.claims))
-        wanted: dict[str, list[Any]] = {name: [] for name in _LOOKED_UP}
-        for n in needs:
-            wanted["clicks"] += n.clicks
-            wanted["bindings"] += n.bindings
-            wanted["provisional"] += n.provisional
-            wanted["refunds"] += n.refunds
-            wanted["sales"] += n.sales
-            wanted["events"] += [(e,) for e in n.events]
+        wanted = gather(needs)
+        claims = sorted(set(wanted["claims"]))
         pending: list[tuple[str, psycopg.Cursor[Any], list[Any]]] = []
         if hashes:
             cur = con.cursor()

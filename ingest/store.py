@@ -109,6 +109,20 @@ class Needs:
     key: tuple[Credential, Program | None] | None = None
 
 
+LOOKED_UP = ("claims", "sales", "clicks", "bindings", "provisional", "refunds", "events")
+
+
+def gather(needs: Sequence[Needs]) -> dict[str, list[tuple[str, ...]]]:
+    """The keys a group's operations need, by `Needs` field (`LOOKED_UP`), in their order, each
+    a tuple (a processor event id alone in one)."""
+    wanted: dict[str, list[tuple[str, ...]]] = {name: [] for name in LOOKED_UP}
+    for need in needs:
+        for name in LOOKED_UP[:-1]:
+            wanted[name] += getattr(need, name)
+        wanted["events"] += [(event_id,) for event_id in need.events]
+    return wanted
+
+
 class Tx(Protocol):
     """One write transaction, owned by the writer thread. Domain checks happen before writes."""
 
