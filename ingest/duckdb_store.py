@@ -55,7 +55,7 @@ from ingest.records import (
     credential_values,
 )
 from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
-from ingest.store import Needs
+from ingest.store import KeyRead, Needs, sale_partner
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
     import polars as pl
@@ -480,11 +480,7 @@ class DuckTx:
     ) -> str | None:
         if not self.claim_keys(program_id, [transaction_id], raw_seq):
             return None
-        partner = self._kx.click_partner(program_id, click_id) if click_id is not None else None
-        if partner is None:
-            binding = self._kx.binding(program_id, customer_key)
-            partner = binding.partner_code if binding else None
-        return partner or ""
+        return sale_partner(self, program_id, click_id, customer_key)
 
     # -- lookups inside the transaction (the key index's writer sees this batch's rows) ------
     def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
@@ -1169,7 +1165,7 @@ class DuckStore:
     def credential(self, token_hash: str) -> Credential | None:
         return self.index.credentials.get(token_hash)
 
-    def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+    def credential_and_program(self, token_hash: str) -> KeyRead | None:
         cred = self.index.credentials.get(token_hash)
         if cred is None:
             return None

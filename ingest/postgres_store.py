@@ -69,6 +69,7 @@ from ingest.postgres_log import PgLogSource, PgReader, PgResultSink, reader_type
 from ingest.postgres_tx import LOG_COLUMNS, Connection, PgTx
 from ingest.records import Binding, Credential, LogLine, Partner, Program, Role, SaleLedger, StoredSession
 from ingest.sql import PgExecutor
+from ingest.store import KeyRead
 
 if TYPE_CHECKING:
     from ingest.backup import BackupSummary
@@ -110,7 +111,7 @@ class PgStore:
         self._leases_lock = threading.Lock()
         self._engine: Any = None
         self._engine_lock = threading.Lock()
-        self._keys: dict[str, tuple[Credential, Program | None]] = {}  # token hash -> key, program
+        self._keys: dict[str, KeyRead] = {}  # token hash -> key, program
         self._keys_size = credential_cache
         self._keys_lock = threading.Lock()
         try:
@@ -380,7 +381,7 @@ class PgStore:
         row = self._one(CREDENTIAL + " WHERE token_hash = %s AND revoked_at IS NULL", (token_hash,))
         return credential_row(row) if row else None
 
-    def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+    def credential_and_program(self, token_hash: str) -> KeyRead | None:
         """The track endpoints' lookup: from the cache when it has the key (the group commit
         reads it again, `PgTx.outdated`), else from the database (kept when live)."""
         kept = self._keys.get(token_hash)
@@ -393,7 +394,7 @@ class PgStore:
         self.key_changed(token_hash, found)
         return found
 
-    def key_changed(self, token_hash: str, now: tuple[Credential, Program | None] | None) -> None:
+    def key_changed(self, token_hash: str, now: KeyRead | None) -> None:
         """What a program key is now (None: revoked or gone), as a lookup or a group commit read it."""
         if self._keys_size <= 0:
             return

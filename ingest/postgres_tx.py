@@ -32,7 +32,7 @@ from ingest.postgres_conn import resource_fault
 from ingest.postgres_control import BY_ACCOUNT, CREDENTIALS_AND_PROGRAMS, PROGRAM, credential_row, program_row
 from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.schema import RAW_EVENT_FIELDS, storable
-from ingest.store import Needs, gather
+from ingest.store import KeyRead, Needs, ProgramKey, gather, sale_partner
 
 if TYPE_CHECKING:
     from ingest.postgres_store import PgStore
@@ -97,7 +97,6 @@ def _json(columns: Sequence[str], rows: list[list[Any]]) -> str:
     return orjson.dumps([dict(zip(columns, row, strict=True)) for row in rows]).decode()
 
 
-ProgramKey = tuple[str, str]
 Mark = tuple[int, int, int, int, dict[tuple[str, str], datetime], int]
 _UNKNOWN: Any = object()  # not read ahead (or touched since): the database answers
 
@@ -167,7 +166,7 @@ class PgTx:
         # the keys it claimed ahead (True while no operation took it: released at commit) or
         # found taken; and lookups (name -> key -> row or None). A lookup of a key this group's
         # own writes touched (`_touched`) goes to the database instead, after those writes.
-        self._fresh_keys: dict[str, tuple[Credential, Program | None] | None] = {}
+        self._fresh_keys: dict[str, KeyRead | None] = {}
         self._ahead: dict[ProgramKey, bool] = {}
         self._taken: list[ProgramKey] = []
         self._refused: set[ProgramKey] = set()
@@ -425,11 +424,7 @@ class PgTx:
             if not taken:
                 return None
             self._claims.append([program_id, transaction_id, raw_seq])
-            partner = self.click_partner(program_id, click_id) if click_id is not None else None
-            if partner is None:
-                binding = self.binding(program_id, customer_key)
-                partner = binding.partner_code if binding else None
-            return partner or ""
+            return sale_partner(self, program_id, click_id, customer_key)
         partner = keys.claim_sale(
             self._read(upto=self._marked), program_id, transaction_id, click_id, customer_key
         )

@@ -88,6 +88,7 @@ class Reader(Protocol):
 
 
 ProgramKey = tuple[str, str]  # (program id, key)
+KeyRead = tuple[Credential, Program | None]  # a program key and its program, as they were read
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Needs:
     events: tuple[str, ...] = ()  # processor event ids
     # The program key the operation was let in with, and its program, as they were read (a
     # backend whose lookups may answer from a cache checks them again in the group commit).
-    key: tuple[Credential, Program | None] | None = None
+    key: KeyRead | None = None
 
 
 LOOKED_UP = ("claims", "sales", "clicks", "bindings", "provisional", "refunds", "events")
@@ -121,6 +122,22 @@ def gather(needs: Sequence[Needs]) -> dict[str, list[tuple[str, ...]]]:
             wanted[name] += getattr(need, name)
         wanted["events"] += [(event_id,) for event_id in need.events]
     return wanted
+
+
+class _Attributing(Protocol):
+    def click_partner(self, program_id: str, click_id: str) -> str | None: ...
+
+    def binding(self, program_id: str, customer_key: str) -> Binding | None: ...
+
+
+def sale_partner(tx: _Attributing, program_id: str, click_id: str | None, customer_key: str) -> str:
+    """What `Tx.claim_sale` answers for a sale it claimed: the partner its click names, else its
+    customer's binding, '' for none."""
+    partner = tx.click_partner(program_id, click_id) if click_id is not None else None
+    if partner is None:
+        binding = tx.binding(program_id, customer_key)
+        partner = binding.partner_code if binding else None
+    return partner or ""
 
 
 class Tx(Protocol):
@@ -371,7 +388,7 @@ class Store(Protocol):
 
     def credential(self, token_hash: str) -> Credential | None: ...
 
-    def credential_and_program(self, token_hash: str) -> tuple[Credential, Program | None] | None:
+    def credential_and_program(self, token_hash: str) -> KeyRead | None:
         """The live credential with this hash and, when it is a program key, its program: the
         track endpoints' one lookup per request."""
 

@@ -18,8 +18,8 @@ from ingest.errors import (
     ValidationFailed,
 )
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
-from ingest.records import Credential, Program
-from ingest.store import Needs, Store, Tx
+from ingest.records import Program
+from ingest.store import KeyRead, Needs, Store, Tx
 from ingest.tokens import new_id
 from ingest.writer import Writer
 
@@ -32,9 +32,6 @@ class Call(NamedTuple):
     body: str
     headers: str
     request_id: str | None
-
-
-KeyRead = tuple[Credential, Program | None]  # a program key and its program, as the endpoint read them
 
 
 @dataclass

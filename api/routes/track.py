@@ -29,7 +29,8 @@ from ingest.errors import (
 )
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn
 from ingest.records import Credential, Program
-from ingest.tracking import Call, KeyRead, Outcome
+from ingest.store import KeyRead
+from ingest.tracking import Call, Outcome
 from ingest.writer import KeyChanged
 
 KEPT_HEADERS = frozenset(
