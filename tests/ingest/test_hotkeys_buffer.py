@@ -35,46 +35,33 @@ EVENTS = ("e1", "e2", "e3")
 _program = st.sampled_from(("p", "p", "p", "q"))
 _outcome = st.sampled_from(("accepted", "accepted", "accepted", "duplicate"))
 
-_click = st.fixed_dictionaries(
-    {
-        "kind": st.just("click"),
-        "program_id": _program,
-        "outcome": _outcome,
-        "click_id": st.sampled_from(CLICKS),
-        "partner_code": st.sampled_from(("ann", "bob")),
-    }
+
+def _track(kind: str, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """A track call's raw row of `kind`: a program, an outcome and `fields`."""
+    common = {"kind": st.just(kind), "program_id": _program, "outcome": _outcome}
+    return st.fixed_dictionaries({**common, **fields})
+
+
+_click = _track("click", click_id=st.sampled_from(CLICKS), partner_code=st.sampled_from(("ann", "bob")))
+_lead = _track(
+    "lead",
+    customer_key=st.sampled_from(CUSTOMERS),
+    click_id=st.none() | st.sampled_from(CLICKS),
+    lead_status=st.sampled_from(("settled", "provisional")),
 )
-_lead = st.fixed_dictionaries(
-    {
-        "kind": st.just("lead"),
-        "program_id": _program,
-        "outcome": _outcome,
-        "customer_key": st.sampled_from(CUSTOMERS),
-        "click_id": st.none() | st.sampled_from(CLICKS),
-        "lead_status": st.sampled_from(("settled", "provisional")),
-    }
+_sale = _track(
+    "sale",
+    transaction_id=st.sampled_from(SALE_IDS),
+    customer_key=st.sampled_from(CUSTOMERS),
+    amount=st.integers(1, 5_000),
+    currency=st.sampled_from(("usd", "eur")),
+    test_mode=st.booleans(),
 )
-_sale = st.fixed_dictionaries(
-    {
-        "kind": st.just("sale"),
-        "program_id": _program,
-        "outcome": _outcome,
-        "transaction_id": st.sampled_from(SALE_IDS),
-        "customer_key": st.sampled_from(CUSTOMERS),
-        "amount": st.integers(1, 5_000),
-        "currency": st.sampled_from(("usd", "eur")),
-        "test_mode": st.booleans(),
-    }
-)
-_refund = st.fixed_dictionaries(
-    {
-        "kind": st.just("refund"),
-        "program_id": _program,
-        "outcome": _outcome,
-        "transaction_id": st.sampled_from(SALE_IDS),
-        "refund_id": st.sampled_from(REFUNDS),
-        "amount": st.integers(1, 2_000),
-    }
+_refund = _track(
+    "refund",
+    transaction_id=st.sampled_from(SALE_IDS),
+    refund_id=st.sampled_from(REFUNDS),
+    amount=st.integers(1, 2_000),
 )
 _processor = st.fixed_dictionaries(
     {
