@@ -120,6 +120,11 @@ def processor_sale_keys(fields: Mapping[str, object]) -> list[str]:
 EVENT_KEY_SPACE = "*"  # program id under which processor event ids are claimed
 
 
+def refund_claim(refund_id: str) -> str:
+    """The idempotency key a track refund claims in its program."""
+    return f"refund:{refund_id}"
+
+
 def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
     """The (program, key) claims ingest made when it accepted `row` (ingest/tracking.py,
     ingest/deliveries.py): what a rebuilt index must hold for a claim alone to refuse a
@@ -136,7 +141,7 @@ def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
     if kind == "sale" and not row.get("test_mode") and isinstance(txn := row.get("transaction_id"), str):
         return [(program, txn)]
     if kind == "refund" and isinstance(refund := row.get("refund_id"), str):
-        return [(program, f"refund:{refund}")]
+        return [(program, refund_claim(refund))]
     return []
 
 
@@ -177,6 +182,24 @@ _DELETE = {
     name: f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}"
     for name, (table, keys, values) in _LOOKUPS.items()
 }
+
+
+def _prefetch_sql(name: str) -> str:
+    """Rows of table `name` for a JSON array of keys (key columns, then value columns); sale
+    keys bring their ledger's values too."""
+    table, keys, values = _LOOKUPS[name]
+    on = " AND ".join(f"t.{c} = j.value ->> {i}" for i, c in enumerate(keys))
+    if name == "sale_keys":
+        return (
+            "SELECT t.program_id, t.key, t.ledger, l.amount, l.currency, l.refunded"
+            f" FROM json_each(?) AS j CROSS JOIN sale_keys AS t ON {on}"
+            " LEFT JOIN ledgers AS l ON l.id = t.ledger"
+        )
+    picked = ", ".join(f"t.{c}" for c in keys + values)
+    return f"SELECT {picked} FROM json_each(?) AS j CROSS JOIN {table} AS t ON {on}"
+
+
+_PREFETCH = {name: _prefetch_sql(name) for name in _LOOKUPS}
 Key = tuple[Any, ...]
 Row = tuple[Any, ...]
 _MISSING: Any = object()  # not in the buffer (or not looked up yet)
@@ -462,10 +485,7 @@ class KeyIndex:
                         (orjson.dumps(kept),),
                     )
             if position is not None:
-                w.executemany(
-                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                    (("last_seq", str(position[0])), ("anchor", position[1]), ("format", FORMAT)),
-                )
+                self._set_position(*position)
             w.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -534,21 +554,11 @@ class KeyIndex:
             )
             if not todo:
                 continue
-            table, key_columns, values = _LOOKUPS[name]
-            on = " AND ".join(f"t.{c} = j.value ->> {i}" for i, c in enumerate(key_columns))
-            picked = ", ".join(f"t.{c}" for c in key_columns + values)
-            if name == "sale_keys":
-                sql = (
-                    "SELECT t.program_id, t.key, t.ledger, l.amount, l.currency, l.refunded"
-                    f" FROM json_each(?) AS j CROSS JOIN sale_keys AS t ON {on}"
-                    " LEFT JOIN ledgers AS l ON l.id = t.ledger"
-                )
-            else:
-                sql = f"SELECT {picked} FROM json_each(?) AS j CROSS JOIN {table} AS t ON {on}"
+            _, key_columns, values = _LOOKUPS[name]
             for k in todo:
                 seen[k] = None
             width = len(key_columns)
-            for found in self._w.execute(sql, (orjson.dumps(todo),)).fetchall():
+            for found in self._w.execute(_PREFETCH[name], (orjson.dumps(todo),)).fetchall():
                 seen[tuple(found[:width])] = tuple(found[width : width + len(values)])
                 if name == "sale_keys" and found[3:] != (None, None, None):
                     self._seen["ledgers"].setdefault((found[2],), tuple(found[3:]))
@@ -744,8 +754,12 @@ class KeyIndex:
 
     def _commit_direct(self, last_seq: int | None, anchor: str) -> None:
         if last_seq is not None:
-            self._w.executemany(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                (("last_seq", str(last_seq)), ("anchor", anchor), ("format", FORMAT)),
-            )
+            self._set_position(last_seq, anchor)
         self._w.execute("COMMIT")
+
+    def _set_position(self, seq: int, anchor: str) -> None:
+        """Record the last raw row the index holds (inside the writer's open transaction)."""
+        self._w.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            (("last_seq", str(seq)), ("anchor", anchor), ("format", FORMAT)),
+        )

@@ -17,6 +17,7 @@ from ingest.errors import (
     TallyError,
     ValidationFailed,
 )
+from ingest.hotkeys import refund_claim
 from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
 from ingest.records import Program
 from ingest.store import KeyRead, Needs, Store, Tx
@@ -323,7 +324,7 @@ async def record_refund(
             mark = tx.mark()
             currency = ledger.currency if ledger else None
             seq = tx.append(_row(call, pid, "refund", currency=currency, **typed))
-            if tx.claim_keys(pid, [f"refund:{inp.refund_id}"], seq):
+            if tx.claim_keys(pid, [refund_claim(inp.refund_id)], seq):
                 _log(tx, call, pid, 200, "accepted", f"refund {inp.refund_id} of {inp.transaction_id}", seq)
                 return "accepted", ledger is not None
             _lost(tx, mark)  # another process recorded this refund first
@@ -332,7 +333,7 @@ async def record_refund(
         return "duplicate", False
 
     needs = Needs(
-        claims=((pid, f"refund:{inp.refund_id}"),),
+        claims=((pid, refund_claim(inp.refund_id)),),
         sales=((pid, inp.transaction_id),),
         refunds=((pid, inp.refund_id),),
         key=key,
