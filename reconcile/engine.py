@@ -272,8 +272,8 @@ class LocalEngine:
         pulled = int(state[1]) if state else 0
         copied = 0
         # The rows are stored in any order, so DuckDB writes each batch on every thread: a first
-        # pull of 1M events 7.1 to 8.3 -> 5.7 to 6.1 s on 2 cores, measured side by side, with the
-        # same reconciled tables.
+        # pull of 1M events 6.6 to 7.1 -> 5.5 to 5.8 s on 2 cores (alternating runs), with the
+        # same reconciled tables (docs/scaling.md).
         with job.unordered_inserts(con):
             con.execute("BEGIN TRANSACTION")
             # Sequence numbers are handed out without gaps (ingest/postgres_tx.py): a copy short of
