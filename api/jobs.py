@@ -39,6 +39,7 @@ Progress = Callable[[str, int, int], None]
 
 LEASE = "reconcile"
 LEASE_TTL = timedelta(minutes=10)  # renewed at each progress step of a run
+BOOKING_GROUP = 2_000  # booking rows appended in one group commit
 
 
 class Reconciler:
@@ -121,7 +122,15 @@ class Reconciler:
 
     def _run_held(self, report: Progress) -> job.RunSummary:
         """One run, the run lock held: the journal flushed, the engine brought up to the log,
-        then reconcile.job.run (publishing where the engine is not the database itself)."""
+        then reconcile.job.run (publishing where the engine is not the database itself); then
+        the lines it shows approved that no booking holds are booked in the log, and the run
+        is made again on the log with those bookings (reconcile/bookings.py)."""
+        summary = self._run_once(report)
+        if self._book(summary.high_water_seq, report):
+            summary = self._run_once(report)
+        return summary
+
+    def _run_once(self, report: Progress) -> job.RunSummary:
         report("flushing the journal", 0, 1)
         self._writer.sync_blocking()
         report("catching up with the log", 0, 1)
@@ -139,6 +148,24 @@ class Reconciler:
                 raise
             self._ran(summary, time.perf_counter() - started)
             return summary
+
+    def _book(self, as_of: int, report: Progress) -> int:
+        """Append the bookings of every line shown approved that no booking holds yet (as of
+        the run's high water `as_of`); the number of sales booked."""
+        with self._store.reader() as db:
+            if not db.table_exists("rc_commissions"):
+                return 0
+            lines = db.dicts(
+                f"SELECT program_id, {', '.join(engineering.BOOKED_FIELDS)} FROM rc_commissions"
+                " WHERE status = 'approved' AND booked_seq IS NULL AND payout_id IS NULL"
+                " ORDER BY program_id, sale_id, kind, partner_code, cause"
+            )
+        rows = engineering.booking_rows(lines, as_of)
+        for start in range(0, len(rows), BOOKING_GROUP):
+            report("booking approved lines", start, len(rows))
+            group = rows[start : start + BOOKING_GROUP]
+            self._writer.run_sync(lambda tx, group=group: [tx.append(row) for row in group], flush=True)
+        return len(rows)
 
     def act(self, decide: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
         """An engineer action decided on up-to-date tables, one at a time: under the run lock,

@@ -1,5 +1,6 @@
 """Engineer actions on the raw log: metadata fixes, backfill applications, period closes, payout
-batches and their payment, changes of a program's money terms.
+batches and their payment, changes of a program's money terms, finance actions on a sale's
+commission lines (hold, release, void) and the ledger's bookings (reconcile/bookings.py).
 
 Each is appended as its own raw-log row (source `backfill`), never edited into earlier rows; the
 reconciler orders these human actions by `seq` (see reconcile/fixes.py, reconcile/periods.py and
@@ -28,13 +29,13 @@ from ingest.writer import Writer
 BACKFILL_ENDPOINT = "backfill"
 
 
-def _row(program: Program, kind: str, actor: str, body: dict[str, Any], **typed: Any) -> dict[str, Any]:
+def _row(program: Program | str, kind: str, actor: str, body: dict[str, Any], **typed: Any) -> dict[str, Any]:
     now = utcnow()
     return {
         "received_at": now,
         "source": "backfill",
         "kind": kind,
-        "program_id": program.program_id,
+        "program_id": program if isinstance(program, str) else program.program_id,
         "outcome": "accepted",
         "event_type": kind,
         "occurred_at": now,
@@ -168,3 +169,65 @@ def terms_row(
     return _row(
         program, "program_terms", actor, {"from": old, "to": new, "by": actor}, event_id=new_id("terms")
     )
+
+
+# What a booking records of each line (reconcile/bookings.py LINE_FIELDS).
+BOOKED_FIELDS = (
+    "sale_id",
+    "transaction_id",
+    "partner_code",
+    "kind",
+    "cause",
+    "adjusts",
+    "period",
+    "sale_period",
+    "currency",
+    "amount",
+    "reversed",
+    "platform_fee",
+    "platform_fee_reversed",
+    "refunded",
+    "self_referral",
+    "occurred_at",
+    "available_at",
+    "dated_at",
+)
+
+
+def _booked_value(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def booking_rows(lines: Sequence[Mapping[str, Any]], as_of: int) -> list[dict[str, Any]]:
+    """The raw-log rows booking `lines` (commission lines as the reconciler shows them, with
+    program_id and BOOKED_FIELDS), one row per sale: what was approved, as of log position
+    `as_of`, is a fact of the log from then on (reconcile/bookings.py)."""
+    per_sale: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for line in lines:
+        per_sale.setdefault((str(line["program_id"]), str(line["sale_id"])), []).append(line)
+    rows = []
+    for (program_id, sale_id), mine in sorted(per_sale.items()):
+        body = {
+            "sale_id": sale_id,
+            "as_of": as_of,
+            "lines": [{name: _booked_value(line.get(name)) for name in BOOKED_FIELDS} for line in mine],
+        }
+        rows.append(
+            _row(
+                program_id,
+                "booking",
+                "reconciler",
+                body,
+                event_id=new_id("bk"),
+                transaction_id=mine[0]["transaction_id"],
+            )
+        )
+    return rows
+
+
+def commission_action_row(
+    program: Program, sale_id: str, transaction_id: str, action: str, reason: str, actor: str
+) -> dict[str, Any]:
+    """The raw-log row of a finance action (`hold`, `release` or `void`) on a sale's lines."""
+    body = {"action": action, "sale_id": sale_id, "reason": reason, "by": actor}
+    return _row(program, "commission_action", actor, body, event_id=new_id("act"), transaction_id=transaction_id)

@@ -48,7 +48,7 @@ from reconcile.pipeline import Result, reconcile
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
-ENGINE_VERSION = "7"
+ENGINE_VERSION = "8"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",
@@ -185,7 +185,7 @@ def _reached(reader: duckdb.DuckDBPyConnection, previous: int) -> pl.DataFrame:
         return read_rows(
             reader,
             "program_id IS NOT NULL AND seq IN (SELECT seq FROM _rc_closure)",
-            groups=("stripe", "other"),
+            groups=("stripe", "other", "ledger"),
         )
     finally:
         reader.unregister("_rc_closure")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from reconcile import bookings
 from reconcile.schema import ENGINE, PAYOUTS_SCHEMA, UTC
 
 BATCH = "payout_batch"
@@ -102,20 +103,37 @@ def table(made: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def assign(lines: pl.DataFrame, made: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
-    """`lines` with `payout_id` (the first batch that takes each) and `paid` statuses."""
+def assign(
+    lines: pl.DataFrame, made: pl.DataFrame, marks: pl.DataFrame, acts: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """`lines` with `payout_id` (the first batch that takes each) and `paid` statuses. `acts`:
+    the finance actions (reconcile/bookings.py `actions`): a sale held or void when a batch is
+    made gives it none of its lines."""
     row = "__line"
     indexed = lines.drop("payout_id", strict=False).with_row_index(row)
-    taken = (
+    candidates = (
         indexed.lazy()
-        .filter(~pl.col("self_referral") & (pl.col("amount") != 0))
-        .select(row, "program_id", "available_at", "dated_at")
-        .join(made.lazy().select("program_id", "payout_id", "seq", "created_at", "cutoff"), on="program_id")
-        .filter((pl.col("available_at") <= pl.col("created_at")) & (pl.col("dated_at") < pl.col("cutoff")))
-        .sort("seq")
+        .filter(pl.col("booked_seq").is_not_null() & (pl.col("amount") != 0))
+        .select(row, "program_id", "sale_id", "booked_seq", "dated_at")
+        .join(made.lazy().select("program_id", "payout_id", "seq", "cutoff"), on="program_id")
+        .filter((pl.col("booked_seq") < pl.col("seq")) & (pl.col("dated_at") < pl.col("cutoff")))
+        .collect(engine=ENGINE)
+    )
+    if acts is not None and not acts.is_empty() and not candidates.is_empty():
+        stopped = (
+            candidates.select("program_id", "sale_id", "seq")
+            .unique()
+            .join(acts, on=["program_id", "sale_id"])
+            .filter(pl.col("action_seq") < pl.col("seq"))
+        )
+        at_batch = bookings.fold(stopped, ["program_id", "sale_id", "seq"]).filter(
+            pl.col("hold_state").is_in(["held", "void"])
+        )
+        candidates = candidates.join(at_batch.select("program_id", "sale_id", "seq"), on=["program_id", "sale_id", "seq"], how="anti")
+    taken = (
+        candidates.sort("seq")
         .group_by(row, maintain_order=True)
         .agg(pl.col("payout_id").first())
-        .collect(engine=ENGINE)
     )
     settled = marks.select("program_id", "payout_id", settled=pl.lit(True))
     return (
@@ -124,6 +142,8 @@ def assign(lines: pl.DataFrame, made: pl.DataFrame, marks: pl.DataFrame) -> pl.D
         .with_columns(
             status=pl.when(pl.col("settled").fill_null(False))
             .then(pl.lit("paid"))
+            .when(pl.col("payout_id").is_not_null())
+            .then(pl.lit("approved"))
             .otherwise(pl.col("status"))
         )
         .drop(row, "settled")

@@ -122,6 +122,11 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
         described.filter(pl.col("close_snap").is_not_null()).select(*KEY, "close_snap"),
         on=KEY,
     ).filter(pl.col("snap") == pl.col("close_snap"))
+    # A closed month keeps its values; whether a booking holds the line (and why it is held or
+    # void) is the current ledger's (reconcile/bookings.py).
+    current_marks = [c for c in ("booked_seq", "status_reason") if c in columns]
+    if current_marks:
+        frozen = frozen.drop(current_marks).join(described.select(*KEY, *current_marks), on=KEY, how="left")
     grid = (
         described.filter(pl.col("close_snap").is_not_null())
         .join(pl.DataFrame({"snap": list(range(last + 1))}), how="cross")

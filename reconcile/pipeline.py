@@ -13,14 +13,15 @@ Stages (each module's docstring states its rules):
 6. reconcile/layers.py: each sale's values before and after each applied backfill.
 7. reconcile/refunds.py: refunds matched, capped, reversing commission and fee pro rata.
 8. reconcile/ledger.py: commission lines frozen once approved; later refunds and backfills as
-   clawback and adjustment lines of their own.
+   clawback and adjustment lines of their own; reconcile/bookings.py: what was booked (approved,
+   held, released, voided) read back from the log, and what the log implies since as new lines.
 9. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
 10. reconcile/payouts.py: the lines each payout batch takes; paid batches' lines `paid`.
 11. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
 actions (metadata fixes, backfills, period closes, payout batches and their payment, changes of
-a program's terms), which are ordered by `seq`. Everything else
+a program's terms, bookings and finance actions), which are ordered by `seq`. Everything else
 is ordered by business time and stable ids: records by (occurred_at, event_id), sales by
 (occurred_at, sale_id), leads by (occurred_at, lead_id), refunds by (occurred_at, event_id).
 The same log gives the same rows whatever the order of its rows (`Result.sorted()` puts them in
@@ -37,6 +38,7 @@ import polars as pl
 
 from reconcile import (
     attribution,
+    bookings,
     commissions,
     doubles,
     explain,
@@ -150,7 +152,7 @@ def reconcile(
     marks = payouts.paid(log, made)
     return Result(
         sales=_conform(current.sales, SALES_SCHEMA),
-        commissions=_conform(payouts.assign(lines, made, marks), COMMISSIONS_SCHEMA),
+        commissions=_conform(payouts.assign(lines, made, marks, bookings.actions(log)), COMMISSIONS_SCHEMA),
         refunds=_conform(current.refunds, REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
@@ -222,7 +224,9 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     )
     return Ledger(
         sales=final,
-        lines=ledger_rules.lines(final, states, applied.counted, payouts.batches(raw), now),
+        lines=bookings.overlay(
+            ledger_rules.lines(final, states, applied.counted, payouts.batches(raw), now), raw, final, now
+        ),
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,

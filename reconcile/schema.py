@@ -212,6 +212,8 @@ COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "available_at": UTC,
     "dated_at": UTC,
     "payout_id": STR,
+    "booked_seq": INT,
+    "status_reason": STR,
 }
 
 # Payout batches (reconcile/payouts.py): one row per batch action of the raw log; `number` is

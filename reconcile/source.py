@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 
 from ingest.records import ProgramSettings
-from reconcile import payouts, terms, unroutable
+from reconcile import bookings, payouts, terms, unroutable
 from reconcile.schema import (
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
@@ -19,7 +19,10 @@ from reconcile.schema import (
 )
 
 # Engineer actions read with their `body` (metadata fixes carry typed columns instead).
-ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND)
+ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND, bookings.ACTION)
+# Bookings are read with their body too, but only reach the sales they name (by transaction id):
+# they are linked rows of the log like records and refunds, not program-wide actions.
+LEDGER_KINDS = (bookings.BOOKING,)
 
 # Each group of rows is read with its own columns (schema.READ_COLUMNS), filtered by
 # `{where}`. Engineer actions are the only rows whose `body` is read: they are read apart, so
@@ -28,12 +31,18 @@ _GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stripe": ("kind = 'stripe' AND ({where})", READ_COLUMNS["stripe"]),
     "click": ("kind = 'click' AND ({where})", READ_COLUMNS["click"]),
     "other": (
-        f"kind NOT IN ('stripe', 'click', {', '.join(repr(k) for k in ENGINEER_KINDS)}) AND ({{where}})",
+        f"kind NOT IN ('stripe', 'click', {', '.join(repr(k) for k in (*ENGINEER_KINDS, *LEDGER_KINDS))})"
+        " AND ({where})",
         tuple(c for c in READ_COLUMNS["other"] if c != "body"),
     ),
     # Found through `seq`, every filter inside the subquery: a scan that filters engineer rows
     # itself decompresses every body (1M events: 3 s, 1.4 GiB); one whose seqs come from a
     # subquery skips the row groups that hold none of them.
+    "ledger": (
+        f"seq IN (SELECT seq FROM raw_events WHERE kind IN ({', '.join(repr(k) for k in LEDGER_KINDS)})"
+        " AND ({where}))",
+        READ_COLUMNS["other"],
+    ),
     "engineer": (
         f"seq IN (SELECT seq FROM raw_events WHERE kind IN {ENGINEER_KINDS!r} AND ({{where}}))",
         READ_COLUMNS["other"],

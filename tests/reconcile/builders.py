@@ -323,3 +323,32 @@ def program_terms(change_id: str, before: dict[str, Any], after: dict[str, Any],
         ),
         **kw,
     )
+
+
+def bookings(
+    rows: list[dict[str, Any]], now: datetime, people: pl.DataFrame | None = None, **settings: Any
+) -> list[dict[str, Any]]:
+    """The booking rows a reconcile run at `now` appends after `rows` (api/jobs.py
+    `Reconciler._book`): every line the reconciler shows approved that no booking holds, as of
+    the last of `rows`, received at `now`. Import-late: the pipeline is what is being tested."""
+    from ingest.engineering import booking_rows
+    from reconcile import bookings as rules
+    from reconcile.pipeline import reconcile
+
+    people = partners(("p1", None), ("p2", None)) if people is None else people
+    result = reconcile(frame(rows), programs(**settings), people, now)
+    due = rules.due(result.commissions).to_dicts()
+    made = booking_rows(due, len(rows))
+    return [row(**{**r, "received_at": now, "occurred_at": now}) for r in made]
+
+
+def commission_action(action_id: str, sale_id: str, action: str, reason: str = "", **kw: Any) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="commission_action",
+        event_id=action_id,
+        event_type="commission_action",
+        actor="acct_finance",
+        body=json.dumps({"action": action, "sale_id": sale_id, "reason": reason, "by": "acct_finance"}),
+        **kw,
+    )

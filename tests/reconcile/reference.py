@@ -1162,7 +1162,7 @@ def ledger(
     doubles = finish_doubles(doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list))
     return {
         "sales": sales,
-        "lines": ledger_lines(sales, states, refunds, payout_batches(rows), now),
+        "lines": overlay(ledger_lines(sales, states, refunds, payout_batches(rows), now), rows, sales, now),
         "refunds": refunds,
         "double_counts": doubles,
         "explain": [step for s in sales for step in explain(s)],
@@ -1213,7 +1213,14 @@ def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row
                 continue
             a = seqs.index(close_at[line_period])
             if key in indexed[a]:
-                out.append(indexed[a][key])
+                # a closed month keeps its values; whether a booking holds the line is current
+                out.append(
+                    {
+                        **indexed[a][key],
+                        "booked_seq": latest["booked_seq"],
+                        "status_reason": latest["status_reason"],
+                    }
+                )
             moved: dict[str, dict[str, int]] = {}
             for j in range(a, last):
                 shut = {p for p, s in close_at.items() if s <= seqs[j]}
@@ -1292,24 +1299,179 @@ def payout_batches(rows: list[Row]) -> list[Row]:
     return batches
 
 
-def apply_payouts(lines: list[Row], batches: list[Row]) -> None:
-    """Each line goes to the first batch (by seq) of its program that finds it payable."""
+def apply_payouts(lines: list[Row], batches: list[Row], acts: list[Row]) -> None:
+    """Each booked line goes to the first batch (by seq) of its program made after its booking,
+    with a cut-off after its date, while its sale was neither held nor void."""
     for line in lines:
         line["payout_id"] = None
         for b in batches:
             payable = (
                 b["program_id"] == line["program_id"]
-                and not line["self_referral"]
+                and line["booked_seq"] is not None
+                and line["booked_seq"] < b["seq"]
                 and line["amount"] != 0
                 and b["cutoff"] is not None
-                and line["available_at"] <= b["created_at"]
                 and line["dated_at"] < b["cutoff"]
+                and action_state(acts, line["program_id"], line["sale_id"], b["seq"])[0] not in ("held", "void")
             )
             if payable:
                 line["payout_id"] = b["payout_id"]
-                if b["status"] == "paid":
-                    line["status"] = "paid"
+                line["status"] = "paid" if b["status"] == "paid" else "approved"
                 break
+
+
+# --- bookings and finance actions --------------------------------------------------------------
+
+BOOKING_MONEY = ["amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded"]
+SALE_ID_FIELDS = ["transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id", "charge_id"]
+ROW_ID_FIELDS = [*SALE_ID_FIELDS, "object_id", "subscription_id"]
+CUSTOMER_FIELDS = ["customer_key", "processor_customer_id", "click_id"]
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value).astimezone(UTC)
+
+
+def booked_lines(rows: list[Row]) -> list[Row]:
+    """Every line of every accepted booking row, as booked."""
+    out = []
+    for r in sorted(accepted(rows, "booking"), key=lambda r: r["seq"]):
+        body = json.loads(r["body"])
+        for line in body["lines"]:
+            out.append(
+                {
+                    **line,
+                    **{name: _time(line[name]) for name in ("occurred_at", "available_at", "dated_at")},
+                    "program_id": r["program_id"],
+                    "booked_seq": r["seq"],
+                    "as_of": body["as_of"],
+                    "status": "approved",
+                    "payout_id": None,
+                }
+            )
+    return out
+
+
+def finance_actions(rows: list[Row]) -> list[Row]:
+    out = []
+    for r in sorted(accepted(rows, "commission_action"), key=lambda r: r["seq"]):
+        body = json.loads(r["body"])
+        if body.get("action") in ("hold", "release", "void") and body.get("sale_id") is not None:
+            out.append({**body, "program_id": r["program_id"], "seq": r["seq"]})
+    return out
+
+
+def action_state(acts: list[Row], program_id: str, sale_id: str, before: int | None = None) -> tuple[str | None, str | None]:
+    """(held | released | void | None, reason) of a sale after its actions (before seq `before`)."""
+    state, reason = None, None
+    for a in acts:
+        if (a["program_id"], a["sale_id"]) != (program_id, sale_id) or (before is not None and a["seq"] >= before):
+            continue
+        if state == "void":
+            continue
+        state = {"hold": "held", "release": "released", "void": "void"}[a["action"]]
+        reason = a["reason"]
+    return state, reason
+
+
+def cause_of(rows: list[Row], s: Row, as_of: int) -> tuple[str, datetime] | None:
+    """(event id, received_at) of the latest accepted row after `as_of` bearing on sale `s`."""
+    ids = {s.get(f) for f in SALE_ID_FIELDS} - {None}
+    best = None
+    for r in rows:
+        if r["outcome"] != "accepted" or r["program_id"] != s["program_id"] or r["seq"] <= as_of:
+            continue
+        if r["kind"] == "booking":
+            continue
+        bears = (
+            r["kind"] in ("metadata_fix", "backfill", "program_terms")
+            or bool({r.get(f) for f in ROW_ID_FIELDS} & ids)
+            or any(r.get(f) is not None and r.get(f) == s.get(f) for f in CUSTOMER_FIELDS)
+            or (norm_email(r.get("email")) is not None and norm_email(r.get("email")) == norm_email(s.get("email")))
+            or (r["kind"] == "commission_action" and json.loads(r["body"]).get("sale_id") == s["sale_id"])
+        )
+        if bears and (best is None or r["seq"] > best["seq"]):
+            best = r
+    return None if best is None else (best["event_id"], best["received_at"])
+
+
+def clock_status(now: datetime, since: datetime) -> str:
+    return "approved" if now >= since else "pending"
+
+
+def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) -> list[Row]:
+    """reconcile/bookings.py restated: booked sales keep their booked lines, and each partner's
+    difference from what the log implies now is a new line dated at its cause; then actions."""
+    for line in lines:
+        line["booked_seq"] = None
+    books = booked_lines(rows)
+    if books:
+        booked_sales = {(b["program_id"], b["sale_id"]) for b in books}
+        free = [line for line in lines if (line["program_id"], line["sale_id"]) not in booked_sales]
+        implied = [line for line in lines if (line["program_id"], line["sale_id"]) in booked_sales]
+        now_sums: dict[tuple[str, str, str | None], dict[str, int]] = {}
+        self_ref: dict[tuple[str, str, str | None], bool] = {}
+        for line in implied:
+            key = (line["program_id"], line["sale_id"], line["partner_code"])
+            bucket = now_sums.setdefault(key, dict.fromkeys(BOOKING_MONEY, 0))
+            for m in BOOKING_MONEY:
+                bucket[m] += line[m]
+            self_ref[key] = self_ref.get(key, False) or bool(line["self_referral"])
+        was_sums: dict[tuple[str, str, str | None], dict[str, int]] = {}
+        for b in books:
+            key = (b["program_id"], b["sale_id"], b["partner_code"])
+            bucket = was_sums.setdefault(key, dict.fromkeys(BOOKING_MONEY, 0))
+            for m in BOOKING_MONEY:
+                bucket[m] += b[m]
+        sales_by_id = {(s["program_id"], s["sale_id"]): s for s in sales}
+        changes = []
+        for key in set(now_sums) | set(was_sums):
+            after = now_sums.get(key, dict.fromkeys(BOOKING_MONEY, 0))
+            before = was_sums.get(key, dict.fromkeys(BOOKING_MONEY, 0))
+            diff = {m: after[m] - before[m] for m in BOOKING_MONEY}
+            if not any(diff.values()):
+                continue
+            mine = [b for b in books if (b["program_id"], b["sale_id"]) == key[:2]]
+            first_booked = min(mine, key=lambda b: b["booked_seq"])
+            as_of = max(b["as_of"] for b in mine)
+            sale = sales_by_id.get(key[:2])
+            found = None if sale is None else cause_of(rows, sale, as_of)
+            cause, cause_at = found if found is not None else (f"after {as_of}", now)
+            same = key in now_sums and key in was_sums
+            changes.append(
+                {
+                    "program_id": key[0],
+                    "sale_id": key[1],
+                    "transaction_id": first_booked["transaction_id"],
+                    "partner_code": key[2],
+                    "kind": "clawback" if same and diff["refunded"] != 0 else "adjustment",
+                    "cause": cause,
+                    "adjusts": first_booked["transaction_id"],
+                    "period": period(cause_at),
+                    "sale_period": first_booked["sale_period"],
+                    "currency": first_booked["currency"],
+                    **diff,
+                    "status": clock_status(now, cause_at),
+                    "self_referral": self_ref.get(key, False),
+                    "occurred_at": first_booked["occurred_at"],
+                    "available_at": cause_at,
+                    "dated_at": cause_at,
+                    "booked_seq": None,
+                    "payout_id": None,
+                }
+            )
+        lines = [*free, *books, *changes]
+    acts = finance_actions(rows)
+    for line in lines:
+        state, reason = action_state(acts, line["program_id"], line["sale_id"])
+        line["status_reason"] = reason
+        if state == "void":
+            line["status"] = "void"
+        elif state == "held":
+            line["status"] = "held"
+        elif state == "released" and line["status"] == "held" and line["booked_seq"] is None:
+            line["status"] = clock_status(now, line["available_at"])
+    return lines
 
 
 def reconcile_reference(
@@ -1329,7 +1491,7 @@ def reconcile_reference(
         rows, current["lines"], lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"]
     )
     batches = payout_batches(rows)
-    apply_payouts(lines, batches)
+    apply_payouts(lines, batches, finance_actions(rows))
     return {
         "sales": current["sales"],
         "commissions": lines,

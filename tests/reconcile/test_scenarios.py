@@ -823,16 +823,17 @@ def test_a_customer_is_linked_through_email_and_processor_customer_too() -> None
 def test_a_refund_reported_after_a_payout_batch_is_a_clawback_whatever_its_date() -> None:
     """A refund dated before approval but logged after a payout batch could pay the line is
     booked when it was logged: the paid line keeps its 30.00; -15.00 lands in March."""
-    rows = [
-        *attributed_sale("sale_1", 10_000, occurred_at=at(0)),
+    rows = attributed_sale("sale_1", 10_000, occurred_at=at(0))
+    rows += [
+        *b.bookings(rows, at(34), PARTNERS),
         b.payout_batch("po_1", "2026-01-31", occurred_at=at(35)),
         b.payout_paid("paid_1", "po_1", occurred_at=at(36)),
         b.track_refund("re_1", "tx_sale_1", 5_000, occurred_at=at(5), received_at=at(50)),
     ]
-    got = run(rows).commissions.select("kind", "period", "amount", "status", "payout_id").sort("kind").rows()
-    assert got == [
-        ("clawback", "2026-03", -1_500, "approved", None),
-        ("commission", "2026-01", 3_000, "paid", "po_1"),
+    got = run(rows).commissions.select("kind", "period", "amount", "status", "payout_id", "cause")
+    assert sorted(got.rows()) == [
+        ("clawback", "2026-03", -1_500, "approved", None, "rfd_re_1"),
+        ("commission", "2026-01", 3_000, "paid", "po_1", ""),
     ]
 
 

@@ -1,0 +1,337 @@
+"""Bookings: what finance acted on is a fact of the log, and never changes. Pure.
+
+Two kinds of raw rows carry the ledger's facts (appended by ingest/engineering.py):
+
+- `booking` (one per sale and booking run; `transaction_id` = the sale's transaction id, so an
+  incremental run's closure reaches the sale through it; body `{"sale_id", "as_of", "lines"}`):
+  the reconciler (api/jobs.py) books every line it shows `approved` that no booking holds yet —
+  a commission line whose holding period ended (not held, not void, not fully refunded) and every
+  adjustment or clawback line — with the values it shows, as of log position `as_of` (the run's
+  high water seq). A booked line is read back from its booking, whatever the log says later.
+- `commission_action` (`transaction_id` = the sale's; body `{"action": hold | release | void,
+  "sale_id", "reason", "by"}`): finance holds, releases or voids a sale's unpaid lines.
+
+"Later" is the log's order (`seq`), never a timestamp. For a sale with booked lines, the lines
+are the booked ones, plus, where what the log implies now (the ledger's lines, reconcile/ledger.py,
+summed per partner) differs from what was booked (summed the same way), one line per partner
+holding the difference: a `clawback` when the partner keeps the sale and the difference is a
+refund, else an `adjustment` (a partner change is a negative line for the booked partner and a
+positive one for the new one). Such a line is dated when the row that caused it was logged (its
+`received_at`, month `period`) and names it as `cause` (its event id): the latest row after the
+booking's `as_of` that bears on the sale — one of its records or refunds (sharing one of its
+ids), a lead or click of its customer (customer key, email, click id, processor customer), an
+action on it, or a metadata fix, backfill or terms change of its program. Until the next booking
+run books it, it may still change in place; a sale without booked lines keeps its ledger lines,
+which change in place until booked.
+
+Actions, in log order, give each sale a state: `hold` -> held, `release` -> released (a
+self-referral's hold is lifted too), `void` -> void (final). A held sale's unbooked and booked
+lines not in a payout batch are `held`; a void sale's are `void`; neither is ever booked as
+approved or batched, and their platform fee is held or void with them (reports count only what
+is neither). Lines already in a batch keep the batch's status (reconcile/payouts.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from reconcile.schema import ENGINE, UTC, norm_email, period_of
+
+BOOKING = "booking"
+ACTION = "commission_action"
+KINDS = (BOOKING, ACTION)
+ACTIONS = ("hold", "release", "void")
+SALE = ["program_id", "sale_id"]
+MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
+# What a booking row records of each line (times as ISO 8601 strings).
+LINE_STRINGS = ("sale_id", "transaction_id", "partner_code", "kind", "cause", "adjusts", "period", "sale_period", "currency")
+LINE_TIMES = ("occurred_at", "available_at", "dated_at")
+LINE_FIELDS = (*LINE_STRINGS, *MONEY, "self_referral", *LINE_TIMES)
+_LINE_DTYPE = pl.Struct(
+    {
+        **{name: pl.String for name in LINE_STRINGS},
+        **{name: pl.Int64 for name in MONEY},
+        "self_referral": pl.Boolean,
+        **{name: pl.String for name in LINE_TIMES},
+    }
+)
+_BODY_DTYPE = pl.Struct({"sale_id": pl.String, "as_of": pl.Int64, "lines": pl.List(_LINE_DTYPE)})
+_ACTION_DTYPE = pl.Struct({"action": pl.String, "sale_id": pl.String, "reason": pl.String, "by": pl.String})
+# Ids a sale's own records and refunds may carry in any id column.
+_SALE_IDS = ("transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
+_ROW_IDS = (*_SALE_IDS, "object_id", "subscription_id")
+# Program-wide actions that can change any sale's value.
+_PROGRAM_KINDS = ("metadata_fix", "backfill", "program_terms")
+
+
+def _accepted(log: pl.LazyFrame, kind: str) -> pl.LazyFrame:
+    return log.filter(
+        (pl.col("kind") == kind) & (pl.col("outcome") == "accepted") & pl.col("program_id").is_not_null()
+    )
+
+
+def booked(log: pl.LazyFrame) -> pl.DataFrame:
+    """Every booked line: program_id, booked_seq, booking_id, as_of and LINE_FIELDS (times
+    parsed), one row per line of every booking row."""
+    rows = (
+        _accepted(log, BOOKING)
+        .select("program_id", "seq", "event_id", parsed=pl.col("body").str.json_decode(_BODY_DTYPE))
+        .select(
+            "program_id",
+            booked_seq="seq",
+            booking_id="event_id",
+            as_of=pl.col("parsed").struct.field("as_of"),
+            line=pl.col("parsed").struct.field("lines"),
+        )
+        .explode("line")
+        .filter(pl.col("line").is_not_null())
+        .unnest("line")
+        .with_columns(
+            pl.col(name).str.to_datetime(time_unit="us", time_zone="UTC", strict=False).cast(UTC)
+            for name in LINE_TIMES
+        )
+    )
+    return rows.collect(engine=ENGINE)
+
+
+def actions(log: pl.LazyFrame) -> pl.DataFrame:
+    """program_id, sale_id, action_seq, action, reason, by, action_id, acted_at: the finance
+    actions of the log (unknown actions left out), in seq order."""
+    return (
+        _accepted(log, ACTION)
+        .select(
+            "program_id",
+            action_seq="seq",
+            action_id="event_id",
+            acted_at="received_at",
+            parsed=pl.col("body").str.json_decode(_ACTION_DTYPE),
+        )
+        .unnest("parsed")
+        .filter(pl.col("action").is_in(ACTIONS) & pl.col("sale_id").is_not_null())
+        .sort("action_seq")
+        .collect(engine=ENGINE)
+    )
+
+
+def state_at(acts: pl.DataFrame, before_seq: pl.Expr | None = None) -> pl.DataFrame:
+    """program_id, sale_id, hold_state (`held` | `released` | `void`), hold_reason: each sale's
+    state after its actions (those with `action_seq` < `before_seq`, a column of `acts`, when
+    given)."""
+    picked = acts if before_seq is None else acts.filter(pl.col("action_seq") < before_seq)
+    return fold(picked, SALE)
+
+
+def fold(acts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    voided = acts.filter(pl.col("action") == "void").group_by(by).agg(
+        void_reason=pl.col("reason").first(), void_by=pl.col("by").first()
+    )
+    last = (
+        acts.filter(pl.col("action") != "void")
+        .sort("action_seq")
+        .group_by(by, maintain_order=True)
+        .agg(last=pl.col("action").last(), last_reason=pl.col("reason").last(), last_by=pl.col("by").last())
+    )
+    both = last.join(voided, on=by, how="full", coalesce=True)
+    return both.select(
+        *by,
+        hold_state=pl.when(pl.col("void_reason").is_not_null() | pl.col("void_by").is_not_null())
+        .then(pl.lit("void"))
+        .when(pl.col("last") == "hold")
+        .then(pl.lit("held"))
+        .when(pl.col("last") == "release")
+        .then(pl.lit("released"))
+        .otherwise(pl.lit(None, pl.String)),
+        hold_reason=pl.when(pl.col("void_reason").is_not_null() | pl.col("void_by").is_not_null())
+        .then(pl.col("void_reason"))
+        .otherwise(pl.col("last_reason")),
+    ).filter(pl.col("hold_state").is_not_null())
+
+
+def _clock(now: datetime, since: pl.Expr) -> pl.Expr:
+    return pl.when(since <= pl.lit(now, UTC)).then(pl.lit("approved")).otherwise(pl.lit("pending"))
+
+
+def overlay(
+    lines: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime
+) -> pl.DataFrame:
+    """The ledger `lines` (reconcile/ledger.py, one pass over the log) with the log's bookings
+    and finance actions applied (the module docstring): columns of `lines` plus `booked_seq`
+    (null for a line no booking holds) and `status_reason` (who held or voided it, and why)."""
+    books = booked(log)
+    acts = actions(log)
+    lines = lines.with_columns(booked_seq=pl.lit(None, pl.Int64))
+    if not books.is_empty():
+        lines = _with_books(lines, books, log, sales, now)
+    return _statuses(lines, acts, now)
+
+
+def _with_books(
+    lines: pl.DataFrame, books: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime
+) -> pl.DataFrame:
+    columns = lines.columns
+    keyed = books.select(SALE).unique()
+    free = lines.join(keyed, on=SALE, how="anti")
+    implied = lines.join(keyed, on=SALE, how="semi")
+    frozen = books.select(
+        *(c for c in columns if c not in ("booked_seq", "status")),
+        "booked_seq",
+        status=pl.lit("approved"),
+    )
+    per_partner = ["program_id", "sale_id", "partner_code"]
+    now_sum = implied.group_by(per_partner).agg(
+        *(pl.col(m).sum().alias(f"n_{m}") for m in MONEY), n_self=pl.col("self_referral").any()
+    )
+    was_sum = books.group_by(per_partner).agg(*(pl.col(m).sum().alias(f"b_{m}") for m in MONEY))
+    diff = (
+        now_sum.join(was_sum, on=per_partner, how="full", coalesce=True, nulls_equal=True)
+        .with_columns(pl.col(f"{p}_{m}").fill_null(0) for m in MONEY for p in ("n", "b"))
+        .with_columns(
+            kept=pl.col("b_amount").is_not_null(),
+            **{m: pl.col(f"n_{m}") - pl.col(f"b_{m}") for m in MONEY},
+        )
+        .filter(pl.any_horizontal(pl.col(m) != 0 for m in MONEY))
+    )
+    if diff.is_empty():
+        return pl.concat([free, frozen.select(columns)], how="vertical_relaxed")
+    both_sides = was_sum.select(per_partner).join(now_sum.select(per_partner), on=per_partner, nulls_equal=True)
+    diff = diff.join(
+        both_sides.with_columns(same=pl.lit(True)), on=per_partner, how="left", nulls_equal=True
+    ).with_columns(same=pl.col("same").fill_null(False))
+    as_of = books.group_by(SALE).agg(as_of=pl.col("as_of").max())
+    info = books.sort("booked_seq").group_by(SALE).agg(
+        *(pl.col(c).first() for c in ("transaction_id", "currency", "occurred_at", "sale_period"))
+    )
+    wanted = diff.select(SALE).unique().join(as_of, on=SALE)
+    causes = _causes(wanted, log, sales)
+    changes = (
+        diff.join(info, on=SALE)
+        .join(wanted, on=SALE)
+        .join(causes, on=SALE, how="left")
+        .with_columns(
+            cause_at=pl.col("cause_at").fill_null(pl.lit(now, UTC)),
+            cause=pl.col("cause").fill_null(pl.format("after {}", pl.col("as_of"))),
+        )
+        .select(
+            "program_id",
+            "sale_id",
+            "transaction_id",
+            "partner_code",
+            kind=pl.when(pl.col("same") & (pl.col("refunded") != 0))
+            .then(pl.lit("clawback"))
+            .otherwise(pl.lit("adjustment")),
+            cause="cause",
+            adjusts="transaction_id",
+            period=period_of(pl.col("cause_at")),
+            sale_period="sale_period",
+            currency="currency",
+            **{m: m for m in MONEY},
+            status=_clock(now, pl.col("cause_at")),
+            self_referral=pl.col("n_self").fill_null(False),
+            occurred_at="occurred_at",
+            available_at="cause_at",
+            dated_at="cause_at",
+            booked_seq=pl.lit(None, pl.Int64),
+        )
+    )
+    extra = [c for c in columns if c not in changes.columns]
+    changes = changes.with_columns(pl.lit(None).alias(c) for c in extra)
+    return pl.concat(
+        [free, frozen.select(columns), changes.select(columns)], how="vertical_relaxed"
+    )
+
+
+def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.DataFrame:
+    """SALE, cause, cause_at: per sale of `wanted` (SALE, as_of), the latest accepted row after
+    its `as_of` that bears on it (the module docstring)."""
+    low = int(wanted.get_column("as_of").min() or 0)
+    later = (
+        log.filter((pl.col("seq") > low) & (pl.col("outcome") == "accepted") & pl.col("program_id").is_not_null())
+        .filter(pl.col("kind") != BOOKING)
+        .select(
+            "program_id",
+            "seq",
+            "kind",
+            "event_id",
+            "received_at",
+            *_ROW_IDS,
+            "customer_key",
+            "processor_customer_id",
+            "click_id",
+            email_norm=norm_email(pl.col("email")),
+            action_sale=pl.when(pl.col("kind") == ACTION)
+            .then(pl.col("body").str.json_path_match("$.sale_id"))
+            .otherwise(pl.lit(None, pl.String)),
+        )
+        .collect(engine=ENGINE)
+    )
+    mine = wanted.join(
+        sales.select(
+            *SALE,
+            *_SALE_IDS,
+            "customer_key",
+            "processor_customer_id",
+            "click_id",
+            email_norm=norm_email(pl.col("email")),
+        ),
+        on=SALE,
+        how="left",
+    )
+    keys = pl.concat(
+        [
+            mine.select(*SALE, "as_of", value=pl.col(c).cast(pl.String), link=pl.lit(link))
+            for c, link in [
+                *((c, "id") for c in _SALE_IDS),
+                *((c, c) for c in ("customer_key", "processor_customer_id", "click_id", "email_norm")),
+                ("sale_id", "action"),
+            ]
+        ]
+    ).drop_nulls("value")
+    values = pl.concat(
+        [
+            *(later.select("program_id", "seq", "event_id", "received_at", value=c, link=pl.lit("id")) for c in _ROW_IDS),
+            *(
+                later.select("program_id", "seq", "event_id", "received_at", value=c, link=pl.lit(c))
+                for c in ("customer_key", "processor_customer_id", "click_id", "email_norm")
+            ),
+            later.select("program_id", "seq", "event_id", "received_at", value="action_sale", link=pl.lit("action")),
+        ]
+    ).drop_nulls("value")
+    linked = keys.join(values, on=["program_id", "value", "link"]).select(*SALE, "as_of", "seq", "event_id", "received_at")
+    program_wide = wanted.join(
+        later.filter(pl.col("kind").is_in(_PROGRAM_KINDS)).select("program_id", "seq", "event_id", "received_at"),
+        on="program_id",
+    ).select(*SALE, "as_of", "seq", "event_id", "received_at")
+    return (
+        pl.concat([linked, program_wide])
+        .filter(pl.col("seq") > pl.col("as_of"))
+        .sort("seq")
+        .group_by(SALE)
+        .agg(cause=pl.col("event_id").last(), cause_at=pl.col("received_at").last())
+    )
+
+
+def _statuses(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.DataFrame:
+    """Statuses after the finance actions: held / void sales' lines, released self-referrals."""
+    if acts.is_empty():
+        return lines.with_columns(status_reason=pl.lit(None, pl.String))
+    states = state_at(acts)
+    joined = lines.join(states, on=SALE, how="left")
+    return joined.with_columns(
+        status=pl.when(pl.col("hold_state") == "void")
+        .then(pl.lit("void"))
+        .when(pl.col("hold_state") == "held")
+        .then(pl.lit("held"))
+        .when((pl.col("hold_state") == "released") & (pl.col("status") == "held") & pl.col("booked_seq").is_null())
+        .then(_clock(now, pl.col("available_at")))
+        .otherwise(pl.col("status")),
+        status_reason=pl.col("hold_reason"),
+    ).drop("hold_state", "hold_reason")
+
+
+def due(lines: pl.DataFrame) -> pl.DataFrame:
+    """The lines a booking run books: shown `approved`, held by no booking, in no batch."""
+    return lines.filter(
+        (pl.col("status") == "approved") & pl.col("booked_seq").is_null() & pl.col("payout_id").is_null()
+    )
