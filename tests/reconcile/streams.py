@@ -523,10 +523,14 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
         )
     batches: list[str] = []
     sold = ["tx_unknown"]
+    people = b.partners(*PARTNER_EMAILS.items())
+    runs = 0
     terms = _ledger_terms(draw)  # the program's terms; a change moves them on, as the API does
     for n in range(draw(st.integers(1, max_events))):
         kind = draw(
-            st.sampled_from(("sale", "sale", "sale", "refund", "refund", "fix", "payout", "paid", "terms"))
+            st.sampled_from(
+                ("sale", "sale", "sale", "refund", "refund", "fix", "payout", "paid", "terms", "book", "lead")
+            )
         )
         when = b.at(days=draw(st.integers(0, 60)), hours=draw(st.sampled_from((0, 12))))
         if kind == "sale":
@@ -565,8 +569,27 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
             )
             rows.append(b.backfill(f"bf_{n}", "2026-01-01", "2026-12-31", occurred_at=when))
         elif kind == "payout":
+            # the API books what is approved before it makes a batch (api/jobs.py `act`); a
+            # booking run costs a reconcile, so a stream makes two at most
+            if runs < 2:
+                rows += b.bookings(rows, when, people, **terms)
+                runs += 1
             batches.append(f"po_{n}")
             rows.append(b.payout_batch(f"po_{n}", draw(st.sampled_from(CUTOFFS)), occurred_at=when))
+        elif kind == "book" and runs < 2:  # a scheduled reconcile run books what it shows approved
+            rows += b.bookings(rows, when, people, **terms)
+            runs += 1
+        elif kind == "lead":  # a late lead: binds a customer's email to another partner
+            rows.append(
+                b.lead(
+                    f"late_lead_{n}",
+                    f"ck_late_{n}",
+                    click_id=f"clk_{draw(st.sampled_from(CUSTOMERS))}",
+                    email=draw(st.sampled_from(("u1@x.com", "u2@x.com"))),
+                    occurred_at=b.at(days=-1),
+                    received_at=when,
+                )
+            )
         elif kind == "terms":
             changed = _ledger_terms(draw)
             rows.append(b.program_terms(f"terms_{n}", terms, changed, occurred_at=when))
@@ -577,6 +600,6 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
     return Stream(
         rows=rows,
         programs=programs,
-        partners=b.partners(*PARTNER_EMAILS.items()),
+        partners=people,
         now=b.at(days=draw(st.sampled_from((20, 45, 200)))),
     )
