@@ -148,8 +148,14 @@ def _bulk_insert(
     cur.register("_tally_batch", batch)
     try:
         cur.execute(f"INSERT INTO {table} SELECT * FROM _tally_batch")
-    finally:
-        cur.unregister("_tally_batch")
+    except BaseException:
+        # The refusal aborted the caller's transaction: unregistering in it raises "Current
+        # transaction is aborted" over the refusal (a copy refused for its data would pass for
+        # a resource fault and be retried for ever). The caller's ROLLBACK drops the view.
+        with contextlib.suppress(duckdb.Error):
+            cur.unregister("_tally_batch")
+        raise
+    cur.unregister("_tally_batch")
 
 
 def _revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ...]]:

@@ -543,7 +543,9 @@ class KeyIndex:
     def prefetch(self, needs: Sequence[Needs]) -> None:
         """Read the rows the operations of a group will claim and look up (`Needs`) at once,
         one statement per table, so their lookups find them without a statement each. Sale
-        keys bring their ledgers."""
+        keys bring their ledgers. A key is noted (found, or absent) only once its statement
+        has answered: a lookup that raises, or keys that cannot be encoded for it, leave nothing
+        noted, so no key ever reads as absent that was not looked up."""
         if not self._in_tx():
             return
         for field, keys in gather(needs).items():
@@ -555,10 +557,11 @@ class KeyIndex:
             if not todo:
                 continue
             _, key_columns, values = _LOOKUPS[name]
+            rows = self._w.execute(_PREFETCH[name], (orjson.dumps(todo),)).fetchall()
             for k in todo:
                 seen[k] = None
             width = len(key_columns)
-            for found in self._w.execute(_PREFETCH[name], (orjson.dumps(todo),)).fetchall():
+            for found in rows:
                 seen[tuple(found[:width])] = tuple(found[width : width + len(values)])
                 if name == "sale_keys" and found[3:] != (None, None, None):
                     self._seen["ledgers"].setdefault((found[2],), tuple(found[3:]))

@@ -151,14 +151,47 @@ def _parse_header(header: str) -> tuple[int, list[bytes]]:
 
 
 def parse_event(payload: bytes) -> dict[str, Any]:
-    """Parse a delivery body; raise `InvalidJson` unless it is a JSON object."""
+    """Parse a delivery body; raise `InvalidJson` unless it is a JSON object of text, that is,
+    with no `\\u` escape naming a lone surrogate (`"evt_\\ud800_1"`): Python's reader takes one,
+    but it is not a character, and neither the log, the journal nor PostgreSQL can hold it (the
+    request bodies of tally's own endpoints are refused the same way, by orjson)."""
     try:
         value = json.loads(payload)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
         raise InvalidJson(f"webhook body is not valid JSON: {type(exc).__name__}") from None
     if not isinstance(value, dict):
         raise InvalidJson(f"webhook body is a JSON {type(value).__name__}, not an object")
+    if b"\\u" in payload and _lone_surrogate(value):
+        raise InvalidJson("webhook body is not valid JSON: a \\u escape names a lone surrogate")
     return value
+
+
+def _is_text(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate code point
+        return False
+    return True
+
+
+def _lone_surrogate(value: object) -> bool:
+    """Whether any key or string in a parsed JSON value holds a surrogate code point (an
+    escaped pair is read as one character, so only a lone one remains). Iterative: the
+    reader's nesting may reach the recursion limit."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not _is_text(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 # --- extraction -------------------------------------------------------------------------------

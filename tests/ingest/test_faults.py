@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ingest.duckdb_store import DuckStore
+from ingest.duckdb_store import DuckStore, _Batch
 from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.journal import Journal
 from ingest.schema import RAW_EVENT_FIELDS
@@ -131,6 +131,55 @@ def test_a_journal_batch_the_database_refuses_is_set_aside_and_the_rest_flows(tm
     try:
         assert sql_rows(reopened, "SELECT count(*) FROM raw_events") == [(2,)]
         assert reopened.set_aside == 0
+    finally:
+        reopened.close()
+
+
+def test_a_journal_batch_whose_claim_is_already_taken_is_set_aside_not_retried(tmp_path: Path) -> None:
+    """A batch holding an idempotency row the table already has (one sale acknowledged twice)
+    breaks the table's primary key: the refusal is the data's, so the batch is set aside, at
+    start-up and by the copier, and never mistaken for a resource fault retried for ever."""
+    db = tmp_path / "k.duckdb"
+    DuckStore(db).close()
+    journal = Journal(Path(f"{db}.journal"))
+    for number, txn in ((1, 1), (2, 1), (3, 3)):  # batch 2: in_1 accepted again, its claim too
+        batch = journal_record(number, [sale_row(txn)])
+        batch["keys"] = [["p", f"in_{txn}", number * 10]]
+        journal.append(batch)
+    journal.close()
+
+    store = DuckStore(db)  # start-up never fails on a journal batch
+    try:
+        assert sql_rows(store, "SELECT seq, transaction_id FROM raw_events ORDER BY seq") == [
+            (10, "in_1"),
+            (30, "in_3"),
+        ]
+        assert sql_rows(store, "SELECT key, raw_seq FROM idempotency_keys ORDER BY key") == [
+            ("in_1", 10),
+            ("in_3", 30),
+        ]
+        assert store.set_aside == 1
+        assert sorted(p.name for p in (Path(f"{db}.journal") / "set-aside").iterdir()) == [
+            "000000000002.json"
+        ]
+        assert store.readiness() is None
+        # The copier, while serving: the same refusal is set aside and the batch behind it flows.
+        store._journal_batch(_Batch([], [], [("p", "in_3", 40)], []))
+        store._journal_batch(_Batch([], [], [("p", "in_5", 50)], []))
+        store.flush()
+        assert store.set_aside == 2
+        assert sql_rows(store, "SELECT key FROM idempotency_keys ORDER BY key") == [
+            ("in_1",),
+            ("in_3",),
+            ("in_5",),
+        ]
+        assert store.readiness() is None
+    finally:
+        store.close()
+    reopened = DuckStore(db)
+    try:
+        assert reopened.set_aside == 0
+        assert sql_rows(reopened, "SELECT count(*) FROM idempotency_keys") == [(3,)]
     finally:
         reopened.close()
 

@@ -16,6 +16,8 @@ import pytest
 from ingest import hotkeys
 from ingest.duckdb_store import DuckStore, index_keys
 from ingest.hotkeys import KeyIndex, claims_of
+from ingest.records import SaleLedger
+from ingest.store import Needs
 from tests.helpers import STORE_AT
 
 
@@ -280,3 +282,54 @@ def test_sealed_writes_lost_in_a_crash_are_replayed_from_the_log(
         _check(_decisions(reopened))
     finally:
         reopened.close()
+
+
+class _PrefetchFails:
+    """A key index's writer connection whose prefetch statements raise `error` (the rest pass)."""
+
+    def __init__(self, con: sqlite3.Connection, error: Exception) -> None:
+        self._con, self._error = con, error
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql in hotkeys._PREFETCH.values():
+            raise self._error
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+@pytest.mark.parametrize("failure", ["unencodable key", "statement error"])
+def test_a_failed_prefetch_leaves_no_key_read_as_absent(tmp_path: Path, failure: str) -> None:
+    """A group's read-ahead that raises (a key its statement cannot carry, or SQLite failing)
+    notes nothing: the operations replayed after it still find the keys the file holds, so a
+    re-posted sale is not claimed a second time."""
+    kx = KeyIndex(tmp_path / "k.keys")
+    try:
+        kx.begin()
+        sale = _row("sale", 1, transaction_id="in_1", customer_key="c1", amount=1000, currency="usd")
+        kx.observe(sale)
+        assert kx.claim("p", "in_1")
+        kx.commit(1, hotkeys.anchor_of(sale["received_at"]), force=True)  # in the file
+        repost = Needs(claims=(("p", "in_1"),), sales=(("p", "in_1"),))
+        group = [repost]
+        kx.begin()
+        error: type[Exception]
+        if failure == "unencodable key":  # a lone surrogate, as a JSON `\ud800` escape gives
+            group.append(Needs(claims=(("p", "evt_\ud800_1"),), events=("evt_\ud800_1",)))
+            error = TypeError
+        else:
+            kx._w = _PrefetchFails(kx._w, sqlite3.OperationalError("disk I/O error"))  # type: ignore[assignment]
+            error = sqlite3.OperationalError
+        with pytest.raises(error):
+            kx.prefetch(group)
+        if isinstance(kx._w, _PrefetchFails):
+            kx._w = kx._w._con
+        kx.rollback()
+        kx.begin()  # the writer replays the group's operations one by one
+        kx.prefetch([repost])
+        assert not kx.claim("p", "in_1")  # taken: the re-post is a duplicate
+        assert kx.sale("p", ["in_1"]) == SaleLedger(1000, "usd", 0)
+        kx.rollback()
+    finally:
+        kx.close()
