@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from api import schemas
 from api.auth import state
-from api.http import header, kept_headers, ok, read_body, request_id
+from api.http import header, header_names, kept_headers, ok, read_body, request_id
 from api.openapi import STRIPE_SIGNATURE, Doc, document
 from ingest import deliveries
 from ingest.clock import utcnow
@@ -26,6 +26,8 @@ async def stripe_webhook(request: Request) -> Response:
         headers=kept_headers(request, KEPT_HEADERS),
         received_at=received_at,
         request_id=request_id(request),
+        content_type=header(request, b"content-type"),
+        header_names=header_names(request),
     )
     verifier = deliveries.Verifier(st.settings.webhook_secrets(), st.settings.stripe_tolerance_seconds)
     return ok(request, await deliveries.receive(st.store, st.writer, verifier, delivery))
