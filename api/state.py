@@ -23,6 +23,7 @@ class State:
     writer: Writer
     limiter: RateLimiter
     reconciler: Reconciler
+    refusals: RateLimiter  # per client: refusals of unverified calls (api/refusals.py)
 
 
 async def read_tables(store: Store, read: Callable[..., T], *args: Any) -> T:

@@ -85,7 +85,7 @@ async def receive(
     writer: Writer,
     verifier: Verifier,
     delivery: Delivery,
-    refused: Callable[[], None] | None = None,
+    refused: Callable[[TallyError], None] | None = None,
 ) -> dict[str, Any]:
     """Verify, parse and append one delivery; return the response `data`.
 
@@ -104,7 +104,7 @@ async def receive(
         )
     except InvalidSignature as exc:
         if refused is not None:
-            refused()
+            refused(exc)
         await _log_refusal(store, writer, delivery, exc)
         raise
     try:

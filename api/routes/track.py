@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import refusals as refusal_limit
 from api import schemas
 from api.auth import bearer, program_from_key, require_program_key, state
 from api.http import (
@@ -80,6 +81,7 @@ async def _handle(request: Request, endpoint: str, status: int, work: Work, cors
                 if attempt == KEY_RETRIES - 1:
                     raise
     except TallyError as exc:
+        refusal_limit.check(request, exc)  # over its client's refusal rate: 429, nothing logged
         program_id = recall(request, "program_id")
         if program_id is not None and not exc.logged:
             call = _call(request, endpoint, received_at)
@@ -193,6 +195,7 @@ routes = [
 ]
 
 _PUBLIC = "Public: no credential. Rate limited per client (`TALLY_PUBLIC_RATE_PER_SECOND`)."
+# Every track endpoint: refusals of calls without a valid program key are rate limited per client.
 document(
     {
         track_click: Doc(
@@ -250,7 +253,7 @@ document(
                 "amount": 4900,
                 "currency": "usd",
             },
-            errors=(DuplicateTransaction,),
+            errors=(DuplicateTransaction, RateLimited),
             writes=True,
         ),
         track_refund: Doc(
@@ -262,7 +265,7 @@ document(
             data=schemas.Refund,
             warnings=True,
             result={"refund_id": "re_1", "transaction_id": "in_1", "amount": 1000, "sale_found": True},
-            errors=(DuplicateRefund, RefundExceedsSale),
+            errors=(DuplicateRefund, RefundExceedsSale, RateLimited),
             writes=True,
         ),
     }

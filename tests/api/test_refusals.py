@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from api.app import create_app
 from api.http import MAX_BODY
+from api.settings import Settings
 from ingest.refusals import MAX_NOTE
-from tests.conftest import World, make_world
+from tests.conftest import World, bearer, make_world
 from tests.helpers import ACCOUNT, LIVE_CHECKOUT, deliver, query
 from tests.stripe_fixtures import load_event, serialise
 
@@ -90,3 +92,33 @@ def test_an_authenticated_refusal_keeps_its_message_cut_short(world: World) -> N
     [detail] = details(world.client)
     assert detail.startswith("refused (program_mismatch)") and "prog_other" in detail  # its message
     assert "headers authorization,content-type" in detail and len(detail) <= MAX_NOTE
+
+
+def test_refusals_over_the_rate_are_answered_429_and_leave_nothing(settings: Settings) -> None:
+    limited = settings.model_copy(update={"refusal_rate_per_second": 0.001, "refusal_rate_burst": 3})
+    app = create_app(limited)
+    with TestClient(app) as client:
+        world = make_world(client, stripe_account_id=ACCOUNT)
+        event = load_event(LIVE_CHECKOUT, account=ACCOUNT)
+        codes = [deliver(client, event, secret="whsec_someone_else").status_code for _ in range(3)]
+        assert codes == [400, 400, 400]
+        r = deliver(client, event, secret="whsec_someone_else")
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "rate_limited")
+        assert int(r.headers["Retry-After"]) >= 1
+        # every kind of unverified refusal from this address is over the limit now
+        r = client.post("/api/v1/track/sale", json={"amount": 1}, headers=bearer("aff_wrong"))
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "rate_limited")
+        r = client.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "bob"})
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "rate_limited")
+        assert r.headers["Access-Control-Allow-Origin"] == "*"
+        # accepted calls, and the refusals of a valid key's calls, are not limited by it
+        assert deliver(client, event).status_code == 200
+        r = client.post(
+            "/api/v1/track/lead", json={"customer_external_id": "c", "program_id": "x"}, headers=world.key
+        )
+        assert (r.status_code, r.json()["error"]["code"]) == (422, "program_mismatch")
+        # only the refusals within the rate left a line; another address has its own bucket
+        refusals = [n.split(";")[0] for n in details(client) if n.startswith("refused")]
+        assert refusals == ["refused (invalid_signature: mismatch)"] * 3 + ["refused (program_mismatch)"]
+        other = TestClient(app, client=("203.0.113.7", 40000))
+        assert deliver(other, event, secret="whsec_someone_else").status_code == 400
