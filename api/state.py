@@ -36,3 +36,9 @@ async def read_tables(store: Store, read: Callable[..., T], *args: Any) -> T:
             return read(db, *args)
 
     return await asyncio.to_thread(run)
+
+
+async def read_store(read: Callable[..., T], *args: Any) -> T:
+    """`read(*args)`, a blocking read of the store itself (a tracking-log page), in a worker
+    thread: the event loop keeps serving while the database answers."""
+    return await asyncio.to_thread(read, *args)

@@ -4,6 +4,7 @@ bounded pages off the event loop. Both backends."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -16,7 +17,7 @@ from api.http import MAX_BODY
 from api.settings import Settings
 from ingest.refusals import MAX_NOTE
 from tests.conftest import World, bearer, make_world
-from tests.helpers import ACCOUNT, LIVE_CHECKOUT, deliver, query
+from tests.helpers import ACCOUNT, LIVE_CHECKOUT, deliver, logged_in, program_path, query
 from tests.stripe_fixtures import load_event, serialise
 
 MARKER = "FLOODTEXT"
@@ -122,3 +123,34 @@ def test_refusals_over_the_rate_are_answered_429_and_leave_nothing(settings: Set
         assert refusals == ["refused (invalid_signature: mismatch)"] * 3 + ["refused (program_mismatch)"]
         other = TestClient(app, client=("203.0.113.7", 40000))
         assert deliver(other, event, secret="whsec_someone_else").status_code == 400
+
+
+def test_tracking_log_pages_are_read_off_the_event_loop(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = world.client.app.state.tally.store  # type: ignore[attr-defined]
+    read = store.tracking_log
+    on_loop: list[bool] = []
+
+    def spy(*args: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:  # a worker thread: no event loop runs here
+            on_loop.append(False)
+        return read(*args)
+
+    monkeypatch.setattr(store, "tracking_log", spy)
+    for n in range(5):
+        assert world.sale(transaction_id=f"in_{n}", customer_external_id=f"c{n}").status_code == 200
+    path = f"/api/v1/programs/{world.program_id}/tracking-log"
+    first = world.client.get(f"{path}?limit=2", headers=world.owner).json()["data"]
+    assert [e["detail"].split()[1] for e in first["entries"]] == ["in_4", "in_3"]
+    rest = world.client.get(f"{path}?limit=10&before={first['next_before']}", headers=world.owner).json()[
+        "data"
+    ]
+    assert [e["detail"].split()[1] for e in rest["entries"]] == ["in_2", "in_1", "in_0"]
+    assert rest["next_before"] is None
+    logged_in(world.client, world.account_token)
+    assert world.client.get(program_path(world, "/log")).status_code == 200
+    assert on_loop == [False, False, False]
