@@ -65,8 +65,11 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
             writer.on_commit = observer.commit
         writer.start()
         limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
+        refusals = RateLimiter(
+            settings.refusal_rate_per_second, settings.refusal_rate_burst, "refused requests"
+        )
         reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
-        app.state.tally = State(settings, store, writer, limiter, reconciler)
+        app.state.tally = State(settings, store, writer, limiter, reconciler, refusals)
         reconciler.start()
         log.info("tally: database %s open, accepting writes", settings.database_name)
         try:

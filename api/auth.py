@@ -99,6 +99,7 @@ def program_from_key(request: Request, token: str) -> Program:
             f"this API key was due for rotation by {rfc3339(deadline)}; regenerate it",
             deadline=rfc3339(deadline),
         )
+    remember(request, authenticated=True)  # a refusal from here on is the tenant's own
     return program
 
 

@@ -125,6 +125,11 @@ def header(request: Request, name: bytes) -> str | None:
     return None
 
 
+def header_names(request: Request) -> tuple[str, ...]:
+    """The names of the request's headers (a refusal's note keeps the known ones)."""
+    return tuple(name.decode("latin-1") for name, _ in request.scope["headers"])
+
+
 async def read_body(request: Request) -> bytes:
     """The raw body, refusing more than 1 MiB (413) without reading past the limit, and a client
     that pauses longer than `TALLY_BODY_TIMEOUT_SECONDS` between parts of it (408; the answer

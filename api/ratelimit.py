@@ -1,4 +1,6 @@
-"""A per-client token bucket for the public (credential-less) endpoints."""
+"""A per-client token bucket: for the public (credential-less) endpoints, and for refusals of
+unverified calls (api/refusals.py). Kept in each process: it decides nothing about money, only
+how often one address is answered, so several replicas each allowing the rate is safe (README)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ class RateLimiter:
 
     rate: float
     burst: int
+    what: str = "requests"  # what is counted, as the 429's message says
     _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def check(self, client: str, now: float | None = None) -> None:
@@ -26,7 +29,7 @@ class RateLimiter:
         if tokens < 1.0:
             retry = max(1, math.ceil((1.0 - tokens) / self.rate))
             self._buckets[client] = (tokens, now)
-            raise RateLimited(f"too many requests from {client}; retry in {retry} s", retry_after=retry)
+            raise RateLimited(f"too many {self.what} from {client}; retry in {retry} s", retry_after=retry)
         self._buckets[client] = (tokens - 1.0, now)
         if len(self._buckets) > 100_000:  # forget idle clients (full buckets)
             cutoff = now - self.burst / self.rate

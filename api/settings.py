@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     credential_cache: int = Field(default=4096, ge=0, le=1_000_000)
     public_rate_per_second: float = Field(default=20.0, ge=0)
     public_rate_burst: int = Field(default=100, ge=1)
+    # Refusals of unverified calls (bad signature, no valid key, a public call not taken) per
+    # client: each leaves a tracking-log note, so a flood of them is cut off (api/refusals.py).
+    refusal_rate_per_second: float = Field(default=1.0, ge=0)
+    refusal_rate_burst: int = Field(default=60, ge=1)
     # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.
     trusted_proxies: str = ""
     # Slow clients: a request's headers, and each pause inside its body, may take this long.

@@ -23,6 +23,7 @@ class State:
     writer: Writer
     limiter: RateLimiter
     reconciler: Reconciler
+    refusals: RateLimiter  # per client: refusals of unverified calls (api/refusals.py)
 
 
 async def read_tables(store: Store, read: Callable[..., T], *args: Any) -> T:
@@ -35,3 +36,9 @@ async def read_tables(store: Store, read: Callable[..., T], *args: Any) -> T:
             return read(db, *args)
 
     return await asyncio.to_thread(run)
+
+
+async def read_store(read: Callable[..., T], *args: Any) -> T:
+    """`read(*args)`, a blocking read of the store itself (a tracking-log page), in a worker
+    thread: the event loop keeps serving while the database answers."""
+    return await asyncio.to_thread(read, *args)

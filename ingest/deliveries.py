@@ -1,8 +1,10 @@
 """Connect webhook deliveries (CONTRACT section 5): verify, parse, route, then append.
 
 The signature is checked before anything else; a delivery that fails it is never stored, but
-leaves a tracking-log line (without its body) when its unverified `account`/metadata routes to a
-program, so a brand debugging its setup sees the refusals. A verified delivery is appended
+leaves a tracking-log line when its unverified `account`/metadata routes to a program, so a brand
+debugging its setup sees the refusals: a bounded note (`ingest/refusals.py`: which check failed,
+the body's size and sha256, never its text), and only while the sender's address is within its
+refusal rate (the `refused` hook; over it, a 429 and nothing written). A verified delivery is appended
 verbatim, whatever it holds: a repeated event id as `duplicate`, an event matching no program as
 `unroutable` (program NULL), anything else as `accepted`. The duplicate check runs inside the
 writer operation, so two concurrent deliveries of one event cannot both be accepted.
@@ -21,7 +23,7 @@ the reconciler reports the double count.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,8 +31,9 @@ from typing import Any
 from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
 from ingest.hotkeys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
 from ingest.records import Program
+from ingest.refusals import note
 from ingest.store import Needs, Store, Tx
-from ingest.stripe import Problems, extract, parse_event, read, verify_signature
+from ingest.stripe import KNOWN_EVENTS, Problems, extract, parse_event, read, verify_signature
 from ingest.writer import Writer
 
 ENDPOINT = "webhooks/stripe"
@@ -46,6 +49,8 @@ class Delivery:
     headers: str  # JSON object of the headers kept with the raw row
     received_at: datetime
     request_id: str | None
+    content_type: str | None = None  # for a refusal's note: its media type, if well formed
+    header_names: tuple[str, ...] = ()  # for a refusal's note: the known ones it names
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,19 @@ def route(store: Store, fields: Mapping[str, Any]) -> Program | None:
     return None
 
 
-async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: Delivery) -> dict[str, Any]:
+async def receive(
+    store: Store,
+    writer: Writer,
+    verifier: Verifier,
+    delivery: Delivery,
+    refused: Callable[[TallyError], None] | None = None,
+) -> dict[str, Any]:
     """Verify, parse and append one delivery; return the response `data`.
 
-    Raises `InvalidSignature` (nothing stored), `InvalidJson` (signed, but not a JSON object) or,
-    once it is stored as unusable, `ValidationFailed` (a value out of bounds).
+    Raises `InvalidSignature` (nothing stored but a bounded log line), `InvalidJson` (signed,
+    but not a JSON object) or, once it is stored as unusable, `ValidationFailed` (a value out of
+    bounds). `refused` is called before a refusal is looked at further: it may raise instead
+    (`RateLimited`, the sender's refusals over their rate), and then nothing is written.
     """
     try:
         verify_signature(
@@ -90,6 +103,8 @@ async def receive(store: Store, writer: Writer, verifier: Verifier, delivery: De
             delivery.received_at,
         )
     except InvalidSignature as exc:
+        if refused is not None:
+            refused(exc)
         await _log_refusal(store, writer, delivery, exc)
         raise
     try:
@@ -227,7 +242,8 @@ def _detail(fields: Mapping[str, Any], duplicate: bool) -> str:
 
 
 async def _log_refusal(store: Store, writer: Writer, delivery: Delivery, error: TallyError) -> None:
-    """A refused delivery whose unverified payload names a program leaves a log line, no body."""
+    """A refused delivery whose unverified payload names a program leaves a log line: a bounded
+    note of the refusal, nothing the sender wrote (the event type only when it is one we read)."""
     try:
         fields = extract(parse_event(delivery.body))
     except InvalidJson:
@@ -236,9 +252,17 @@ async def _log_refusal(store: Store, writer: Writer, delivery: Delivery, error: 
     if program is None:
         return
     pid = program.program_id
+    event_type = fields["event_type"]
+    check = f"{error.code}: {error.check}" if error.check else error.code
+    detail = note(
+        check,
+        delivery.body,
+        delivery.content_type,
+        delivery.header_names,
+        event=event_type if event_type in KNOWN_EVENTS else None,
+    )
 
     def op(tx: Tx) -> None:
-        detail = f"refused {fields['event_type'] or 'delivery'}: {error.message}"
         at, request_id = delivery.received_at, delivery.request_id
         tx.log(pid, at, ENDPOINT, error.status, error.code, detail, request_id, None)
 

@@ -43,6 +43,8 @@ from ingest.hotkeys import OBSERVED, KeyIndex, Progress, anchor_of
 from ingest.index import Index, Undo
 from ingest.journal import Journal
 from ingest.records import (
+    LOG_PAGE_COLUMNS,
+    LOG_PAGE_MAX,
     Binding,
     Credential,
     LogLine,
@@ -1239,14 +1241,22 @@ class DuckStore:
         return {step: at for (pid, step), at in self.index.checklist.items() if pid == program_id}
 
     def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]:
-        sql = "SELECT * FROM tracking_log WHERE program_id = ?"
+        # Two steps, so that choosing the page reads two narrow columns, never the details of
+        # the program's whole log: the page's ids, then its lines (zone maps skip the rest).
+        sql = "SELECT log_id FROM tracking_log WHERE program_id = ?"
         params: list[Any] = [program_id]
         if before is not None:
             sql += " AND log_id < ?"
             params.append(before)
         sql += " ORDER BY log_id DESC LIMIT ?"
-        params.append(limit)
-        return [LogLine(*r) for r in self._reader().execute(sql, params).fetchall()]
+        params.append(max(1, min(limit, LOG_PAGE_MAX)))
+        cur = self._reader()
+        ids = [int(r[0]) for r in cur.execute(sql, params).fetchall()]
+        if not ids:
+            return []
+        page = f"SELECT {LOG_PAGE_COLUMNS} FROM tracking_log"
+        page += " WHERE program_id = ? AND log_id BETWEEN ? AND ? ORDER BY log_id DESC"
+        return [LogLine(*r) for r in cur.execute(page, [program_id, ids[-1], ids[0]]).fetchall()]
 
 
 def index_keys(path: str | Path, on_progress: Progress | None = None) -> int:

@@ -17,6 +17,7 @@ class TallyError(Exception):
         self.message = message
         self.extra: dict[str, Any] = extra
         self.logged = False  # set once a tracking-log line recorded this refusal
+        self.check: str | None = None  # which part of the check failed (a refusal's log note)
 
 
 class InvalidJson(TallyError):

@@ -66,8 +66,19 @@ from ingest.postgres_control import (
     program_row,
 )
 from ingest.postgres_log import PgLogSource, PgReader, PgResultSink, reader_types
-from ingest.postgres_tx import LOG_COLUMNS, Connection, PgTx
-from ingest.records import Binding, Credential, LogLine, Partner, Program, Role, SaleLedger, StoredSession
+from ingest.postgres_tx import Connection, PgTx
+from ingest.records import (
+    LOG_PAGE_COLUMNS,
+    LOG_PAGE_MAX,
+    Binding,
+    Credential,
+    LogLine,
+    Partner,
+    Program,
+    Role,
+    SaleLedger,
+    StoredSession,
+)
 from ingest.sql import PgExecutor
 from ingest.store import KeyRead
 
@@ -471,13 +482,14 @@ class PgStore:
         return {str(step): at for step, at in rows}
 
     def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]:
-        sql = f"SELECT {', '.join(LOG_COLUMNS)} FROM tracking_log WHERE program_id = %s"
+        # the index on (program_id, log_id) walks back from `before`: the page's rows only
+        sql = f"SELECT {LOG_PAGE_COLUMNS} FROM tracking_log WHERE program_id = %s"
         params: list[Any] = [program_id]
         if before is not None:
             sql += " AND log_id < %s"
             params.append(before)
         sql += " ORDER BY log_id DESC LIMIT %s"
-        params.append(limit)
+        params.append(max(1, min(limit, LOG_PAGE_MAX)))
         return [LogLine(*r) for r in self._rows(sql, params)]
 
     # -- key lookups (committed state) ---------------------------------------------------------------

@@ -163,6 +163,18 @@ class SaleLedger:
     refund_ids: set[str] = field(default_factory=set)
 
 
+# A tracking-log page is bounded whatever the log holds: at most LOG_PAGE_MAX lines, each
+# detail cut to LOG_DETAIL_SHOWN characters (new refusal notes are shorter: ingest/refusals.py;
+# lines written before the notes were bounded may be longer).
+LOG_PAGE_MAX = 500
+LOG_DETAIL_SHOWN = 1024
+# The columns of a LogLine as a page reads them, detail cut (SQL both databases speak).
+LOG_PAGE_COLUMNS = (
+    "log_id, program_id, logged_at, endpoint, status, outcome, "
+    f"substr(detail, 1, {LOG_DETAIL_SHOWN}) AS detail, request_id, raw_seq"
+)
+
+
 @dataclass(frozen=True)
 class LogLine:
     log_id: int

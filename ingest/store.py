@@ -424,4 +424,9 @@ class Store(Protocol):
 
     def checklist(self, program_id: str) -> dict[str, datetime]: ...
 
-    def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]: ...
+    def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]:
+        """A page of a program's tracking log, newest first: the lines below `before` (a
+        `log_id`), at most `limit` (and `LOG_PAGE_MAX`), each detail cut to `LOG_DETAIL_SHOWN`
+        characters, in memory bounded by the page whatever the log holds. Blocking: the API
+        and the dashboard call it off the event loop (`api/state.py::read_store`)."""
+        ...

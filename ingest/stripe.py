@@ -24,6 +24,9 @@ CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.asy
 INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})
 REFUND_EVENTS = frozenset({"charge.refunded"})
 SUBSCRIPTION_EVENTS = frozenset({"customer.subscription.created", "customer.subscription.updated"})
+INVOICE_PAYMENT_EVENTS = frozenset({"invoice_payment.paid"})
+# The event types the contract names (section 5): the only ones a refused delivery's note names.
+KNOWN_EVENTS = CHECKOUT_EVENTS | INVOICE_EVENTS | REFUND_EVENTS | SUBSCRIPTION_EVENTS | INVOICE_PAYMENT_EVENTS
 
 META_CLICK_ID = "svc_click_id"
 META_CUSTOMER_KEY = "svc_customer_key"
@@ -94,31 +97,39 @@ def verify_signature(
     Raises `InvalidSignature` otherwise; messages never contain a secret.
     """
     if header is None or not header.strip():
-        raise InvalidSignature("missing Stripe-Signature header")
+        raise _invalid("missing", "missing Stripe-Signature header")
     timestamp, candidates = _parse_header(header)
     if isinstance(secrets, str):  # a lone string is a Sequence[str] of characters: guard it
         secrets = (secrets,)
     usable = [s for s in secrets if s]
     if not usable:
-        raise InvalidSignature("no webhook signing secret is configured")
+        raise _invalid("no_secret", "no webhook signing secret is configured")
     expected = [_digest(secret, timestamp, payload).encode("ascii") for secret in usable]
     matched = False
     for candidate in candidates:
         for digest in expected:
             matched = hmac.compare_digest(candidate, digest) or matched
     if not matched:
-        raise InvalidSignature(
-            f"no v1 signature in Stripe-Signature (t={timestamp}) matches a configured secret"
+        raise _invalid(
+            "mismatch", f"no v1 signature in Stripe-Signature (t={timestamp}) matches a configured secret"
         )
     if now.tzinfo is None:
         raise ValueError("verify_signature needs an aware `now`")
     age = now.timestamp() - timestamp
     if abs(age) > tolerance_seconds:
         when = f"{int(age)}s old" if age > 0 else f"{int(-age)}s in the future"
-        raise InvalidSignature(
-            f"Stripe-Signature timestamp t={timestamp} is {when} (tolerance {tolerance_seconds}s)"
+        raise _invalid(
+            "too_old" if age > 0 else "in_future",
+            f"Stripe-Signature timestamp t={timestamp} is {when} (tolerance {tolerance_seconds}s)",
         )
     return timestamp
+
+
+def _invalid(check: str, message: str) -> InvalidSignature:
+    """An `InvalidSignature` that says which part of the check failed (for the refusal note)."""
+    error = InvalidSignature(message)
+    error.check = check
+    return error
 
 
 def _digest(secret: str, timestamp: int, payload: bytes) -> str:
@@ -136,14 +147,14 @@ def _parse_header(header: str) -> tuple[int, list[bytes]]:
             continue
         if key == "t" and timestamp is None:
             if not value.isascii() or not value.isdigit() or len(value) > 12:
-                raise InvalidSignature("unparseable Stripe-Signature header: bad timestamp")
+                raise _invalid("unparseable", "unparseable Stripe-Signature header: bad timestamp")
             timestamp = int(value)
         elif key == "v1" and value:
             candidates.append(value.encode("utf-8"))
     if timestamp is None:
-        raise InvalidSignature("unparseable Stripe-Signature header: no t= timestamp")
+        raise _invalid("unparseable", "unparseable Stripe-Signature header: no t= timestamp")
     if not candidates:
-        raise InvalidSignature("unparseable Stripe-Signature header: no v1 signature")
+        raise _invalid("unparseable", "unparseable Stripe-Signature header: no v1 signature")
     return timestamp, candidates
 
 

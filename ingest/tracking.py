@@ -61,11 +61,12 @@ def _log(
     tx.log(program_id, call.received_at, call.endpoint, status, outcome, detail, call.request_id, seq)
 
 
-async def log_refusal(writer: Writer, call: Call, program_id: str, error: TallyError) -> None:
-    """A refused track call for a known program still leaves a tracking-log line (no body)."""
+async def log_refusal(writer: Writer, call: Call, program_id: str, error: TallyError, detail: str) -> None:
+    """A refused track call for a known program still leaves a tracking-log line: `detail` is
+    the refusal's bounded note (`ingest/refusals.py`), never the body."""
 
     def op(tx: Tx) -> None:
-        _log(tx, call, program_id, error.status, error.code, error.message, None)
+        _log(tx, call, program_id, error.status, error.code, detail, None)
 
     await writer.run(op)
 

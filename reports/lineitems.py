@@ -14,7 +14,6 @@ takes them from the same reconcile run as the report's figures.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from ingest.store import Reader
-from reports import load, reads
+from reports import csvcells, load, reads
 from reports.finance import FinanceReport
 from reports.money import NO_CURRENCY, units
 from reports.render import csv_value
@@ -42,7 +41,7 @@ def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequen
     """`rows` (dicts with `columns`, money in minor units beside a `currency`) as CSV bytes."""
     out = io.StringIO()
     out.write(BOM)
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = csvcells.writer(out)
     writer.writerow(columns)
     for row in rows:
         currency = row.get("currency") or NO_CURRENCY

@@ -15,7 +15,6 @@ over the materialised tables (any backend's `Reader`).
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import xlsxwriter
 
 from ingest.records import Partner
 from ingest.store import Reader
+from reports import csvcells
 from reports.money import NO_CURRENCY, excel_format, units
 
 BATCH_FIELDS = ("payout_id", "number", "up_to", "created_at", "created_by", "status", "paid_at", "paid_by")
@@ -302,7 +302,7 @@ def to_csv(payout: dict[str, Any]) -> bytes:
     """One row per partner and currency; UTF-8 with a BOM; money as plain decimal numbers."""
     out = io.StringIO()
     out.write(BOM)
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = csvcells.writer(out)
     writer.writerow(FILE_COLUMNS)
     for row in _file_rows(payout):
         writer.writerow(["" if row[c] is None else str(row[c]) for c in FILE_COLUMNS])

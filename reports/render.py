@@ -20,7 +20,6 @@ run, and whether the month is closed: see `FinanceReport.provenance`):
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from reports import csvcells
 from reports.double_counting import DoubleCountingReport
 from reports.finance import FinanceReport
 
@@ -111,7 +111,7 @@ def csv_value(value: Any) -> str:
 
 def finance_csv(report: FinanceReport) -> bytes:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = csvcells.writer(out)
     writer.writerow(CSV_HEADER)
     data = finance_data(report)
     for metric in ("program_id", "program_name", "period", "reconciled"):
@@ -126,7 +126,7 @@ def finance_csv(report: FinanceReport) -> bytes:
 
 def double_counting_csv(report: DoubleCountingReport) -> bytes:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = csvcells.writer(out)
     rows = _rows(report.rows)
     writer.writerow(report.rows.columns)
     for row in rows:

@@ -387,6 +387,7 @@ def app_settings(database: Path) -> Settings:
         stripe_webhook_secrets=WEBHOOK_SECRET,
         reconcile_interval_seconds=0,
         public_rate_burst=100_000,
+        refusal_rate_burst=100_000,
     )
 
 

@@ -10,6 +10,7 @@ from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import body_model, ok, query_int
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
+from api.state import read_store
 from ingest import control
 from ingest.errors import (
     Conflict,
@@ -118,7 +119,7 @@ async def tracking_log(request: Request) -> Response:
     limit = query_int(request, "limit", 50, 1, 500) or 50
     before = query_int(request, "before", None, 1, 2**62)
     await state(request).writer.sync()
-    lines = state(request).store.tracking_log(program.program_id, limit, before)
+    lines = await read_store(state(request).store.tracking_log, program.program_id, limit, before)
     entries = [
         {
             "id": line.log_id,

@@ -58,7 +58,7 @@ from api.session import (
     set_login_csrf_cookie,
     set_session_cookie,
 )
-from api.state import State, read_tables
+from api.state import State, read_store, read_tables
 from ingest import control
 from ingest.clock import utcnow
 from ingest.errors import (
@@ -308,7 +308,7 @@ async def tracking_log(request: Request) -> Response:
     before = query_int(request, "before")
     st = state(request)
     await st.writer.sync()
-    lines = st.store.tracking_log(program.program_id, LOG_PAGE_SIZE, before)
+    lines = await read_store(st.store.tracking_log, program.program_id, LOG_PAGE_SIZE, before)
     next_before = lines[-1].log_id if len(lines) == LOG_PAGE_SIZE else None
     view = control.program_view(st.store, program)
     return render("log.html", viewer=who, program=view, lines=lines, before=before, next_before=next_before)

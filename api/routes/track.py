@@ -10,12 +10,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api import refusals as refusal_limit
 from api import schemas
 from api.auth import bearer, program_from_key, require_program_key, state
-from api.http import CORS_HEADERS, body_model, kept_headers, ok, recall, remember, request_id
+from api.http import (
+    CORS_HEADERS,
+    body_model,
+    header,
+    header_names,
+    kept_headers,
+    ok,
+    recall,
+    remember,
+    request_id,
+)
 from api.openapi import PROGRAM_KEY, Doc, document
 from api.proxies import client_address
-from ingest import tracking
+from ingest import refusals, tracking
 from ingest.clock import utcnow
 from ingest.errors import (
     DuplicateRefund,
@@ -55,7 +66,7 @@ KEY_RETRIES = 3  # decisions of one call whose program key keeps changing under 
 
 
 async def _handle(request: Request, endpoint: str, status: int, work: Work, cors: bool = False) -> Response:
-    """Run one track call received now; a refusal for a known program is logged (no body). A
+    """Run one track call received now; a refusal for a known program is logged (a bounded note). A
     call the writer hands back because its program key changed meanwhile (`KeyChanged`: a
     replica read it from its cache) is decided again, key and all."""
     received_at = utcnow()
@@ -70,15 +81,28 @@ async def _handle(request: Request, endpoint: str, status: int, work: Work, cors
                 if attempt == KEY_RETRIES - 1:
                     raise
     except TallyError as exc:
+        refusal_limit.check(request, exc)  # over its client's refusal rate: 429, nothing logged
         program_id = recall(request, "program_id")
         if program_id is not None and not exc.logged:
             call = _call(request, endpoint, received_at)
-            await tracking.log_refusal(state(request).writer, call, program_id, exc)
+            await tracking.log_refusal(state(request).writer, call, program_id, exc, _note(request, exc))
         raise
     response = ok(request, outcome.data, status, outcome.warnings)
     if cors:
         response.headers.update(CORS_HEADERS)
     return response
+
+
+def _note(request: Request, exc: TallyError) -> str:
+    """A refusal's tracking-log detail: bounded, nothing of the body but its size and hash; the
+    error's message only when the call's program key was valid (the tenant's own words)."""
+    return refusals.note(
+        f"{exc.code}: {exc.check}" if exc.check else exc.code,
+        getattr(request, "_body", None),  # kept by read_body, when the body was read
+        header(request, b"content-type"),
+        header_names(request),
+        message=exc.message if recall(request, "authenticated") else None,
+    )
 
 
 def _key(request: Request, program: Program) -> KeyRead:
@@ -171,6 +195,7 @@ routes = [
 ]
 
 _PUBLIC = "Public: no credential. Rate limited per client (`TALLY_PUBLIC_RATE_PER_SECOND`)."
+# Every track endpoint: refusals of calls without a valid program key are rate limited per client.
 document(
     {
         track_click: Doc(
@@ -228,7 +253,7 @@ document(
                 "amount": 4900,
                 "currency": "usd",
             },
-            errors=(DuplicateTransaction,),
+            errors=(DuplicateTransaction, RateLimited),
             writes=True,
         ),
         track_refund: Doc(
@@ -240,7 +265,7 @@ document(
             data=schemas.Refund,
             warnings=True,
             result={"refund_id": "re_1", "transaction_id": "in_1", "amount": 1000, "sale_found": True},
-            errors=(DuplicateRefund, RefundExceedsSale),
+            errors=(DuplicateRefund, RefundExceedsSale, RateLimited),
             writes=True,
         ),
     }

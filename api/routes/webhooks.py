@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api import schemas
+from api import refusals, schemas
 from api.auth import state
-from api.http import header, kept_headers, ok, read_body, request_id
+from api.http import header, header_names, kept_headers, ok, read_body, request_id
 from api.openapi import STRIPE_SIGNATURE, Doc, document
 from ingest import deliveries
 from ingest.clock import utcnow
+from ingest.errors import RateLimited, TallyError
 
 KEPT_HEADERS = frozenset({b"stripe-signature", b"content-type", b"user-agent"})
 
 
 async def stripe_webhook(request: Request) -> Response:
     received_at = utcnow()
-    body = await read_body(request)
+    try:
+        body = await read_body(request)
+    except TallyError as exc:  # too large, too slow: refused, and counted (api/refusals.py)
+        refusals.check(request, exc)
+        raise
     st = state(request)
     delivery = deliveries.Delivery(
         body=body,
@@ -26,9 +33,12 @@ async def stripe_webhook(request: Request) -> Response:
         headers=kept_headers(request, KEPT_HEADERS),
         received_at=received_at,
         request_id=request_id(request),
+        content_type=header(request, b"content-type"),
+        header_names=header_names(request),
     )
     verifier = deliveries.Verifier(st.settings.webhook_secrets(), st.settings.stripe_tolerance_seconds)
-    return ok(request, await deliveries.receive(st.store, st.writer, verifier, delivery))
+    refused = partial(refusals.check, request)  # a bad signature over the refusal rate: 429
+    return ok(request, await deliveries.receive(st.store, st.writer, verifier, delivery, refused))
 
 
 # Served by api.hotpath.TallyApp ahead of the middleware stack (the route below answers the same).
@@ -43,7 +53,8 @@ document(
             "webhooks",
             description="Verified deliveries are appended to the raw log verbatim before the answer; a "
             "repeated event id is answered `duplicate: true`. A signed delivery whose amounts or times are "
-            "out of bounds is stored as unusable and answered 422 `validation_error` with `stored: true`.",
+            "out of bounds is stored as unusable and answered 422 `validation_error` with `stored: true`. "
+            "A client refused more often than `TALLY_REFUSAL_RATE_PER_SECOND` gets 429 `rate_limited`.",
             auth=(STRIPE_SIGNATURE,),
             body_schema={
                 "type": "object",
@@ -74,6 +85,7 @@ document(
                 "duplicate": False,
                 "test_mode": False,
             },
+            errors=(RateLimited,),
             writes=True,
         )
     }

@@ -128,6 +128,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Credentials]:
             stripe_webhook_secrets=WEBHOOK_SECRET,
             reconcile_interval_seconds=0,
             public_rate_per_second=0,  # else mostly 429s; tests/api/test_ratelimit.py has those
+            refusal_rate_per_second=0,  # likewise (tests/api/test_refusals.py)
         )
     )
     try:

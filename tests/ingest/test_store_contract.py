@@ -15,7 +15,15 @@ import pytest
 
 from ingest.backend import open_store as open_backend
 from ingest.duckdb_store import DuckStore
-from ingest.records import Credential, Partner, Program, ProgramSettings, StoredSession
+from ingest.records import (
+    LOG_DETAIL_SHOWN,
+    LOG_PAGE_MAX,
+    Credential,
+    Partner,
+    Program,
+    ProgramSettings,
+    StoredSession,
+)
 from ingest.store import Store
 from ingest.writer import Writer
 from tests.helpers import sql_rows
@@ -329,6 +337,35 @@ def test_the_tracking_log_pages_newest_first(open_store: Callable[[], Store]) ->
         rest = store.tracking_log("prog_1", 10, before=first[-1].log_id)
         assert [line.detail for line in rest] == ["line 2", "line 1", "line 0"]
         assert store.tracking_log("prog_1", 10, before=rest[-1].log_id) == []
+    finally:
+        store.close()
+
+
+def test_a_tracking_log_page_is_bounded_whatever_the_log_holds(open_store: Callable[[], Store]) -> None:
+    """Lines written before refusal notes were bounded may hold a megabyte each: a page cuts
+    them, and never holds more than LOG_PAGE_MAX lines, whatever the caller asks."""
+    store = open_store()
+    huge = "x" * (1024 * 1024)
+    try:
+        tx = store.begin()
+        for n in range(LOG_PAGE_MAX + 20):
+            detail = huge if n % 100 == 0 else f"line {n}"
+            tx.log("prog_1", AT, "webhooks/stripe", 400, "invalid_signature", detail, None, None)
+            if n % 100 == 50:
+                tx.log("prog_2", AT, "webhooks/stripe", 400, "invalid_signature", huge, None, None)
+        tx.commit()
+        store.flush()
+        page = store.tracking_log("prog_1", 10_000)
+        assert len(page) == LOG_PAGE_MAX and {line.program_id for line in page} == {"prog_1"}
+        assert [line.detail for line in page[:2]] == [
+            f"line {LOG_PAGE_MAX + 19}",
+            f"line {LOG_PAGE_MAX + 18}",
+        ]
+        assert max(len(line.detail) for line in page) == LOG_DETAIL_SHOWN  # the megabyte lines, cut
+        rest = store.tracking_log("prog_1", 3, before=page[-1].log_id)
+        assert [line.detail for line in rest] == ["line 19", "line 18", "line 17"]
+        ids = [line.log_id for line in page + rest]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
     finally:
         store.close()
 
