@@ -206,6 +206,9 @@ def cmd_explain(args: argparse.Namespace) -> None:
         )
     out.print(table)
     out.print(f"answer: {data['answer']}")
+    status = sale.get("commission_status")
+    commission = _money(sale.get("commission"), sale["currency"])
+    out.print(f"commission: {commission} ({status})" if status else f"commission: {commission}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
