@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from api.cli_backup import add_backup
+from api.cli_engineering import add_engineering, add_settings_options, settings_body
 from api.cli_http import ApiError, CliError, call, emit, examples, read_token, save_login
 from api.cli_migrate import add_migrate
 from api.cli_ops import add_operations
@@ -78,7 +79,10 @@ def cmd_login(args: argparse.Namespace) -> None:
 
 
 def cmd_programs_create(args: argparse.Namespace) -> None:
-    emit(call("POST", "/api/v1/programs", body={"workspace_id": args.workspace, "name": args.name}))
+    # Every setting goes in the create call itself: they are the program's first terms (a later
+    # PATCH would be a change of terms, and sales dated before it would keep the defaults).
+    body = {"workspace_id": args.workspace, "name": args.name, **settings_body(args)}
+    emit(call("POST", "/api/v1/programs", body=body))
 
 
 def cmd_programs_list(args: argparse.Namespace) -> None:
@@ -181,11 +185,19 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         help="create a program in a workspace (prints it as JSON)",
         description="Create a program; its API key is made with it but shown only by "
-        "`tally keys regenerate`.",
-        epilog=examples('tally programs create --workspace ws_... --name "Brand partners"'),
+        "`tally keys regenerate`. Every setting can be given here, and should be: they are the "
+        "program's first terms, valuing every sale however early it is dated (a later change of "
+        "terms applies only to sales from then on). A setting not given keeps its default.",
+        epilog=examples(
+            'tally programs create --workspace ws_... --name "Brand partners"',
+            'tally programs create --workspace ws_... --name "Brand partners" --commission-percent 12.5 '
+            "--holding-days 14 --recurring-months 12 --platform-fee-percent 2",
+            'tally programs create --workspace ws_... --name "Flat" --commission-flat "12.50 usd"',
+        ),
     )
     create.add_argument("--workspace", required=True, help="workspace id (ws_...) the program belongs to")
     create.add_argument("--name", required=True, help="the program's name")
+    add_settings_options(create)
     create.set_defaults(func=cmd_programs_create)
     plist = programs.add_parser(
         "list",
@@ -213,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     regen.set_defaults(func=cmd_keys_regenerate)
     add_operations(sub)
     add_payouts(sub)
+    add_engineering(sub)
     add_migrate(sub)
     add_backup(sub)
     return parser

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from api.cli_http import CliError, call, emit, examples, fetch_bytes, operator_target, stream
+from reports.money import NO_CURRENCY, amount_text
 
 console = Console(stderr=True)
 
@@ -98,7 +99,17 @@ def cmd_unroutable(args: argparse.Namespace) -> None:
 
 
 def _money(minor: int | None, currency: str | None) -> str:
-    return "-" if minor is None else f"{minor} {currency or ''}".strip()
+    """Minor units as money in the currency's decimals: `780, "usd"` -> `7.80 usd`,
+    `1250, "kwd"` -> `1.250 kwd`, `500, "jpy"` -> `500 jpy`; no amount -> `-`."""
+    if minor is None:
+        return "-"
+    code = currency or NO_CURRENCY
+    return f"{amount_text(minor, code)} {code}"
+
+
+def _delta(minor: int, currency: str | None) -> str:
+    """A signed change as money: `+7.80 usd`, `-1.250 kwd`, `+0.00 usd`."""
+    return ("-" if minor < 0 else "+") + _money(abs(minor), currency)
 
 
 def diff_table(data: dict[str, Any]) -> Table:
@@ -123,8 +134,13 @@ def partner_table(data: dict[str, Any]) -> Table:
     for column in ("partner", "currency", "before", "after", "delta"):
         table.add_column(column)
     for row in data["partner_totals"]:
+        currency = row["currency"]
         table.add_row(
-            row["partner_code"], row["currency"], str(row["before"]), str(row["after"]), f"{row['delta']:+d}"
+            row["partner_code"],
+            currency,
+            _money(row["before"], currency),
+            _money(row["after"], currency),
+            _delta(row["delta"], currency),
         )
     return table
 
@@ -190,6 +206,9 @@ def cmd_explain(args: argparse.Namespace) -> None:
         )
     out.print(table)
     out.print(f"answer: {data['answer']}")
+    status = sale.get("commission_status")
+    commission = _money(sale.get("commission"), sale["currency"])
+    out.print(f"commission: {commission} ({status})" if status else f"commission: {commission}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

@@ -165,6 +165,8 @@ class SaleRow(BaseModel):
     unattributed_reason: str | None
     commission: int
     platform_fee: int
+    # the commission line's status (`paid` once in a paid payout batch); null: no commission due
+    commission_status: Literal["pending", "approved", "held", "reversed", "void", "paid"] | None = None
     refunded: int
     occurred_at: datetime | None
 

@@ -3,7 +3,8 @@
 Partner lines sum to the commission, reversal, fee, adjustment, clawback and per-status totals;
 statuses sum to the commissions; what is paid, what is not and the clawbacks sum to the
 commissions (paid + unpaid + clawbacks = commissions); net = gross - refunds; attributed +
-unattributed = all sales; the unattributed reasons and double-count kinds sum to their totals.
+unattributed = all sales; the unattributed reasons and double-count kinds sum to their totals;
+the adjustment and clawback sections list as many lines as the summary counts, summing to it.
 Totals (`expected`) come from the summary or the by-status section, sums (`actual`) from the
 detail sections; each section is computed separately from the month's rows, so a wrong grouping
 or a tampered section fails.
@@ -39,7 +40,10 @@ CHECK_LABELS = {
     "partners_lines": "partner lines sum to the commission line count",
     "statuses_commissions": "statuses sum to commissions",
     **{f"partners_{s}": f"partner lines sum to {s} commissions" for s in STATUSES},
-    "adjustment_lines": "adjustment and clawback lines sum to adjustments + clawbacks",
+    "adjustment_lines": "adjustment lines sum to adjustments",
+    "adjustment_lines_count": "adjustment lines listed = adjustment lines",
+    "clawback_lines": "clawback lines sum to clawbacks",
+    "clawback_lines_count": "clawback lines listed = clawback lines",
     "double_count_kinds": "double-count kinds sum to double counts",
 }
 
@@ -50,6 +54,7 @@ def verify(
     by_status: pl.DataFrame,
     by_partner: pl.DataFrame,
     adjustments: pl.DataFrame,
+    clawbacks: pl.DataFrame,
     unattributed: pl.DataFrame,
     double_counts: pl.DataFrame,
 ) -> pl.DataFrame:
@@ -84,16 +89,18 @@ def verify(
                 (c, f"partners_{st}", _total(by_status, c, "commission", st), _total(by_partner, c, st))
                 for st in STATUSES
             ),
-            (
-                c,
-                "adjustment_lines",
-                s["adjustments"] + s["clawbacks"],
-                _total(adjustments, c, "commission"),
-            ),
+            (c, "adjustment_lines", s["adjustments"], _total(adjustments, c, "commission")),
+            (c, "adjustment_lines_count", s["adjustments_count"], _count(adjustments, c)),
+            (c, "clawback_lines", s["clawbacks"], _total(clawbacks, c, "commission")),
+            (c, "clawback_lines_count", s["clawbacks_count"], _count(clawbacks, c)),
             (c, "double_count_kinds", s["double_counts_count"], _total(double_counts, c, "count")),
         ]
     checks = pl.DataFrame(rows, schema={k: v for k, v in CHECK_SCHEMA.items() if k != "ok"}, orient="row")
     return checks.with_columns(ok=pl.col("expected") == pl.col("actual"))
+
+
+def _count(frame: pl.DataFrame, currency: str) -> int:
+    return frame.filter(pl.col("currency") == currency).height
 
 
 def _total(frame: pl.DataFrame, currency: str, column: str, status: str | None = None) -> int:

@@ -14,7 +14,9 @@ What each figure means (all integer minor units, one row per currency, currencie
   refund's month) and `adjustment` lines (later partner changes and corrections to closed months,
   booked here). `commissions` and `platform_fees` are net of the reversals refunds caused
   (`*_reversed`), so a closed month keeps the values it was closed with. `adjustments` and
-  `clawbacks` are the parts of `commissions` those lines carry.
+  `clawbacks` are the parts of `commissions` those lines carry; the `adjustments` and
+  `clawbacks` sections list exactly those lines, one section each (`adjustments_count` and
+  `clawbacks_count` rows).
 - Payouts: of the month's commissions, `paid` is what paid payout batches took (clawbacks
   apart), `unpaid` the rest (clawbacks apart), `clawbacks` the clawback lines, paid or not;
   they add up to `commissions`.
@@ -23,7 +25,9 @@ What each figure means (all integer minor units, one row per currency, currencie
   sale once too (rc_double_counts.distinct_amount: a refused retry is a line, not more money).
 
 `provenance` (set by the loader, reports/load.py) says when the report was built, from which
-reconcile run, and whether the month is closed; the html shows it, the JSON and CSV do not.
+reconcile run, and whether the month is closed (when, by whom); the html and xlsx show all of
+it, the JSON and CSV whether the month is closed (`closed`, `closed_at`, `closed_by`: nothing
+in them depends on when they were rendered).
 
 `checks` shows that the detail lines reconcile with the totals (reports/checks.py); `rechecked`
 recomputes them from the sections, so a tampered section shows as a failed check.
@@ -117,6 +121,7 @@ class Provenance:
     run_id: str | None
     run_finished_at: datetime | None
     closed_at: datetime | None
+    closed_by: str | None = None  # who closed it: an account id or `operator`
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ class FinanceReport:
     by_status: pl.DataFrame
     by_partner: pl.DataFrame
     adjustments: pl.DataFrame
+    clawbacks: pl.DataFrame
     unattributed: pl.DataFrame
     double_counts: pl.DataFrame
     checks: pl.DataFrame
@@ -250,16 +256,21 @@ def build_finance(
         clawbacks=_sum_if("amount", clawback),
         **{status: _sum_if("amount", pl.col("status") == status) for status in STATUSES},
     )
-    adjustments = line.filter(adjustment | clawback).select(
-        "currency",
-        "sale_period",
-        "transaction_id",
-        "partner_code",
-        "kind",
-        "status",
-        commission="amount",
-        commission_reversed="reversed",
-        platform_fee="platform_fee",
+    corrections = {
+        "currency": "currency",
+        "sale_period": "sale_period",
+        "transaction_id": "transaction_id",
+        "partner_code": "partner_code",
+        "kind": "kind",
+        "status": "status",
+        "commission": "amount",
+        "commission_reversed": "reversed",
+        "platform_fee": "platform_fee",
+    }
+    order = ["currency", "sale_period", "transaction_id", "partner_code"]
+    adjustments, clawbacks = (
+        line.filter(kind).select(**corrections).sort(order, nulls_last=True)
+        for kind in (adjustment, clawback)
     )
     unattributed = (
         real.filter(~attributed)
@@ -276,18 +287,22 @@ def build_finance(
             by_partner.sort(
                 ["currency", "commission", "partner_code"], descending=[False, True, False], nulls_last=True
             ),
-            adjustments.sort("currency", "sale_period", "transaction_id", "partner_code", nulls_last=True),
+            adjustments,
+            clawbacks,
             unattributed.sort("currency", "reason"),
             doubles.sort("currency", "kind"),
         ]
     )
-    sections: dict[str, Any] = dict(
-        zip(
-            ("summary", "by_status", "by_partner", "adjustments", "unattributed", "double_counts"),
-            frames,
-            strict=True,
-        )
+    names = (
+        "summary",
+        "by_status",
+        "by_partner",
+        "adjustments",
+        "clawbacks",
+        "unattributed",
+        "double_counts",
     )
+    sections: dict[str, Any] = dict(zip(names, frames, strict=True))
     return FinanceReport(
         program_id=program_id,
         period=period,
@@ -326,6 +341,7 @@ def rechecked(report: FinanceReport) -> FinanceReport:
             by_status=report.by_status,
             by_partner=report.by_partner,
             adjustments=report.adjustments,
+            clawbacks=report.clawbacks,
             unattributed=report.unattributed,
             double_counts=report.double_counts,
         ),

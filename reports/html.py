@@ -86,6 +86,7 @@ def currency_views(report: FinanceReport, draw: bool = True) -> list[dict[str, A
                 "by_status": statuses,
                 "by_partner": partners,
                 "adjustments": _mine(report.adjustments, code),
+                "clawbacks": _mine(report.clawbacks, code),
                 "unattributed": _mine(report.unattributed, code),
                 "double_counts": _mine(report.double_counts, code),
                 "checks": _mine(report.checks, code),

@@ -80,7 +80,15 @@ def check_label(name: str) -> str:
 
 
 # Checks whose totals are counts rather than money.
-COUNT_CHECKS = frozenset({"sales_split_count", "partners_lines", "double_count_kinds"})
+COUNT_CHECKS = frozenset(
+    {
+        "sales_split_count",
+        "partners_lines",
+        "double_count_kinds",
+        "adjustment_lines_count",
+        "clawback_lines_count",
+    }
+)
 
 
 # Codes -> labels, by kind. A code without a label is shown humanised (`code_label`).

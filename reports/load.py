@@ -59,10 +59,12 @@ def finance(db: Reader, program_id: str, period: str, program_name: str | None =
     if closed is not None:
         close_seq, closed_at = closed
         run_id, finished_at = latest_run(db)
+        closed_by = next((str(row["actor"]) for row in db.raw_rows([close_seq]) if row.get("actor")), None)
         raw, programs, partners = db.log(program_id=program_id, before_seq=close_seq)
         result = reconcile(raw, programs, partners, closed_at)
         report = from_result(result, program_id, period, program_name)
-        return replace(report, provenance=Provenance(generated_at, run_id, finished_at, closed_at))
+        provenance = Provenance(generated_at, run_id, finished_at, closed_at, closed_by)
+        return replace(report, provenance=provenance)
     with db.consistent():
         run_id, finished_at = latest_run(db)
         sales, lines, refunds, doubles = _finance_inputs(db, program_id, period)

@@ -2,6 +2,9 @@
 
 Each function takes a `Reader` (ingest/store.py: one snapshot) and returns plain rows for the JSON API, the
 dashboard and the CLI. Before the first reconcile run the tables do not exist: reads are empty.
+
+A sale's `commission_status` is its commission line's: `paid` once that line is in a paid payout
+batch (the reconciler's `rc_sales.commission_status` stops at `approved`; `_with_paid`).
 """
 
 from __future__ import annotations
@@ -67,7 +70,42 @@ def sales(db: Reader, program_id: str, flt: SaleFilter) -> list[dict[str, Any]]:
         f"SELECT {', '.join(SALE_FIELDS)} FROM rc_sales WHERE {' AND '.join(where)}"
         " ORDER BY occurred_at, sale_id LIMIT ? OFFSET ?"
     )
-    return db.dicts(sql, [*params, flt.limit, flt.offset])
+    return _with_paid(db, program_id, db.dicts(sql, [*params, flt.limit, flt.offset]))
+
+
+# Sale statuses a paid commission line overrides: the line was approved, then paid. A sale fully
+# refunded since (`reversed`), held or void keeps saying so.
+PAYABLE = ("pending", "approved")
+# Up to this many sales of a month are looked up by id; more (a month's CSV) read the month's
+# paid lines whole, which is the same scan of the (program_id, period) index.
+BY_ID = 500
+
+
+def _with_paid(db: Reader, program_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` with `commission_status` `paid` where the sale's `commission` line is in a paid
+    payout batch (rc_commissions.status; CONTRACT section 7): the sale's status says what its
+    line says. One query per month of the rows, on the index the commission reads use."""
+    months: dict[str, set[str]] = {}
+    for row in rows:
+        if row["commission_status"] in PAYABLE and row["period"] is not None:
+            months.setdefault(row["period"], set()).add(row["sale_id"])
+    if not months or not db.table_exists("rc_commissions"):
+        return rows
+    paid: set[str] = set()
+    for period, ids in months.items():
+        sql = (
+            "SELECT sale_id FROM rc_commissions WHERE program_id = ? AND period = ?"
+            " AND kind = 'commission' AND status = 'paid'"
+        )
+        params: list[Any] = [program_id, period]
+        if len(ids) <= BY_ID:
+            sql += f" AND sale_id IN ({', '.join('?' * len(ids))})"
+            params += sorted(ids)
+        paid.update(str(found[0]) for found in db.rows(sql, params))
+    for row in rows:
+        if row["sale_id"] in paid and row["commission_status"] in PAYABLE:
+            row["commission_status"] = "paid"
+    return rows
 
 
 def explain(db: Reader, program_id: str, transaction_id: str) -> dict[str, Any] | None:

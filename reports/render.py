@@ -49,11 +49,14 @@ SECTIONS = {
     "commissions_by_status": "by_status",
     "commissions_by_partner": "by_partner",
     "adjustments": "adjustments",
+    "clawbacks": "clawbacks",
     "unattributed_by_reason": "unattributed",
     "double_counts": "double_counts",
     "checks": "checks",
 }
 CSV_HEADER = ("section", "row", "currency", "metric", "value")
+# The JSON's scalar fields, as the CSV's `report` rows.
+REPORT_FIELDS = ("program_id", "program_name", "period", "reconciled", "closed", "closed_at", "closed_by")
 
 
 class UnknownFormat(ValueError):
@@ -71,13 +74,19 @@ def _plain(value: Any) -> Any:
 
 
 def finance_data(report: FinanceReport) -> dict[str, Any]:
-    """The JSON `data` of a finance report."""
+    """The JSON `data` of a finance report. `closed`: whether the month is closed (its figures
+    are then the books as of the close), with `closed_at` and `closed_by` (null while open)."""
+    pv = report.provenance
+    closed_at = pv.closed_at if pv is not None else None
     data: dict[str, Any] = {
         "program_id": report.program_id,
         "program_name": report.program_name,
         "period": report.period,
         "currencies": list(report.currencies),
         "reconciled": report.reconciled,
+        "closed": closed_at is not None,
+        "closed_at": _plain(closed_at),
+        "closed_by": pv.closed_by if pv is not None and closed_at is not None else None,
     }
     for key, attribute in SECTIONS.items():
         data[key] = _rows(getattr(report, attribute))
@@ -114,7 +123,7 @@ def finance_csv(report: FinanceReport) -> bytes:
     writer = csvcells.writer(out)
     writer.writerow(CSV_HEADER)
     data = finance_data(report)
-    for metric in ("program_id", "program_name", "period", "reconciled"):
+    for metric in REPORT_FIELDS:
         writer.writerow(("report", 1, "", metric, csv_value(data[metric])))
     for section in SECTIONS:
         for number, row in enumerate(data[section], start=1):

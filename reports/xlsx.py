@@ -115,7 +115,9 @@ def _provenance(book: _Book, ws: Any, report: FinanceReport) -> None:
         else (pv.run_id or "none yet")
     )
     closed = (
-        f"closed on {pv.closed_at.strftime(stamp)}" if pv.closed_at else "open (figures may still change)"
+        f"closed on {pv.closed_at.strftime(stamp)}" + (f" by {pv.closed_by}" if pv.closed_by else "")
+        if pv.closed_at
+        else "open (figures may still change)"
     )
     for row, (label, value) in enumerate(
         (("Generated", pv.generated_at.strftime(stamp)), ("Reconcile run", run), ("Month", closed)), start=1
@@ -208,6 +210,7 @@ def finance_xlsx(report: FinanceReport, lines: LineItems | None = None) -> bytes
     _by_partner(book, report)
     for name, frame in (
         ("Adjustments", report.adjustments),
+        ("Clawbacks", report.clawbacks),
         ("Unattributed", report.unattributed),
         ("Double counts", report.double_counts),
     ):

@@ -193,9 +193,9 @@ def test_backfill_apply(live_server: LiveServer, tmp_path: Path, monkeypatch: py
     lines = r.stdout.splitlines()
     assert "applied changes" in r.stdout and "dry run" not in r.stdout
     [changed] = [line for line in lines if "in_fixme" in line]
-    assert "2026-10-15" in changed and "- -> alice" in changed and "0 usd -> 1000 usd" in changed
-    [total] = [line for line in lines if "alice" in line and "+1000" in line]
-    assert "usd" in total
+    assert "2026-10-15" in changed and "- -> alice" in changed and "0.00 usd -> 10.00 usd" in changed
+    [total] = [line for line in lines if "alice" in line and "+10.00 usd" in line]
+    assert "0.00 usd" in total and "10.00 usd" in total
     assert f"applied by {acct['account_id']}" in r.stdout
     assert sales() == [("in_fixme", "alice", 1_000)]
 
@@ -203,6 +203,52 @@ def test_backfill_apply(live_server: LiveServer, tmp_path: Path, monkeypatch: py
     assert r.returncode == 0, r.stderr
     assert "in_fixme" not in r.stdout and "applied by" in r.stdout
     assert sales() == [("in_fixme", "alice", 1_000)]
+
+
+def test_the_backfill_diff_prints_money_in_each_currencys_decimals() -> None:
+    """The diff's tables show money as money (the currency's decimals), never minor units."""
+    from rich.console import Console
+
+    from api.cli_ops import diff_table, partner_table
+
+    def sale(tx: str, currency: str, before: int | None, after: int) -> dict[str, object]:
+        return {
+            "transaction_id": tx,
+            "occurred_at": "2026-10-15T10:00:00Z",
+            "currency": currency,
+            "before_partner_code": None,
+            "after_partner_code": "alice",
+            "before_attribution_rule": None,
+            "after_attribution_rule": "click",
+            "before_unattributed_reason": "click_not_found",
+            "after_unattributed_reason": None,
+            "before_commission": before,
+            "after_commission": after,
+        }
+
+    data = {
+        "dry_run": True,
+        "changes": 3,
+        "changed_sales": [
+            sale("in_usd", "usd", 0, 780),
+            sale("in_kwd", "kwd", 0, 1_250),
+            sale("in_jpy", "jpy", None, 500),
+        ],
+        "partner_totals": [
+            {"partner_code": "alice", "currency": "usd", "before": 0, "after": 780, "delta": 780},
+            {"partner_code": "bob", "currency": "kwd", "before": 1_250, "after": 0, "delta": -1_250},
+        ],
+    }
+    console = Console(width=200, record=True)
+    console.print(diff_table(data))
+    console.print(partner_table(data))
+    text = console.export_text()
+    rows = {line.split()[1]: line for line in text.splitlines() if line.split()[1:2] != []}
+    assert "0.00 usd -> 7.80 usd" in rows["in_usd"]
+    assert "0.000 kwd -> 1.250 kwd" in rows["in_kwd"]
+    assert "- -> 500 jpy" in rows["in_jpy"]
+    assert "0.00 usd" in rows["alice"] and "7.80 usd" in rows["alice"] and "+7.80 usd" in rows["alice"]
+    assert "1.250 kwd" in rows["bob"] and "-1.250 kwd" in rows["bob"]
 
 
 def test_reconcile_counts_and_unroutable_lists_the_events_no_program_takes(

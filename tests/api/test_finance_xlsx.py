@@ -103,6 +103,7 @@ def test_the_finance_xlsx_has_the_line_items_of_the_month(client: TestClient) ->
         "Summary",
         "By partner",
         "Adjustments",
+        "Clawbacks",
         "Unattributed",
         "Double counts",
         "Sales",

@@ -23,7 +23,7 @@ from reports.html import DOCUMENT_CSP, STYLESHEET
 from reports.labels import COLUMN_LABELS, SUMMARY_LABELS, check_label, is_money
 from reports.lineitems import LineItems
 from reports.money import excel_format, minor
-from reports.render import SECTIONS, finance_data, render
+from reports.render import REPORT_FIELDS, SECTIONS, finance_data, render
 from tests.helpers import as_cell, parse_finance_csv
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
@@ -69,9 +69,7 @@ def test_csv_parses_back_to_the_json(report: FinanceReport) -> None:
     assert (content_type, filename) == ("text/csv; charset=utf-8", f"finance-{PROGRAM}-{report.period}.csv")
     parsed = parse_finance_csv(body.decode())
     data = finance_data(report)
-    assert parsed.pop("report") == [
-        {k: as_cell(data[k]) for k in ("program_id", "program_name", "period", "reconciled")}
-    ]
+    assert parsed.pop("report") == [{k: as_cell(data[k]) for k in REPORT_FIELDS}]
     expected = {
         section: [{k: as_cell(v) for k, v in row.items()} for row in data[section]]
         for section in SECTIONS
@@ -104,7 +102,14 @@ def test_xlsx_parses_back_to_the_json(report: FinanceReport) -> None:
     assert filename.endswith(".xlsx")
     data = finance_data(report)
     book = openpyxl.load_workbook(io.BytesIO(body))
-    assert book.sheetnames == ["Summary", "By partner", "Adjustments", "Unattributed", "Double counts"]
+    assert book.sheetnames == [
+        "Summary",
+        "By partner",
+        "Adjustments",
+        "Clawbacks",
+        "Unattributed",
+        "Double counts",
+    ]
 
     summary = book["Summary"]
     assert summary["B3"].value == report.period
@@ -128,6 +133,7 @@ def test_xlsx_parses_back_to_the_json(report: FinanceReport) -> None:
 
     for sheet, section in (
         ("Adjustments", "adjustments"),
+        ("Clawbacks", "clawbacks"),
         ("Unattributed", "unattributed_by_reason"),
         ("Double counts", "double_counts"),
     ):

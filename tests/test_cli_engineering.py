@@ -1,0 +1,131 @@
+"""`tally programs create` with every setting, `tally periods close` and `tally fixes add`, and what
+`tally explain` says of a paid sale: the CLI against a live server (CONTRACT section 10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import OP, LiveServer
+from tests.test_cli_ops import tally
+
+
+def test_programs_create_takes_every_setting_as_its_first_terms(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    """The settings go in the create call: a sale dated long before (in January) is valued at
+    12.5 %, not at the defaults' 30 %; it is approved at once (0 holding days), paid through
+    `tally payouts`, and `tally explain` says so. Then the month is closed with `tally periods
+    close`, and a fix is recorded with `tally fixes add`."""
+    url = live_server.url
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "f@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+    owner = {"Authorization": f"Bearer {acct['token']}"}
+    home = tmp_path / "cfg"
+    assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
+
+    create = ("programs", "create", "--workspace", acct["workspace_id"])
+    r = tally(
+        home,
+        *create,
+        "--name",
+        "Terms",
+        "--commission-percent",
+        "12.5",
+        "--platform-fee-percent",
+        "2",
+        "--holding-days",
+        "0",
+        "--recurring-months",
+        "12",
+        "--requires-server-side-leads",
+        "--stripe-account",
+        "acct_1CliSettings",
+    )
+    assert r.returncode == 0, r.stderr
+    program = json.loads(r.stdout)
+    pid = program["program_id"]
+    settings = ("commission_type", "commission_bps", "platform_fee_bps", "holding_days", "recurring_months")
+    assert [program[k] for k in settings] == ["percent", 1250, 200, 0, 12]
+    assert (program["requires_server_side_leads"], program["stripe_account_id"]) == (
+        True,
+        "acct_1CliSettings",
+    )
+
+    r = tally(
+        home, *create, "--name", "Flat", "--commission-flat", "1.250 kwd", "--recurring-months", "lifetime"
+    )
+    assert r.returncode == 0, r.stderr
+    flat = json.loads(r.stdout)
+    assert (flat["commission_type"], flat["commission_flat"], flat["recurring_months"]) == (
+        "flat",
+        1250,
+        None,
+    )
+    assert flat["commission_bps"] == 3000  # untouched: the default
+    r = tally(home, *create, "--name", "X", "--commission-flat", "12.5")
+    assert r.returncode == 2 and "currency" in r.stderr and len(r.stderr.splitlines()) == 1
+    r = tally(home, *create, "--name", "X", "--commission-percent", "10", "--commission-flat", "5 usd")
+    assert r.returncode == 1 and "--commission-type" in r.stderr
+    r = tally(home, *create, "--name", "X", "--holding-days", "9999")
+    assert r.returncode == 1 and "validation_error" in r.stderr and "holding_days" in r.stderr
+
+    with httpx.Client(base_url=url, timeout=30) as c:
+        key = {
+            "Authorization": "Bearer "
+            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
+        }
+        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
+        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
+            "data"
+        ]
+        lead = {"customer_external_id": "u1", "click_id": click["click_id"]}
+        assert c.post("/api/v1/track/lead", json=lead, headers=key).status_code == 200
+        sale = {"transaction_id": "in_jan", "customer_external_id": "u1", "amount": 10_000}
+        sale["occurred_at"] = "2026-01-05T10:00:00Z"
+        assert c.post("/api/v1/track/sale", json=sale, headers=key).status_code == 200
+    assert tally(home, "reconcile", "--url", url, operator=True).returncode == 0
+    r = tally(home, "payouts", "create", "--program", pid, "--up-to", "2026-01-31", "--json")
+    assert r.returncode == 0, r.stderr
+    batch = json.loads(r.stdout)
+    assert [(row["partner_code"], row["amount"]) for row in batch["rows"]] == [("alice", 1_250)]
+    assert (
+        tally(home, "payouts", "mark-paid", "--program", pid, "--payout", batch["payout_id"]).returncode == 0
+    )
+    r = tally(home, "explain", "--program", pid, "--transaction", "in_jan")
+    assert r.returncode == 0, r.stderr
+    assert "commission: 12.50 usd (paid)" in r.stdout
+
+    r = tally(home, "periods", "close", "--program", pid, "--period", "2026-01")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("2026-01 closed at ") and f"by {acct['account_id']}" in r.stdout
+    r = tally(home, "periods", "close", "--program", pid, "--period", "2026-01", "--json")
+    assert r.returncode == 0, r.stderr
+    closed = json.loads(r.stdout)
+    assert (closed["period"], closed["closed_by"]) == ("2026-01", acct["account_id"])
+    r = tally(home, "report", "finance", "--program", pid, "--period", "2026-01", "-o", "-")
+    report = json.loads(r.stdout)["data"]
+    assert (report["closed"], report["closed_by"]) == (True, acct["account_id"])
+    r = tally(home, "periods", "close", "--program", pid, "--period", "2026-13")
+    assert r.returncode == 1 and "validation_error" in r.stderr and len(r.stderr.splitlines()) == 1
+
+    r = tally(home, "fixes", "add", "--program", pid, "--transaction-id", "in_jan", "--svc-click-id", "clk_x")
+    assert r.returncode == 0, r.stderr
+    assert "recorded for transaction in_jan: svc_click_id=clk_x" in r.stdout and "backfill" in r.stdout
+    fix = ("--subscription-id", "sub_1", "--svc-customer-key", "cust_42", "--json")
+    r = tally(home, "fixes", "add", "--program", pid, *fix)
+    assert r.returncode == 0, r.stderr
+    [recorded] = json.loads(r.stdout)["fixes"]
+    assert (recorded["subscription_id"], recorded["svc_customer_key"], recorded["recorded_by"]) == (
+        "sub_1",
+        "cust_42",
+        acct["account_id"],
+    )
+    r = tally(home, "fixes", "add", "--program", pid, "--transaction-id", "in_jan")
+    assert r.returncode == 1 and "validation_error" in r.stderr  # no value to fix: the server says so
+    r = tally(home, "fixes", "add", "--program", pid, "--svc-click-id", "clk_x")
+    assert r.returncode == 2
