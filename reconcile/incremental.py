@@ -48,7 +48,7 @@ from reconcile.pipeline import Result, reconcile
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
-ENGINE_VERSION = "7"
+ENGINE_VERSION = "8"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",
