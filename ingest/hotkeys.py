@@ -45,9 +45,11 @@ from ingest.store import Needs, gather
 
 log = logging.getLogger("tally.store")
 
-FORMAT = "2"  # bump when the tables below change: an index of another format is rebuilt
+FORMAT = "3"  # bump when the tables below change: an index of another format is rebuilt
 # 2: claims are derived from the log when catching up or rebuilding (`claims_of`), as ingest made
 # them, so a claim alone decides a duplicate (an index rebuilt by format 1 had none)
+# 3: `invoice_payment.paid` links an invoice and its payment to one ledger, and a processor
+# refund of a sale not known yet keeps its amount under the charge's ids (`_observe_processor`)
 BUILD_CACHE_MB = 512  # page cache while rebuilding from the whole log (not while serving)
 
 _DDL = (
@@ -104,6 +106,23 @@ PROCESSOR_SALE_TYPES = frozenset(
 )
 
 PROCESSOR_ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
+# `invoice_payment.paid`: an invoice and the payment intent (or charge) that paid it, one sale.
+LINK_TYPES = frozenset({"invoice_payment.paid"})
+
+
+def _either(value: object, other: object) -> object:
+    return other if value is None else value
+
+
+def link_keys(row: Mapping[str, object]) -> tuple[str, str] | None:
+    """(invoice id, payment intent or charge id) an `invoice_payment.paid` links, else None."""
+    if row.get("event_type") not in LINK_TYPES:
+        return None
+    invoice = row.get("invoice_id")
+    payment = row.get("payment_intent_id") or row.get("charge_id")
+    if isinstance(invoice, str) and isinstance(payment, str) and invoice and payment:
+        return invoice, payment
+    return None
 
 
 def processor_sale_keys(fields: Mapping[str, object]) -> list[str]:
@@ -677,23 +696,23 @@ class KeyIndex:
         self._next_ledger += 1
         return ledger
 
-    def _observe_sale(self, program_id: str, row: Mapping[str, object], ids: list[object]) -> None:
+    def _observe_sale(
+        self, program_id: str, row: Mapping[str, object], ids: list[object], refunded: int = 0
+    ) -> None:
+        """Every id of a sale points at one ledger: the one an id already has, else a new one.
+        A ledger of no amount yet (a refund or a link seen before its sale) takes the sale's."""
         keys = [k for k in ids if isinstance(k, str) and k]
         if not keys:
             return
+        amount, currency = row.get("amount"), row.get("currency")
+        amount = amount if isinstance(amount, int) else None
+        currency = currency if isinstance(currency, str) else None
         ledger = self._ledger_id(program_id, keys)
         if ledger is None:
-            amount, currency = row.get("amount"), row.get("currency")
             ledger = self._new_ledger()
-            self._put(
-                "ledgers",
-                (ledger,),
-                (
-                    amount if isinstance(amount, int) else None,
-                    currency if isinstance(currency, str) else None,
-                    0,
-                ),
-            )
+            self._put("ledgers", (ledger,), (amount, currency, refunded))
+        elif amount is not None and (found := self._get("ledgers", (ledger,))) and found[0] is None:
+            self._put("ledgers", (ledger,), (amount, found[1] or currency, found[2]))
         for key in keys:
             self._insert_absent("sale_keys", (program_id, key), (ledger,))
 
@@ -706,6 +725,25 @@ class KeyIndex:
             ledger = self._ledger_id(program_id, [k for k in ids if isinstance(k, str)])
             if ledger is not None:
                 self._refunded(ledger, lambda refunded: max(refunded, amount))
+            else:  # its sale is not known yet: what was refunded waits under the charge's ids
+                self._observe_sale(program_id, {"currency": row.get("currency")}, ids, refunded=amount)
+        elif (link := link_keys(row)) is not None:
+            self._observe_link(program_id, *link)
+
+    def _observe_link(self, program_id: str, invoice: str, payment: str) -> None:
+        """An invoice and the payment that paid it become one sale's ids. When each already has
+        a ledger (the payment's refund arrived before the link), the invoice's keeps the larger
+        refunded amount (a charge's refunds are cumulative) and the payment points at it."""
+        by_invoice = self._ledger_id(program_id, [invoice])
+        by_payment = self._ledger_id(program_id, [payment])
+        if by_invoice is None or by_payment is None or by_invoice == by_payment:
+            self._observe_sale(program_id, {}, [invoice, payment])
+            return
+        kept, gone = self._get("ledgers", (by_invoice,)), self._get("ledgers", (by_payment,))
+        if kept is not None and gone is not None:
+            merged = (_either(kept[0], gone[0]), _either(kept[1], gone[1]), max(int(kept[2]), int(gone[2])))
+            self._put("ledgers", (by_invoice,), merged)
+        self._put("sale_keys", (program_id, payment), (by_invoice,))
 
     # -- catching up with the log ----------------------------------------------------------------
     def apply(

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from ingest.hotkeys import PROCESSOR_ID_FIELDS, processor_sale_keys
+from ingest.hotkeys import PROCESSOR_ID_FIELDS, link_keys, processor_sale_keys
 from ingest.records import Binding, SaleLedger
 
 Cursor = psycopg.Cursor[Any]
@@ -174,11 +174,16 @@ def _lead(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
 
 # A track sale's ledger (one id): `write(ONE_SALE, (program, id, amount, currency))`. The writer
 # sends consecutive ones as one `SALES` statement (ingest/postgres_tx.py), in their place among
-# the other writes: an id that has a ledger keeps it, a new one gets one.
+# the other writes: an id that has a ledger keeps it (taking the sale's amount when it had none:
+# a processor refund of it came first), a new one gets one.
 ONE_SALE = b"-- one track sale's ledger"
 SALES = (
     b"WITH w AS (SELECT DISTINCT ON (p, k) p, k, a, c"
     b"   FROM unnest(%s::varchar[], %s::varchar[], %s::bigint[], %s::varchar[]) AS w(p, k, a, c)),"
+    b" filled AS (UPDATE key_ledgers l SET amount = f.a, currency = coalesce(l.currency, f.c)"
+    b"   FROM (SELECT x.ledger, w.a, w.c FROM w CROSS JOIN LATERAL (SELECT ledger FROM key_sales s"
+    b"     WHERE s.program_id = w.p AND s.key = w.k LIMIT 1) x) f"
+    b"   WHERE l.id = f.ledger AND l.amount IS NULL AND f.a IS NOT NULL),"
     b" fresh AS (SELECT w.p, w.k, w.a, w.c, nextval(pg_get_serial_sequence('key_ledgers', 'id')) AS id"
     b"   FROM w LEFT JOIN LATERAL (SELECT 1 AS found FROM key_sales s"
     b"     WHERE s.program_id = w.p AND s.key = w.k LIMIT 1) x ON true WHERE x.found IS NULL),"
@@ -193,7 +198,8 @@ def sales(one_sales: Sequence[tuple[str, str, int | None, str | None]]) -> tuple
 
 
 def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[object]) -> None:
-    """Every id of a sale points at one ledger: the one an id already has, else a new one."""
+    """Every id of a sale points at one ledger: the one an id already has, else a new one. A
+    ledger of no amount yet (a refund or a link seen before its sale) takes the sale's."""
     keys = list(dict.fromkeys(k for k in ids if isinstance(k, str) and k))
     if not keys:
         return
@@ -203,20 +209,23 @@ def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[objec
     if len(keys) == 1:  # a track sale: the writer sends consecutive ones as one statement
         write(ONE_SALE, (program_id, keys[0], amount, currency))
         return
+    params = {"p": program_id, "k": keys, "a": amount, "c": currency}
+    if amount is not None:
+        write(
+            b"UPDATE key_ledgers SET amount = %(a)s, currency = coalesce(currency, %(c)s::varchar)"
+            b" WHERE amount IS NULL AND id = (SELECT ledger FROM key_sales"
+            b"   WHERE program_id = %(p)s AND key = ANY(%(k)s) ORDER BY array_position(%(k)s, key) LIMIT 1)",
+            params,
+        )
     write(
         b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
         b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
         b" made AS (INSERT INTO key_ledgers (amount, currency, refunded)"
-        b"   SELECT %(a)s, %(c)s, 0 WHERE NOT EXISTS (SELECT 1 FROM found) RETURNING id)"
+        b"   SELECT %(a)s::bigint, %(c)s::varchar, 0 WHERE NOT EXISTS (SELECT 1 FROM found) RETURNING id)"
         b" INSERT INTO key_sales (program_id, key, ledger)"
         b" SELECT %(p)s, k, coalesce((SELECT ledger FROM found), (SELECT id FROM made))"
         b" FROM unnest(%(k)s::varchar[]) AS k ON CONFLICT DO NOTHING",
-        {
-            "p": program_id,
-            "k": keys,
-            "a": amount,
-            "c": currency,
-        },
+        params,
     )
 
 
@@ -225,11 +234,49 @@ def _processor(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
     if keys:
         _sale(write, program_id, row, list(keys))
     elif row.get("event_type") == "charge.refunded" and isinstance(amount := row.get("amount"), int):
-        ids = [v for name in (*PROCESSOR_ID_FIELDS, "transaction_id") if isinstance(v := row.get(name), str)]
-        if ids:
-            write(
-                b"UPDATE key_ledgers SET refunded = greatest(refunded, %s) WHERE id ="
-                b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = ANY(%s)"
-                b"  ORDER BY array_position(%s, key) LIMIT 1)",
-                (amount, program_id, ids, ids),
+        ids = list(
+            dict.fromkeys(
+                v for name in (*PROCESSOR_ID_FIELDS, "transaction_id") if isinstance(v := row.get(name), str)
             )
+        )
+        if ids:
+            # The sale's ledger keeps the larger cumulative amount; a sale not known yet gets a
+            # ledger of no amount under the charge's ids, where what was refunded waits.
+            currency = row.get("currency") if isinstance(row.get("currency"), str) else None
+            write(
+                b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
+                b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
+                b" raised AS (UPDATE key_ledgers SET refunded = greatest(refunded, %(a)s)"
+                b"   WHERE id = (SELECT ledger FROM found)),"
+                b" made AS (INSERT INTO key_ledgers (amount, currency, refunded)"
+                b"   SELECT NULL::bigint, %(c)s::varchar, %(a)s WHERE NOT EXISTS (SELECT 1 FROM found)"
+                b"   RETURNING id)"
+                b" INSERT INTO key_sales (program_id, key, ledger)"
+                b" SELECT %(p)s, k, made.id FROM unnest(%(k)s::varchar[]) AS k CROSS JOIN made"
+                b" ON CONFLICT DO NOTHING",
+                {"p": program_id, "k": ids, "a": amount, "c": currency},
+            )
+    elif (link := link_keys(row)) is not None:
+        _link(write, program_id, *link)
+
+
+def _link(write: Write, program_id: str, invoice: str, payment: str) -> None:
+    """An invoice and the payment that paid it become one sale's ids (`KeyIndex._observe_link`):
+    when each has a ledger, the invoice's keeps the larger refunded amount and the payment
+    points at it; otherwise the one either has (or a new one) takes both."""
+    params = {"p": program_id, "i": invoice, "k": payment}
+    write(
+        b"UPDATE key_ledgers l SET amount = coalesce(l.amount, g.amount),"
+        b" currency = coalesce(l.currency, g.currency), refunded = greatest(l.refunded, g.refunded)"
+        b" FROM key_sales si, key_sales sp, key_ledgers g"
+        b" WHERE si.program_id = %(p)s AND si.key = %(i)s AND sp.program_id = %(p)s AND sp.key = %(k)s"
+        b" AND l.id = si.ledger AND g.id = sp.ledger AND si.ledger <> sp.ledger",
+        params,
+    )
+    write(
+        b"UPDATE key_sales SET ledger = i.ledger FROM key_sales i"
+        b" WHERE i.program_id = %(p)s AND i.key = %(i)s"
+        b" AND key_sales.program_id = %(p)s AND key_sales.key = %(k)s AND key_sales.ledger <> i.ledger",
+        params,
+    )
+    _sale(write, program_id, {}, [invoice, payment])

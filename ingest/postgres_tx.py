@@ -27,7 +27,7 @@ import psycopg
 
 from ingest import postgres_keys as keys
 from ingest.errors import DatabaseUnavailable, ValidationFailed
-from ingest.hotkeys import PROCESSOR_ID_FIELDS
+from ingest.hotkeys import LINK_TYPES, PROCESSOR_ID_FIELDS
 from ingest.postgres_conn import resource_fault
 from ingest.postgres_control import BY_ACCOUNT, CREDENTIALS_AND_PROGRAMS, PROGRAM, credential_row, program_row
 from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
@@ -298,6 +298,9 @@ class PgTx:
             touched["provisional"].add((program, row.get("customer_key")))
         elif kind == "refund":
             touched["refunds"].add((program, row.get("refund_id")))
+        elif kind == "stripe" and row.get("event_type") in ("charge.refunded", *LINK_TYPES):
+            # a processor refund or a link may change the ledger of ids it does not name
+            self._known["sales"].clear()
         ids = [row.get(n) for n in ("transaction_id", *PROCESSOR_ID_FIELDS)]
         touched["sales"].update((program, k) for k in ids if isinstance(k, str))
 

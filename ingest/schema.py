@@ -35,7 +35,9 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
   ``subscription_id``: processor object ids found on the object (strings, or ``id`` of an
   expanded object). ``subscription_id`` for invoices reads ``parent.subscription_details.
   subscription`` first, then top-level ``subscription``. Track sales may carry
-  ``subscription_id`` too.
+  ``subscription_id`` too. ``invoice_payment.paid`` (an ``InvoicePayment``): its ``invoice``
+  (also its ``transaction_id``) and its ``payment.payment_intent`` (type ``payment_intent``) or
+  ``payment.charge`` (type ``charge``): the link a basil ``charge.refunded`` finds its invoice by.
 - ``billing_reason``: invoice ``billing_reason``.
 - ``checkout_mode``: checkout session ``mode`` (payment | subscription | setup).
 - ``customer_key``: ``svc_customer_key`` (processor metadata) or ``customer_external_id``

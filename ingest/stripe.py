@@ -24,9 +24,11 @@ CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.asy
 INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})
 REFUND_EVENTS = frozenset({"charge.refunded"})
 SUBSCRIPTION_EVENTS = frozenset({"customer.subscription.created", "customer.subscription.updated"})
-INVOICE_PAYMENT_EVENTS = frozenset({"invoice_payment.paid"})
+# An `InvoicePayment` (API 2025-03-31+): links an invoice to the payment intent (or charge) that
+# paid it, since such an invoice names neither (reconcile/refunds.py `links`).
+LINK_EVENTS = frozenset({"invoice_payment.paid"})
 # The event types the contract names (section 5): the only ones a refused delivery's note names.
-KNOWN_EVENTS = CHECKOUT_EVENTS | INVOICE_EVENTS | REFUND_EVENTS | SUBSCRIPTION_EVENTS | INVOICE_PAYMENT_EVENTS
+KNOWN_EVENTS = CHECKOUT_EVENTS | INVOICE_EVENTS | REFUND_EVENTS | SUBSCRIPTION_EVENTS | LINK_EVENTS
 
 META_CLICK_ID = "svc_click_id"
 META_CUSTOMER_KEY = "svc_customer_key"
@@ -247,7 +249,22 @@ def read(event: Mapping[str, Any]) -> tuple[dict[str, Any], Problems]:
         out.update(_refund(obj, problems))
     elif event_type in SUBSCRIPTION_EVENTS:
         out.update(subscription_id=_str(obj.get("id")), **_attribution(obj.get("metadata")))
+    elif event_type in LINK_EVENTS:
+        out.update(_link(obj))
     return out, problems
+
+
+def _link(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An `InvoicePayment`: its invoice, and the payment intent or charge of its `payment`."""
+    invoice_id = _id(obj.get("invoice"))
+    payment = _map(obj.get("payment")) or {}
+    kind = payment.get("type")
+    return {
+        "transaction_id": invoice_id,
+        "invoice_id": invoice_id,
+        "payment_intent_id": _id(payment.get("payment_intent")) if kind == "payment_intent" else None,
+        "charge_id": _id(payment.get("charge")) if kind == "charge" else None,
+    }
 
 
 def _checkout(obj: Mapping[str, Any], problems: Problems) -> dict[str, Any]:

@@ -327,7 +327,7 @@ async def record_refund(
             seq = tx.append(_row(call, pid, "refund", currency=currency, **typed))
             if tx.claim_keys(pid, [refund_claim(inp.refund_id)], seq):
                 _log(tx, call, pid, 200, "accepted", f"refund {inp.refund_id} of {inp.transaction_id}", seq)
-                return "accepted", ledger is not None
+                return "accepted", ledger is not None and ledger.amount is not None
             _lost(tx, mark)  # another process recorded this refund first
         seq = tx.append(_row(call, pid, "refund", outcome="duplicate", **typed))
         _log(tx, call, pid, 409, "duplicate_refund", f"refund {inp.refund_id} already recorded", seq)

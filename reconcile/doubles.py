@@ -34,6 +34,7 @@ import polars as pl
 
 from reconcile import normalise
 from reconcile.lookup import lookup
+from reconcile.refunds import LINK_EVENTS
 from reconcile.schema import ENGINE
 
 ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
@@ -41,7 +42,8 @@ ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_i
 
 def wanted_ids(raw: pl.LazyFrame) -> pl.DataFrame:
     """program_id, id: every id something in the log refers a sale by (self-hosted sales and
-    refunds, refused sale attempts, processor refunds). Only these need resolving."""
+    refunds, refused sale attempts, processor refunds, the invoices `invoice_payment.paid`
+    links a payment to). Only these need resolving."""
     track = raw.filter(pl.col("kind").is_in(["sale", "refund"]) & pl.col("program_id").is_not_null()).select(
         "program_id", id=pl.col("transaction_id")
     )
@@ -55,8 +57,18 @@ def wanted_ids(raw: pl.LazyFrame) -> pl.DataFrame:
         refunds.select("program_id", id=pl.col(column))
         for column in ("invoice_id", "payment_intent_id", "object_id", "charge_id")
     ]
+    linked = raw.filter(
+        (pl.col("kind") == "stripe")
+        & (pl.col("outcome") == "accepted")
+        & pl.col("program_id").is_not_null()
+        & pl.col("event_type").is_in(LINK_EVENTS)
+    ).select("program_id", id=pl.col("invoice_id"))
     return (
-        pl.concat([track, *processor]).drop_nulls().group_by("program_id", "id").agg().collect(engine=ENGINE)
+        pl.concat([track, *processor, linked])
+        .drop_nulls()
+        .group_by("program_id", "id")
+        .agg()
+        .collect(engine=ENGINE)
     )
 
 

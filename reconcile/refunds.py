@@ -7,7 +7,11 @@ Two sources:
 - processor `charge.refunded` deliveries: the charge's *cumulative* `amount_refunded`. Each
   distinct cumulative level of a charge is one refund of (level - previous level), dated by the
   earliest delivery that reported it, so retries and repeated event objects count once. The
-  charge is matched to its sale by invoice id, else payment intent id, else charge id.
+  charge is matched to its sale by invoice id, else payment intent id, else charge id, else
+  the invoice an `invoice_payment.paid` of its program links its payment intent (else its
+  charge) to (`links`; the smallest invoice id should there be several): in API 2025-03-31 and
+  later an invoice names no payment intent or charge and a charge names no invoice, so that link
+  is how a renewal's refund finds its sale, whichever arrived first.
 
 When the processor reported refunds for a sale, self-hosted refunds of that sale are not
 counted (`superseded_by_processor`): the processor's record wins, as for sales. A refund whose
@@ -81,6 +85,41 @@ def track_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
+LINK_EVENTS = ("invoice_payment.paid",)
+
+
+def links(raw: pl.LazyFrame) -> pl.LazyFrame:
+    """program_id, payment (a payment intent or charge id), invoice: what accepted
+    `invoice_payment.paid` deliveries link (the smallest invoice id per payment)."""
+    rows = raw.filter(
+        (pl.col("kind") == "stripe")
+        & (pl.col("outcome") == "accepted")
+        & pl.col("program_id").is_not_null()
+        & pl.col("event_type").is_in(LINK_EVENTS)
+        & pl.col("invoice_id").is_not_null()
+    )
+    return (
+        pl.concat(
+            [
+                rows.select("program_id", payment=pl.col(column), invoice=pl.col("invoice_id"))
+                for column in ("payment_intent_id", "charge_id")
+            ]
+        )
+        .drop_nulls()
+        .group_by("program_id", "payment")
+        .agg(pl.col("invoice").min())
+    )
+
+
+def _linked(rows: pl.LazyFrame, link: pl.LazyFrame, column: str, alias: str) -> pl.LazyFrame:
+    return rows.join(
+        link.select("program_id", "payment", pl.col("invoice").alias(alias)),
+        left_on=["program_id", column],
+        right_on=["program_id", "payment"],
+        how="left",
+    )
+
+
 def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
     events = (
         raw.filter(
@@ -114,9 +153,13 @@ def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
         .join(charges, on=["program_id", "charge"], how="left")
     )
     id_frame = ids.lazy()
-    matched = _match(levels, id_frame, "c_invoice", "by_invoice")
+    link = links(raw)
+    linked = _linked(_linked(levels, link, "c_intent", "l_intent"), link, "charge", "l_charge")
+    linked = linked.with_columns(c_linked=pl.coalesce("l_intent", "l_charge"))
+    matched = _match(linked, id_frame, "c_invoice", "by_invoice")
     matched = _match(matched, id_frame, "c_intent", "by_intent")
     matched = _match(matched, id_frame, "charge", "by_charge")
+    matched = _match(matched, id_frame, "c_linked", "by_link")
     return matched.select(
         "program_id",
         refund_id=pl.coalesce("refund_id", "event_id"),
@@ -124,7 +167,7 @@ def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
         event_id="event_id",
         transaction_id=pl.col("charge"),
         charge_id=pl.col("charge"),
-        sale_id=pl.coalesce("by_invoice", "by_intent", "by_charge"),
+        sale_id=pl.coalesce("by_invoice", "by_intent", "by_charge", "by_link"),
         amount=pl.col("increment"),
         occurred_at="occurred_at",
         known_at="known_at",

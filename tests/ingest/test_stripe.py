@@ -33,7 +33,7 @@ def at(seconds: int) -> datetime:
 
 def test_fixture_dir_holds_every_documented_payload() -> None:
     names = fixture_names()
-    assert len(names) == 39
+    assert len(names) == 40
     assert (FIXTURES_DIR / "README.md").is_file()
     assert all(name in (FIXTURES_DIR / "README.md").read_text() for name in names)
 
@@ -272,6 +272,50 @@ def test_charge_refunded_with_invoice() -> None:
     assert (fields["amount"], fields["currency"]) == (2500, "usd")
     assert fields["refund_id"] == "re_3Kl36gJDPojXS6LN0eP4yPDz"
     assert fields["sub_metadata_present"] is None
+
+
+BASIL_LINK = "tally__invoice_payment.paid.basil.json"
+
+
+@pytest.mark.parametrize(
+    ("name", "invoice_id", "payment_intent_id"),
+    [
+        (BASIL_LINK, "in_1RBasilRenewal00000001", "pi_3RBasilRenewal0000001"),
+        (
+            "stripe-sync-engine__invoice_payment_paid.json",
+            "in_103Q0w2eZvKYlo2C5PYwf6Wf",
+            "pi_103Q0w2eZvKYlo2C364X582Z",
+        ),
+    ],
+)
+def test_invoice_payment_paid_links_its_invoice_to_its_payment_intent(
+    name: str, invoice_id: str, payment_intent_id: str
+) -> None:
+    event = load_event(name)
+    fields = extract(event)
+    assert fields["event_type"] == "invoice_payment.paid"
+    assert fields["object_id"] == event["data"]["object"]["id"]
+    assert (fields["invoice_id"], fields["payment_intent_id"]) == (invoice_id, payment_intent_id)
+    assert (fields["transaction_id"], fields["charge_id"]) == (invoice_id, None)
+    # a link is no sale and no refund: no amount to count, nothing to claim
+    assert (fields["amount"], fields["refund_id"], fields["checkout_session_id"]) == (None, None, None)
+
+
+def test_invoice_payment_paid_by_a_charge_or_oddly_shaped() -> None:
+    event = load_event(BASIL_LINK)
+    obj = event["data"]["object"]
+    obj["payment"] = {"type": "charge", "charge": {"id": "ch_basil", "object": "charge"}}
+    obj["invoice"] = {"id": "in_expanded", "object": "invoice"}
+    fields = extract(event)
+    assert (fields["invoice_id"], fields["payment_intent_id"], fields["charge_id"]) == (
+        "in_expanded",
+        None,
+        "ch_basil",
+    )
+    obj["payment"] = "pi_not_an_object"
+    obj["invoice"] = 42
+    fields = extract(event)
+    assert (fields["invoice_id"], fields["payment_intent_id"], fields["charge_id"]) == (None, None, None)
 
 
 def test_charge_partially_refunded_cumulative_amount() -> None:

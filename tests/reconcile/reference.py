@@ -716,6 +716,14 @@ def refund_rows(rows: list[Row], events: list[Row], ids: dict[tuple[str, str], t
                 "raw_currency": r["currency"],
             }
         )
+    # invoice_payment.paid: (program, payment intent or charge) -> the smallest invoice it paid
+    linked: dict[tuple[str, str], str] = {}
+    for r in events:
+        if r["event_type"] == "invoice_payment.paid" and r["invoice_id"] is not None:
+            for payment in (r["payment_intent_id"], r["charge_id"]):
+                key = (r["program_id"], payment)
+                if payment is not None and (key not in linked or r["invoice_id"] < linked[key]):
+                    linked[key] = r["invoice_id"]
     charges: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in events:
         if r["event_type"] == "charge.refunded" and coalesce(r["object_id"], r["charge_id"]) is not None:
@@ -725,7 +733,9 @@ def refund_rows(rows: list[Row], events: list[Row], ids: dict[tuple[str, str], t
         invoice_id = first(e["invoice_id"] for e in evs)
         intent = first(e["payment_intent_id"] for e in evs)
         hit = None
-        for candidate in (invoice_id, intent, charge):
+        # a basil charge names no invoice: the invoice its intent (else itself) is linked to
+        link = coalesce(linked.get((program, intent)) if intent else None, linked.get((program, charge)))
+        for candidate in (invoice_id, intent, charge, link):
             if candidate is not None and (program, candidate) in ids:
                 hit = ids[(program, candidate)]
                 break

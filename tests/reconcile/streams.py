@@ -249,6 +249,84 @@ def _invoice_delivery(draw: st.DrawFn, n: int, program: str) -> Row:
     return b.row(source="stripe", kind="stripe", program_id=program, body=json.dumps(event), **extract(event))
 
 
+def _basil(draw: st.DrawFn, n: int, program: str) -> list[Row]:
+    """A renewal in API 2025-03-31 and later: the invoice (naming no payment intent or charge),
+    the `invoice_payment.paid` linking it to the payment intent that paid it (now and then a
+    charge, or another invoice's intent), typed by ingest's own extraction, and refunds of the
+    charge naming only that payment intent; now and then a part is missing. The caller puts each
+    part at a random place in the log, so they arrive in any order."""
+    k = draw(st.integers(1, 2))
+    rows: list[Row] = []
+    if draw(st.integers(0, 5)):
+        rows.append(
+            b.invoice(
+                f"evt_{n}_i",
+                f"in_b{k}",
+                _amount(draw),
+                currency=_currency(draw),
+                event_type=draw(st.sampled_from(("invoice.paid", "invoice.payment_succeeded"))),
+                program_id=program,
+                occurred_at=_time(draw),
+                subscription_id=f"sub_{k}",
+                **_metadata(draw, program),
+                **_customer_fields(draw),
+                **_live(draw),
+            )
+        )
+    for j in range(draw(st.integers(0, 2))):
+        paid = _time(draw)
+        invoice = draw(st.sampled_from((f"in_b{k}", f"in_b{k}", f"in_b{3 - k}", f"in_{k}")))
+        payment = draw(
+            st.sampled_from(
+                (
+                    {"type": "payment_intent", "payment_intent": f"pi_b{k}"},
+                    {"type": "payment_intent", "payment_intent": f"pi_b{k}"},
+                    {"type": "payment_intent", "payment_intent": f"pi_{k}"},
+                    {"type": "charge", "charge": f"ch_b{k}"},
+                )
+            )
+        )
+        event = {
+            "id": f"evt_{n}_l{j}",
+            "type": "invoice_payment.paid",
+            "created": int(paid.timestamp()),
+            "livemode": True,
+            "account": "acct_1",
+            "data": {
+                "object": {
+                    "id": f"inpay_{n}_{j}",
+                    "object": "invoice_payment",
+                    "invoice": invoice,
+                    "payment": payment,
+                    "amount_paid": _amount(draw),
+                    "status": "paid",
+                    "is_default": True,
+                    "livemode": True,
+                    "created": int(paid.timestamp()),
+                }
+            },
+        }
+        rows.append(
+            b.row(
+                source="stripe", kind="stripe", program_id=program, body=json.dumps(event), **extract(event)
+            )
+        )
+    for j in range(draw(st.integers(0, 2))):
+        rows.append(
+            b.charge_refunded(
+                f"evt_{n}_r{j}",
+                f"ch_b{k}",
+                _amount(draw),
+                currency=_currency(draw),
+                program_id=program,
+                occurred_at=_time(draw),
+                payment_intent_id=f"pi_b{k}",
+                refund_id=_maybe(draw, st.just(f"re_{n}_{j}")),
+            )
+        )
+    return rows
+
+
 def _track_sale(draw: st.DrawFn, n: int, program: str) -> Row:
     test = draw(st.sampled_from((False, False, False, True)))
     customer = draw(st.sampled_from(CUSTOMERS))
@@ -437,7 +515,7 @@ def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> St
     kinds = [k for k in MAKERS if closes or k != "period_close"]
     weights = st.sampled_from(
         [k for k in kinds for _ in range(2 if k in ENGINEER else 4)]
-        + ["retry", "copy", "unroutable", "pickup", "paid"]
+        + ["retry", "copy", "unroutable", "pickup", "paid", "basil", "basil"]
     )
     for n in range(draw(st.integers(0, max_events))):
         kind = draw(weights)
@@ -458,6 +536,9 @@ def streams(draw: st.DrawFn, *, closes: bool = True, max_events: int = 40) -> St
             if stray:
                 original = draw(st.sampled_from(stray))
                 rows.append(b.picked_up(original, _program(draw), received_at=b.at(hours=n)))
+        elif kind == "basil":  # each part at a random place: any order of arrival
+            for part in _basil(draw, n, _program(draw)):
+                rows.insert(draw(st.integers(0, len(rows))), part)
         elif kind == "paid":
             mark = _paid(draw, n, [r for r in rows if r["kind"] == "payout_batch"])
             if mark is not None:
