@@ -25,7 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ingest import engineering
 from ingest.clock import utcnow
 from ingest.errors import DatabaseUnavailable
-from ingest.store import Store
+from ingest.store import Store, Tx
 from ingest.writer import Writer
 from reconcile import backfill, job, source, unroutable
 from reconcile.backfill import BackfillDiff
@@ -40,6 +40,16 @@ Progress = Callable[[str, int, int], None]
 LEASE = "reconcile"
 LEASE_TTL = timedelta(minutes=10)  # renewed at each progress step of a run
 BOOKING_GROUP = 2_000  # booking rows appended in one group commit
+
+
+def _appending(rows: list[dict[str, Any]]) -> Callable[[Tx], None]:
+    """A writer operation appending `rows` to the raw log."""
+
+    def op(tx: Tx) -> None:
+        for row in rows:
+            tx.append(row)
+
+    return op
 
 
 class Reconciler:
@@ -163,8 +173,7 @@ class Reconciler:
         rows = engineering.booking_rows(lines, as_of)
         for start in range(0, len(rows), BOOKING_GROUP):
             report("booking approved lines", start, len(rows))
-            group = rows[start : start + BOOKING_GROUP]
-            self._writer.run_sync(lambda tx, group=group: [tx.append(row) for row in group], flush=True)
+            self._writer.run_sync(_appending(rows[start : start + BOOKING_GROUP]), flush=True)
         return len(rows)
 
     def act(self, decide: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:

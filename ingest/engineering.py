@@ -230,4 +230,6 @@ def commission_action_row(
 ) -> dict[str, Any]:
     """The raw-log row of a finance action (`hold`, `release` or `void`) on a sale's lines."""
     body = {"action": action, "sale_id": sale_id, "reason": reason, "by": actor}
-    return _row(program, "commission_action", actor, body, event_id=new_id("act"), transaction_id=transaction_id)
+    return _row(
+        program, "commission_action", actor, body, event_id=new_id("act"), transaction_id=transaction_id
+    )

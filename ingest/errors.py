@@ -160,6 +160,22 @@ class Conflict(TallyError):
     status = 409
 
 
+class LinePaid(TallyError):
+    """Raised by a finance action (hold, void) on a sale one of whose lines is in a payout batch:
+    a paid line never changes (a refund after payment is a clawback)."""
+
+    code = "line_paid"
+    status = 409
+
+
+class InvalidTransition(TallyError):
+    """Raised by a finance action its lines' state does not allow (release of a line not held,
+    hold of a held or void one, anything on a void one)."""
+
+    code = "invalid_transition"
+    status = 409
+
+
 class StripeAccountInUse(TallyError):
     """Raised when a program setting names a processor account used by another workspace's program."""
 

@@ -188,6 +188,12 @@ class MetadataFixesIn(Strict):
     fixes: list[MetadataFixIn] = Field(min_length=1, max_length=10_000)
 
 
+class CommissionActionIn(Strict):
+    """A finance action's reason (shown in explain, the commissions list and reports)."""
+
+    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+
+
 class PayoutIn(Strict):
     """A payout batch: every approved, unpaid line dated up to `up_to` (a date, inclusive)."""
 

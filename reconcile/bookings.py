@@ -46,7 +46,17 @@ ACTIONS = ("hold", "release", "void")
 SALE = ["program_id", "sale_id"]
 MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 # What a booking row records of each line (times as ISO 8601 strings).
-LINE_STRINGS = ("sale_id", "transaction_id", "partner_code", "kind", "cause", "adjusts", "period", "sale_period", "currency")
+LINE_STRINGS = (
+    "sale_id",
+    "transaction_id",
+    "partner_code",
+    "kind",
+    "cause",
+    "adjusts",
+    "period",
+    "sale_period",
+    "currency",
+)
 LINE_TIMES = ("occurred_at", "available_at", "dated_at")
 LINE_FIELDS = (*LINE_STRINGS, *MONEY, "self_referral", *LINE_TIMES)
 _LINE_DTYPE = pl.Struct(
@@ -124,8 +134,10 @@ def state_at(acts: pl.DataFrame, before_seq: pl.Expr | None = None) -> pl.DataFr
 
 
 def fold(acts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    voided = acts.filter(pl.col("action") == "void").group_by(by).agg(
-        void_reason=pl.col("reason").first(), void_by=pl.col("by").first()
+    voided = (
+        acts.filter(pl.col("action") == "void")
+        .group_by(by)
+        .agg(void_reason=pl.col("reason").first(), void_by=pl.col("by").first())
     )
     last = (
         acts.filter(pl.col("action") != "void")
@@ -153,9 +165,7 @@ def _clock(now: datetime, since: pl.Expr) -> pl.Expr:
     return pl.when(since <= pl.lit(now, UTC)).then(pl.lit("approved")).otherwise(pl.lit("pending"))
 
 
-def overlay(
-    lines: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime
-) -> pl.DataFrame:
+def overlay(lines: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime) -> pl.DataFrame:
     """The ledger `lines` (reconcile/ledger.py, one pass over the log) with the log's bookings
     and finance actions applied (the module docstring): columns of `lines` plus `booked_seq`
     (null for a line no booking holds) and `status_reason` (who held or voided it, and why)."""
@@ -195,13 +205,17 @@ def _with_books(
     )
     if diff.is_empty():
         return pl.concat([free, frozen.select(columns)], how="vertical_relaxed")
-    both_sides = was_sum.select(per_partner).join(now_sum.select(per_partner), on=per_partner, nulls_equal=True)
+    both_sides = was_sum.select(per_partner).join(
+        now_sum.select(per_partner), on=per_partner, nulls_equal=True
+    )
     diff = diff.join(
         both_sides.with_columns(same=pl.lit(True)), on=per_partner, how="left", nulls_equal=True
     ).with_columns(same=pl.col("same").fill_null(False))
     as_of = books.group_by(SALE).agg(as_of=pl.col("as_of").max())
-    info = books.sort("booked_seq").group_by(SALE).agg(
-        *(pl.col(c).first() for c in ("transaction_id", "currency", "occurred_at", "sale_period"))
+    info = (
+        books.sort("booked_seq")
+        .group_by(SALE)
+        .agg(*(pl.col(c).first() for c in ("transaction_id", "currency", "occurred_at", "sale_period")))
     )
     wanted = diff.select(SALE).unique().join(as_of, on=SALE)
     causes = _causes(wanted, log, sales)
@@ -237,17 +251,18 @@ def _with_books(
     )
     extra = [c for c in columns if c not in changes.columns]
     changes = changes.with_columns(pl.lit(None).alias(c) for c in extra)
-    return pl.concat(
-        [free, frozen.select(columns), changes.select(columns)], how="vertical_relaxed"
-    )
+    return pl.concat([free, frozen.select(columns), changes.select(columns)], how="vertical_relaxed")
 
 
 def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.DataFrame:
     """SALE, cause, cause_at: per sale of `wanted` (SALE, as_of), the latest accepted row after
     its `as_of` that bears on it (the module docstring)."""
-    low = int(wanted.get_column("as_of").min() or 0)
+    lowest = wanted.get_column("as_of").min()
+    low = lowest if isinstance(lowest, int) else 0
     later = (
-        log.filter((pl.col("seq") > low) & (pl.col("outcome") == "accepted") & pl.col("program_id").is_not_null())
+        log.filter(
+            (pl.col("seq") > low) & (pl.col("outcome") == "accepted") & pl.col("program_id").is_not_null()
+        )
         .filter(pl.col("kind") != BOOKING)
         .select(
             "program_id",
@@ -290,17 +305,26 @@ def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.
     ).drop_nulls("value")
     values = pl.concat(
         [
-            *(later.select("program_id", "seq", "event_id", "received_at", value=c, link=pl.lit("id")) for c in _ROW_IDS),
+            *(
+                later.select("program_id", "seq", "event_id", "received_at", value=c, link=pl.lit("id"))
+                for c in _ROW_IDS
+            ),
             *(
                 later.select("program_id", "seq", "event_id", "received_at", value=c, link=pl.lit(c))
                 for c in ("customer_key", "processor_customer_id", "click_id", "email_norm")
             ),
-            later.select("program_id", "seq", "event_id", "received_at", value="action_sale", link=pl.lit("action")),
+            later.select(
+                "program_id", "seq", "event_id", "received_at", value="action_sale", link=pl.lit("action")
+            ),
         ]
     ).drop_nulls("value")
-    linked = keys.join(values, on=["program_id", "value", "link"]).select(*SALE, "as_of", "seq", "event_id", "received_at")
+    linked = keys.join(values, on=["program_id", "value", "link"]).select(
+        *SALE, "as_of", "seq", "event_id", "received_at"
+    )
     program_wide = wanted.join(
-        later.filter(pl.col("kind").is_in(_PROGRAM_KINDS)).select("program_id", "seq", "event_id", "received_at"),
+        later.filter(pl.col("kind").is_in(_PROGRAM_KINDS)).select(
+            "program_id", "seq", "event_id", "received_at"
+        ),
         on="program_id",
     ).select(*SALE, "as_of", "seq", "event_id", "received_at")
     return (
@@ -323,7 +347,11 @@ def _statuses(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.Data
         .then(pl.lit("void"))
         .when(pl.col("hold_state") == "held")
         .then(pl.lit("held"))
-        .when((pl.col("hold_state") == "released") & (pl.col("status") == "held") & pl.col("booked_seq").is_null())
+        .when(
+            (pl.col("hold_state") == "released")
+            & (pl.col("status") == "held")
+            & pl.col("booked_seq").is_null()
+        )
         .then(_clock(now, pl.col("available_at")))
         .otherwise(pl.col("status")),
         status_reason=pl.col("hold_reason"),

@@ -129,12 +129,10 @@ def assign(
         at_batch = bookings.fold(stopped, ["program_id", "sale_id", "seq"]).filter(
             pl.col("hold_state").is_in(["held", "void"])
         )
-        candidates = candidates.join(at_batch.select("program_id", "sale_id", "seq"), on=["program_id", "sale_id", "seq"], how="anti")
-    taken = (
-        candidates.sort("seq")
-        .group_by(row, maintain_order=True)
-        .agg(pl.col("payout_id").first())
-    )
+        candidates = candidates.join(
+            at_batch.select("program_id", "sale_id", "seq"), on=["program_id", "sale_id", "seq"], how="anti"
+        )
+    taken = candidates.sort("seq").group_by(row, maintain_order=True).agg(pl.col("payout_id").first())
     settled = marks.select("program_id", "payout_id", settled=pl.lit(True))
     return (
         indexed.join(taken, on=row, how="left")

@@ -213,9 +213,10 @@ def latest_with_cutoff(
     return None
 
 
+# Booked, approved (neither held nor void), in no batch (reconcile/payouts.py `assign`).
 _PAYABLE = (
-    " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND self_referral = FALSE"
-    " AND amount <> 0 AND available_at <= ? AND dated_at < ?"
+    " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND booked_seq IS NOT NULL"
+    " AND status = 'approved' AND amount <> 0 AND available_at <= ? AND dated_at < ?"
 )
 
 
@@ -236,7 +237,7 @@ def due(db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partne
     if db.table_exists("rc_commissions"):
         rows = db.dicts(
             "SELECT partner_code, currency, SUM(amount) AS net, COUNT(*) AS lines"
-            " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND self_referral = FALSE"
+            " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND status = 'approved'"
             " AND amount <> 0 AND available_at <= ? GROUP BY partner_code, currency",
             [program_id, at],
         )

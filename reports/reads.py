@@ -159,7 +159,8 @@ def commissions(db: Reader, program_id: str, period: str | None) -> list[dict[st
     return db.dicts(
         "SELECT transaction_id, sale_id, partner_code, amount, amount + reversed AS gross,"
         " reversed, platform_fee, currency, status, period,"
-        " sale_period, kind, adjusts, payout_id, self_referral, available_at, dated_at"
+        " sale_period, kind, adjusts, cause, payout_id, self_referral, available_at, dated_at,"
+        " booked_seq IS NOT NULL AS booked, status_reason"
         f" FROM rc_commissions WHERE {' AND '.join(where)}"
         " ORDER BY period, dated_at, sale_id, kind, partner_code, cause",
         params,

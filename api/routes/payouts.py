@@ -20,9 +20,18 @@ from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.routes.reports import format_param, report_response
 from api.state import State, read_tables
 from ingest import control, engineering
-from ingest.errors import NotFound, OwnerRequired, ProgramNotFound, ValidationFailed
-from ingest.inputs import PayoutIn
+from ingest.errors import (
+    InvalidTransition,
+    LinePaid,
+    NotFound,
+    OwnerRequired,
+    ProgramNotFound,
+    SaleNotFound,
+    ValidationFailed,
+)
+from ingest.inputs import CommissionActionIn, PayoutIn
 from ingest.records import Partner, Program
+from ingest.store import Reader
 from reports import payouts
 
 
@@ -129,7 +138,80 @@ async def mark_paid(request: Request) -> Response:
     return ok(request, await settle(state(request), program, request.path_params["payout_id"], actor))
 
 
+_LINE_COLUMNS = (
+    "sale_id, transaction_id, partner_code, kind, cause, period, currency, amount, reversed,"
+    " platform_fee, refunded, status, status_reason, payout_id, booked_seq IS NOT NULL AS booked,"
+    " available_at, dated_at"
+)
+
+
+def sale_lines(db: Reader, program_id: str, transaction_id: str) -> list[dict[str, Any]]:
+    """A sale's commission lines (every kind), as the last reconcile run left them."""
+    if not db.table_exists("rc_commissions"):
+        return []
+    return db.dicts(
+        f"SELECT {_LINE_COLUMNS} FROM rc_commissions WHERE program_id = ? AND transaction_id = ?"
+        " ORDER BY dated_at, kind, partner_code, cause",
+        [program_id, transaction_id],
+    )
+
+
+def _decide(
+    st: State, program: Program, transaction_id: str, action: str, reason: str, actor: str
+) -> dict[str, Any]:
+    """The action's raw-log row, decided on the fresh tables (reconcile/bookings.py states)."""
+    with st.store.reader() as db:
+        lines = sale_lines(db, program.program_id, transaction_id)
+    if not lines:
+        raise SaleNotFound(
+            f"no commission lines for transaction {transaction_id} in program {program.program_id}"
+        )
+    statuses = {str(line["status"]) for line in lines}
+    if action in ("hold", "void") and any(line["payout_id"] is not None for line in lines):
+        batch = next(line["payout_id"] for line in lines if line["payout_id"] is not None)
+        raise LinePaid(
+            f"transaction {transaction_id} has a line in payout batch {batch}: it cannot be {action}ed"
+            " (a refund after payment is a clawback)"
+        )
+    if "void" in statuses:
+        raise InvalidTransition(f"transaction {transaction_id} is void: no action applies to it")
+    if action == "hold" and "held" in statuses:
+        raise InvalidTransition(f"transaction {transaction_id} is already held")
+    if action == "release" and "held" not in statuses:
+        raise InvalidTransition(f"transaction {transaction_id} has no held line to release")
+    sale_id = str(lines[0]["sale_id"])
+    return engineering.commission_action_row(program, sale_id, transaction_id, action, reason, actor)
+
+
+async def _act_on_commission(request: Request, action: str) -> Response:
+    program, actor = _owner(request)
+    _, inp = await body_model(request, CommissionActionIn)
+    transaction_id = request.path_params["transaction_id"]
+    st = state(request)
+    await asyncio.to_thread(
+        st.reconciler.act, lambda: _decide(st, program, transaction_id, action, inp.reason, actor)
+    )
+    lines = await read_tables(st.store, sale_lines, program.program_id, transaction_id)
+    return ok(request, {"transaction_id": transaction_id, "lines": lines})
+
+
+async def hold_commission(request: Request) -> Response:
+    return await _act_on_commission(request, "hold")
+
+
+async def release_commission(request: Request) -> Response:
+    return await _act_on_commission(request, "release")
+
+
+async def void_commission(request: Request) -> Response:
+    return await _act_on_commission(request, "void")
+
+
+_ACTION_PATH = "/api/v1/programs/{program_id}/commissions/{transaction_id}"
 routes = [
+    Route(f"{_ACTION_PATH}/hold", hold_commission, methods=["POST"]),
+    Route(f"{_ACTION_PATH}/release", release_commission, methods=["POST"]),
+    Route(f"{_ACTION_PATH}/void", void_commission, methods=["POST"]),
     Route("/api/v1/programs/{program_id}/payouts", create_payout, methods=["POST"]),
     Route("/api/v1/programs/{program_id}/payouts", list_payouts, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/payouts/{payout_id}", get_payout, methods=["GET"]),
@@ -224,6 +306,51 @@ document(
             },
             errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed),
         ),
+        **{
+            handler: Doc(
+                summary,
+                "payouts",
+                description=_OWNER + " The action is appended to the raw log with who and why "
+                "(reconcile/bookings.py); 200 with the sale's lines after it. A sale with a line in "
+                "a payout batch cannot be held or voided (409 `line_paid`: a refund after payment is "
+                "a clawback); an action its lines' state does not allow is 409 `invalid_transition`.",
+                auth=(ACCOUNT_TOKEN,),
+                params=(
+                    Param(
+                        "transaction_id", {"type": "string", "minLength": 1}, where="path", example="tx_1001"
+                    ),
+                ),
+                body=CommissionActionIn,
+                example={"reason": "dispute opened by the customer"},
+                result={"transaction_id": "tx_1001", "lines": [{"kind": "commission", "status": status}]},
+                errors=(
+                    ProgramNotFound,
+                    OwnerRequired,
+                    SaleNotFound,
+                    LinePaid,
+                    InvalidTransition,
+                    ValidationFailed,
+                ),
+                writes=True,
+            )
+            for handler, summary, status in (
+                (
+                    hold_commission,
+                    "Hold a sale's unpaid commission lines (never approved or batched while held)",
+                    "held",
+                ),
+                (
+                    release_commission,
+                    "Release a held sale: its lines become pending, then approved",
+                    "pending",
+                ),
+                (
+                    void_commission,
+                    "Void a sale's unpaid commission lines: never payable, fee void too",
+                    "void",
+                ),
+            )
+        },
         mark_paid: Doc(
             "Mark a payout batch paid: its lines become `paid` (again: no change)",
             "payouts",

@@ -342,7 +342,9 @@ def bookings(
     return [row(**{**r, "received_at": now, "occurred_at": now}) for r in made]
 
 
-def commission_action(action_id: str, sale_id: str, action: str, reason: str = "", **kw: Any) -> dict[str, Any]:
+def commission_action(
+    action_id: str, sale_id: str, action: str, reason: str = "", **kw: Any
+) -> dict[str, Any]:
     return row(
         source="backfill",
         kind="commission_action",

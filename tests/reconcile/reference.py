@@ -1322,7 +1322,8 @@ def apply_payouts(lines: list[Row], batches: list[Row], acts: list[Row]) -> None
                 and line["amount"] != 0
                 and b["cutoff"] is not None
                 and line["dated_at"] < b["cutoff"]
-                and action_state(acts, line["program_id"], line["sale_id"], b["seq"])[0] not in ("held", "void")
+                and action_state(acts, line["program_id"], line["sale_id"], b["seq"])[0]
+                not in ("held", "void")
             )
             if payable:
                 line["payout_id"] = b["payout_id"]
@@ -1371,11 +1372,15 @@ def finance_actions(rows: list[Row]) -> list[Row]:
     return out
 
 
-def action_state(acts: list[Row], program_id: str, sale_id: str, before: int | None = None) -> tuple[str | None, str | None]:
+def action_state(
+    acts: list[Row], program_id: str, sale_id: str, before: int | None = None
+) -> tuple[str | None, str | None]:
     """(held | released | void | None, reason) of a sale after its actions (before seq `before`)."""
     state, reason = None, None
     for a in acts:
-        if (a["program_id"], a["sale_id"]) != (program_id, sale_id) or (before is not None and a["seq"] >= before):
+        if (a["program_id"], a["sale_id"]) != (program_id, sale_id) or (
+            before is not None and a["seq"] >= before
+        ):
             continue
         if state == "void":
             continue
@@ -1397,7 +1402,10 @@ def cause_of(rows: list[Row], s: Row, as_of: int) -> tuple[str, datetime] | None
             r["kind"] in ("metadata_fix", "backfill", "program_terms")
             or bool({r.get(f) for f in ROW_ID_FIELDS} & ids)
             or any(r.get(f) is not None and r.get(f) == s.get(f) for f in CUSTOMER_FIELDS)
-            or (norm_email(r.get("email")) is not None and norm_email(r.get("email")) == norm_email(s.get("email")))
+            or (
+                norm_email(r.get("email")) is not None
+                and norm_email(r.get("email")) == norm_email(s.get("email"))
+            )
             or (r["kind"] == "commission_action" and json.loads(r["body"]).get("sale_id") == s["sale_id"])
         )
         if bears and (best is None or r["seq"] > best["seq"]):

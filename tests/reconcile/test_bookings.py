@@ -78,7 +78,14 @@ def test_a_late_lead_moves_a_paid_line_by_new_lines_in_the_month_it_was_logged()
     rows += [
         b.payout_batch("po_1", "2026-02-28", occurred_at=at(41)),
         b.payout_paid("paid_1", "po_1", occurred_at=at(42)),
-        b.lead("lead_2", "ck_other", click_id="clk_2", email="buyer@x.test", occurred_at=at(-1), received_at=at(85)),
+        b.lead(
+            "lead_2",
+            "ck_other",
+            click_id="clk_2",
+            email="buyer@x.test",
+            occurred_at=at(-1),
+            received_at=at(85),
+        ),
     ]
     before = run(rows[:-1])
     result = run(rows)
@@ -169,4 +176,7 @@ def test_a_booked_line_is_read_back_from_its_booking_whatever_the_terms_say_late
         b.backfill("bf_1", "2026-01-01", "2026-01-31", occurred_at=at(61)),
     ]
     got = lines(run(rows), "kind", "partner_code", "period", "amount", "cause")
-    assert got == [("adjustment", "p1", "2026-03", -3_000, "bf_1"), ("commission", "p1", "2026-01", 3_000, "")]
+    assert got == [
+        ("adjustment", "p1", "2026-03", -3_000, "bf_1"),
+        ("commission", "p1", "2026-01", 3_000, ""),
+    ]

@@ -35,7 +35,9 @@ def test_ledger_is_the_same_whatever_the_arrival_order(stream: Stream, data: st.
     order = data.draw(st.permutations(range(len(stream.rows))))
     first = reconcile(stream.frame(), stream.programs, stream.partners, stream.now)
     engineer = iter([r for r in stream.rows if r["kind"] in ENGINEER])
-    rearrived = [next(engineer) if r["kind"] in ENGINEER else r for r in _between_bookings(stream.rows, order)]
+    rearrived = [
+        next(engineer) if r["kind"] in ENGINEER else r for r in _between_bookings(stream.rows, order)
+    ]
     second = reconcile(b.frame(rearrived), stream.programs, stream.partners, stream.now)
     assert_results_equal(first, second)
 

@@ -1,0 +1,120 @@
+"""The ledger keeps its word through the real HTTP API (both backends): a paid batch never
+grows, a refund logged after payment is a clawback whatever its stamp, and finance holds,
+releases and voids a sale's lines. Program: 30 % commission, 0 holding days, 10 % fee."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import time_machine
+from starlette.testclient import TestClient
+
+from tests.api.test_ledger_api import at, lines, make_batch, pay, reconcile, refund, sale, shop
+from tests.conftest import World
+
+
+@pytest.fixture
+def clock() -> Iterator[time_machine.Traveller]:
+    with time_machine.travel(at("2026-11-01T09:00:00Z"), tick=True) as traveller:
+        yield traveller
+
+
+def world_of(client: TestClient) -> World:
+    return shop(client, holding_days=0, platform_fee_bps=1000)
+
+
+def act(world: World, tx: str, action: str, expected: int = 200) -> dict[str, Any]:
+    r = world.client.post(
+        f"/api/v1/programs/{world.program_id}/commissions/{tx}/{action}",
+        json={"reason": f"{action} by finance"},
+        headers=world.owner,
+    )
+    assert r.status_code == expected, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def brief(world: World) -> list[tuple[Any, ...]]:
+    return sorted(
+        (
+            r["transaction_id"],
+            r["kind"],
+            r["amount"],
+            r["platform_fee"],
+            r["status"],
+            r["payout_id"] is not None,
+        )
+        for r in lines(world)
+    )
+
+
+def test_a_paid_batch_never_grows_when_a_sale_dated_inside_it_is_reported_later(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1")
+    batch = make_batch(world, "2026-10-31")
+    pay(world, batch["payout_id"])
+    sale(world, "tx_2", 4_000, "2026-10-22T00:00:00Z", customer_external_id="cust_1")
+    reconcile(client)
+    again = client.get(
+        f"/api/v1/programs/{world.program_id}/payouts/{batch['payout_id']}", headers=world.owner
+    ).json()["data"]
+    assert [(r["partner_code"], r["amount"], r["lines"]) for r in again["rows"]] == [("alice", 3_000, 1)]
+    assert brief(world) == [
+        ("tx_1", "commission", 3_000, 1_000, "paid", True),
+        ("tx_2", "commission", 1_200, 400, "approved", False),
+    ]
+
+
+def test_a_refund_after_payment_is_a_clawback_and_the_paid_line_stays(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1")
+    pay(world, make_batch(world, "2026-10-31")["payout_id"])
+    refund(world, "tx_1", "re_1", 5_000)
+    reconcile(client)
+    assert brief(world) == [
+        ("tx_1", "clawback", -1_500, -500, "approved", False),
+        ("tx_1", "commission", 3_000, 1_000, "paid", True),
+    ]
+
+
+def test_hold_release_void(client: TestClient, clock: time_machine.Traveller) -> None:
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1")
+    sale(world, "tx_2", 20_000, "2026-10-11T00:00:00Z", customer_external_id="cust_1")
+    held = act(world, "tx_1", "hold")["data"]
+    assert held["transaction_id"] == "tx_1"
+    assert [(x["status"], x["status_reason"]) for x in held["lines"]] == [("held", "hold by finance")]
+    act(world, "tx_1", "hold", 409)
+    act(world, "tx_2", "release", 409)
+    batch = make_batch(world, "2026-10-31")
+    assert [(r["amount"], r["lines"]) for r in batch["rows"]] == [(6_000, 1)]  # tx_2 only
+    released = act(world, "tx_1", "release")["data"]
+    assert [x["status"] for x in released["lines"]] == ["approved"]
+    voided = act(world, "tx_1", "void")["data"]
+    assert [x["status"] for x in voided["lines"]] == ["void"]
+    act(world, "tx_1", "release", 409)
+    r = client.post(
+        f"/api/v1/programs/{world.program_id}/commissions/tx_2/void",
+        json={"reason": "x"},
+        headers=world.owner,
+    )
+    assert r.status_code == 409 and r.json()["error"]["code"] == "line_paid", r.text
+    assert make_batch(world, "2026-10-31", 200)["payout_id"] == batch["payout_id"]
+    r = client.post(
+        f"/api/v1/programs/{world.program_id}/commissions/tx_9/hold",
+        json={"reason": "x"},
+        headers=world.owner,
+    )
+    assert r.status_code == 404, r.text
+    r = client.post(
+        f"/api/v1/programs/{world.program_id}/commissions/tx_1/hold",
+        json={"reason": " "},
+        headers=world.owner,
+    )
+    assert r.status_code in (400, 422), r.text
