@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from api.cli_backup import add_backup
-from api.cli_engineering import add_engineering, add_settings_options, settings_body
+from api.cli_engineering import add_commissions, add_engineering, add_settings_options, settings_body
 from api.cli_http import ApiError, CliError, call, emit, examples, read_token, save_login
 from api.cli_migrate import add_migrate
 from api.cli_ops import add_operations
@@ -226,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_operations(sub)
     add_payouts(sub)
     add_engineering(sub)
+    add_commissions(sub)
     add_migrate(sub)
     add_backup(sub)
     return parser

@@ -250,3 +250,45 @@ def add_engineering(sub: Any) -> None:
     add.add_argument("--svc-click-id", metavar="CLICK", help="the click id (svc_click_id) to use")
     add.add_argument("--json", action="store_true", help="print the recorded fix as JSON")
     add.set_defaults(func=cmd_fixes_add)
+
+
+# -- finance actions on a sale's commission lines ------------------------------------------------
+def cmd_commissions_act(args: argparse.Namespace) -> None:
+    path = f"{_program(args.program)}/commissions/{quote(args.transaction, safe='')}/{args.action}"
+    data = call("POST", path, body={"reason": args.reason})
+    if args.json:
+        emit(data)
+        return
+    for line in data["lines"]:
+        why = f" ({line['status_reason']})" if line.get("status_reason") else ""
+        print(
+            f"{line['kind']} {line['partner_code']} {line['period']}: {line['amount']} {line['currency']}"
+            f" minor units, {line['status']}{why}"
+        )
+
+
+def add_commissions(sub: Any) -> None:
+    commissions = sub.add_parser(
+        "commissions",
+        help="hold, release or void a sale's commission lines (owner)",
+        description="Finance actions on a sale's unpaid commission lines, appended to the raw log "
+        "with who and why. Needs a workspace owner's login.",
+        epilog=examples("tally commissions hold --program prog_... --transaction tx_1 --reason 'dispute'"),
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, summary in (
+        ("hold", "hold the sale's unpaid lines: never approved or batched until released"),
+        ("release", "release a held sale: pending, then approved once its holding days have passed"),
+        ("void", "void the sale's unpaid lines: never payable, their platform fee void too"),
+    ):
+        parser = commissions.add_parser(
+            action,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]} (POST .../commissions/{{transaction_id}}/"
+            f"{action}). A sale with a line in a payout batch cannot be held or voided (line_paid).",
+            epilog=examples(f"tally commissions {action} --program prog_... --transaction tx_1 --reason why"),
+        )
+        parser.add_argument("--program", required=True, help="program id (prog_...)")
+        parser.add_argument("--transaction", required=True, help="the sale's transaction id")
+        parser.add_argument("--reason", required=True, help="why (kept in the log, shown in explain)")
+        parser.add_argument("--json", action="store_true", help="print the sale's lines as JSON")
+        parser.set_defaults(func=cmd_commissions_act)

@@ -129,3 +129,43 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
     assert r.returncode == 1 and "validation_error" in r.stderr  # no value to fix: the server says so
     r = tally(home, "fixes", "add", "--program", pid, "--svc-click-id", "clk_x")
     assert r.returncode == 2
+
+
+def test_commissions_hold_release_void(live_server: LiveServer, tmp_path: Path) -> None:
+    """`tally commissions hold|release|void`: the sale's lines after each action, the reason
+    kept; an action its state does not allow exits non-zero with invalid_transition."""
+    url = live_server.url
+    with httpx.Client(base_url=url, timeout=30) as c:
+        acct = c.post(
+            "/api/v1/operator/accounts", json={"email": "h@x.test", "workspace_name": "W"}, headers=OP
+        ).json()["data"]
+    home = tmp_path / "cfg"
+    assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
+    r = tally(
+        home, "programs", "create", "--workspace", acct["workspace_id"], "--name", "P", "--holding-days", "0"
+    )
+    pid = json.loads(r.stdout)["program_id"]
+    owner = {"Authorization": f"Bearer {acct['token']}"}
+    with httpx.Client(base_url=url, timeout=30) as c:
+        key = {
+            "Authorization": "Bearer "
+            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
+        }
+        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
+        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
+            "data"
+        ]
+        lead = {"customer_external_id": "u1", "click_id": click["click_id"]}
+        assert c.post("/api/v1/track/lead", json=lead, headers=key).status_code == 200
+        sale = {"transaction_id": "tx_1", "customer_external_id": "u1", "amount": 10_000}
+        assert c.post("/api/v1/track/sale", json=sale, headers=key).status_code == 200
+    base = ("--program", pid, "--transaction", "tx_1")
+    r = tally(home, "commissions", "hold", *base, "--reason", "dispute", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(x["status"], x["status_reason"]) for x in json.loads(r.stdout)["lines"]] == [("held", "dispute")]
+    r = tally(home, "commissions", "hold", *base, "--reason", "again")
+    assert r.returncode != 0 and "invalid_transition" in r.stderr
+    r = tally(home, "commissions", "release", *base, "--reason", "won")
+    assert r.returncode == 0 and "approved" in r.stdout, r.stderr
+    r = tally(home, "commissions", "void", *base, "--reason", "fraud")
+    assert r.returncode == 0 and "void (fraud)" in r.stdout, r.stderr
