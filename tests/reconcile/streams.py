@@ -589,6 +589,11 @@ def _ledger_terms(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def _log_now(rows: list[Row], when: datetime) -> datetime:
+    """When a run at `when` happens: not before anything already logged (a run sees the log)."""
+    return max(when, *(r["received_at"] for r in rows))
+
+
 @st.composite
 def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
     """A log shaped to exercise the ledger (reconcile/ledger.py, reconcile/payouts.py): one
@@ -610,7 +615,20 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
     for n in range(draw(st.integers(1, max_events))):
         kind = draw(
             st.sampled_from(
-                ("sale", "sale", "sale", "refund", "refund", "fix", "payout", "paid", "terms", "book", "lead")
+                (
+                    "sale",
+                    "sale",
+                    "sale",
+                    "refund",
+                    "refund",
+                    "fix",
+                    "payout",
+                    "paid",
+                    "terms",
+                    "book",
+                    "lead",
+                    "act",
+                )
             )
         )
         when = b.at(days=draw(st.integers(0, 60)), hours=draw(st.sampled_from((0, 12))))
@@ -651,14 +669,14 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
             rows.append(b.backfill(f"bf_{n}", "2026-01-01", "2026-12-31", occurred_at=when))
         elif kind == "payout":
             # the API books what is approved before it makes a batch (api/jobs.py `act`); a
-            # booking run costs a reconcile, so a stream makes two at most
-            if runs < 2:
-                rows += b.bookings(rows, when, people, **terms)
+            # booking run costs a reconcile, so a stream makes four at most
+            if runs < 4:
+                rows += b.bookings(rows, _log_now(rows, when), people, **terms)
                 runs += 1
             batches.append(f"po_{n}")
             rows.append(b.payout_batch(f"po_{n}", draw(st.sampled_from(CUTOFFS)), occurred_at=when))
-        elif kind == "book" and runs < 2:  # a scheduled reconcile run books what it shows approved
-            rows += b.bookings(rows, when, people, **terms)
+        elif kind == "book" and runs < 4:  # a scheduled reconcile run books what it shows approved
+            rows += b.bookings(rows, _log_now(rows, when), people, **terms)
             runs += 1
         elif kind == "lead":  # a late lead: binds a customer's email to another partner
             rows.append(
@@ -671,12 +689,36 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                     received_at=when,
                 )
             )
+        elif kind == "act" and len(sold) > 1:  # finance holds, releases or voids a sale
+            chosen = draw(st.sampled_from(sold[1:]))
+            action = draw(st.sampled_from(("hold", "hold", "release", "void")))
+            rows.append(
+                b.commission_action(
+                    f"act_{n}", f"sale_{chosen[3:]}", action, action, transaction_id=chosen, occurred_at=when
+                )
+            )
         elif kind == "terms":
             changed = _ledger_terms(draw)
             rows.append(b.program_terms(f"terms_{n}", terms, changed, occurred_at=when))
             terms = changed
         elif batches:
             rows.append(b.payout_paid(f"paid_{n}", draw(st.sampled_from(batches)), occurred_at=when))
+    if len(sold) > 1 and draw(st.booleans()):
+        # a tail after everything: a refund logged after the batches, booked, and batched too
+        last = _log_now(rows, b.at(days=60)) + timedelta(days=draw(st.sampled_from((0, 1, 31))))
+        rows.append(
+            b.track_refund(
+                "re_tail",
+                draw(st.sampled_from(sold[1:])),
+                _amount(draw, zero=False),
+                occurred_at=b.at(days=1),
+                received_at=last,
+            )
+        )
+        rows += b.bookings(rows, last, people, **terms)
+        rows.append(b.payout_batch("po_tail", draw(st.sampled_from(CUTOFFS[-3:])), occurred_at=last))
+        if draw(st.booleans()):
+            rows.append(b.payout_paid("paid_tail", "po_tail", occurred_at=last))
     programs = b.programs(**terms)
     return Stream(
         rows=rows,

@@ -148,7 +148,8 @@ def test_ledger_streams_exercise_every_rule() -> None:
             seen.add("paid")
         if lines.filter((pl.col("kind") == "clawback") & pl.col("payout_id").is_not_null()).height:
             seen.add("clawback in a batch")
+        seen.update(lines.filter(pl.col("status_reason").is_not_null()).get_column("status").to_list())
 
     collect()
-    assert seen >= {"commission", "clawback", "adjustment", "paid", "clawback in a batch"}, seen
+    assert seen >= {"commission", "clawback", "adjustment", "paid", "clawback in a batch", "held", "void"}, seen
     assert set(ENGINEER) >= {"payout_batch", "payout_paid", "program_terms"}
