@@ -38,6 +38,7 @@ from pathlib import Path
 import duckdb
 
 from ingest.errors import TallyError, ValidationFailed
+from ingest.private import FILE_MODE, restrict_umask
 
 Progress = Callable[[str, int, int], None]
 
@@ -203,6 +204,7 @@ def copy_database(
     started = time.monotonic()
     partial = _partial(target)
     alias = f"tally_backup_{os.getpid()}_{next(_counter)}"
+    restrict_umask()  # DuckDB creates the copy (and its WAL): 0600, whatever the umask
     with _one_at_a_time:
         _claim_partial(partial)  # (refused: what is there is another backup's, left alone)
         try:
@@ -258,6 +260,7 @@ def copy_database(
             _fsync(partial)
             if target.exists():
                 raise BackupTargetUnusable(f"{target} appeared while the copy was written; it was left alone")
+            partial.chmod(FILE_MODE)
             partial.rename(target)
             _fsync(target.parent, directory=True)
         except _NotOurs as exc:
