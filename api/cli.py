@@ -19,6 +19,7 @@ from api.cli_migrate import add_migrate
 from api.cli_ops import add_operations
 from api.cli_payouts import add_payouts
 from api.settings import SettingsError, load_settings
+from ingest import private
 from reconcile import allocator
 
 
@@ -242,6 +243,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     allocator.tune()  # before anything imports Polars (reconcile/allocator.py)
+    private.restrict_umask()  # every file a command writes is the user's alone (ingest/private.py)
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], None] = args.func
     try:

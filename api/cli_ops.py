@@ -275,7 +275,7 @@ def add_operations(sub: Any) -> None:
         ),
     )
     back.add_argument("--program", required=True, help="program id (prog_...)")
-    back.add_argument("--from", dest="start", required=True, help="first day, YYYY-MM-DD (or RFC 3339 time)")
+    back.add_argument("--from", dest="start", required=True, help="first day, YYYY-MM-DD")
     back.add_argument("--to", dest="end", required=True, help="last day, YYYY-MM-DD, included")
     back.add_argument("--apply", action="store_true", help="apply the changes (default: dry run)")
     back.add_argument("--json", action="store_true", help="print the diff as JSON instead of tables")

@@ -26,6 +26,7 @@ result so an operator copies that folder by hand when there is one).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import threading
@@ -37,6 +38,7 @@ from pathlib import Path
 import duckdb
 
 from ingest.errors import TallyError, ValidationFailed
+from ingest.private import FILE_MODE, restrict_umask
 
 Progress = Callable[[str, int, int], None]
 
@@ -51,6 +53,10 @@ class BackupTargetUnusable(ValidationFailed):
         super().__init__(message, fields=[{"field": "path", "message": message}])
 
 
+class _NotOurs(Exception):
+    """Raised by `copy_database` when the copy file could not be created: nothing of it is ours."""
+
+
 @dataclass
 class BackupSummary:
     path: str
@@ -63,13 +69,33 @@ class BackupSummary:
     duration_ms: int = 0
 
 
+# The longest name the copy is written under: `<name>.partial`, and DuckDB's `.wal` beside it.
+_LONGEST_SUFFIX = ".partial.wal"
+
+
 def _partial(target: Path) -> Path:
     return target.with_name(target.name + ".partial")
 
 
 def check_target(path: str, database: str) -> Path:
     """The copy's path, when it can take one: absolute, not there yet, in an existing writable
-    directory, and not the database or anything of it. Raises `BackupTargetUnusable`."""
+    directory, with a file name short enough for `<name>.partial.wal`, and not the database or
+    anything of it. A `<path>.partial` left by a backup that was killed does not count (the
+    copy replaces it; `_claim_partial`). Raises `BackupTargetUnusable`."""
+    try:
+        return _check_target(path, database)
+    except OSError as exc:  # a path the system refuses (too long, a loop, no permission)
+        raise BackupTargetUnusable(f"path cannot be used: {exc.strerror or exc}") from None
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _check_target(path: str, database: str) -> Path:
     if not path or "\x00" in path:
         raise BackupTargetUnusable("path must be a file path")
     target = Path(path)
@@ -88,12 +114,56 @@ def check_target(path: str, database: str) -> Path:
         raise BackupTargetUnusable("path must not be the database itself or one of its files")
     if not resolved.parent.is_dir():
         raise BackupTargetUnusable(f"directory {target.parent} does not exist")
+    longest = _name_max(resolved.parent) - len(_LONGEST_SUFFIX)
+    if len(os.fsencode(target.name)) > longest:
+        raise BackupTargetUnusable(
+            f"the file name is {len(os.fsencode(target.name))} bytes; it may have at most {longest}"
+            f" (the copy is written as <name>{_LONGEST_SUFFIX} first)"
+        )
     if not os.access(resolved.parent, os.W_OK | os.X_OK):
         raise BackupTargetUnusable(f"directory {target.parent} is not writable by the server")
-    for taken in (resolved, _partial(resolved), Path(f"{_partial(resolved)}.wal")):
-        if taken.exists() or taken.is_symlink():
-            raise BackupTargetUnusable(f"{taken} already exists; tally never overwrites a file")
+    if resolved.exists() or resolved.is_symlink():
+        raise BackupTargetUnusable(f"{resolved} already exists; tally never overwrites a file")
+    for taken in (_partial(resolved), Path(f"{_partial(resolved)}.wal")):
+        if taken.is_symlink() or (taken.exists() and not taken.is_file()):
+            raise BackupTargetUnusable(f"{taken} is in the way and is not a file tally left")
     return resolved
+
+
+def _held(partial: Path) -> bool:
+    """Whether another process has the copy file `partial` open: DuckDB holds a lock on a
+    database file for as long as a process has it open (an ATTACH included), and the system
+    drops it when that process ends. Backups in this process run one at a time."""
+    try:
+        fd = os.open(partial, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise BackupTargetUnusable(f"{partial} is in the way: {exc.strerror or exc}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (drops the lock just taken)
+    return False
+
+
+def _claim_partial(partial: Path) -> None:
+    """Make way for the copy at `partial`: a `<path>.partial` (and its `.wal`) left by a backup
+    that was killed is removed; one a running backup is writing is refused."""
+    if _held(partial):
+        raise BackupTargetUnusable(
+            f"a backup to {partial.with_suffix('')} is being written by another process; try again"
+            " when it is done"
+        )
+    for stale in (partial, Path(f"{partial}.wal")):
+        try:
+            stale.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise BackupTargetUnusable(f"cannot remove the stale {stale}: {exc.strerror or exc}") from None
 
 
 def _quote(name: str) -> str:
@@ -134,13 +204,17 @@ def copy_database(
     started = time.monotonic()
     partial = _partial(target)
     alias = f"tally_backup_{os.getpid()}_{next(_counter)}"
+    restrict_umask()  # DuckDB creates the copy (and its WAL): 0600, whatever the umask
     with _one_at_a_time:
+        _claim_partial(partial)  # (refused: what is there is another backup's, left alone)
         try:
             row = cur.execute("SELECT current_database()").fetchone()
             source = str(row[0]) if row else "main"
             try:
                 cur.execute(f"ATTACH {_literal(str(partial))} AS {alias}")
             except duckdb.Error as exc:
+                if _held(partial):  # another backup created it meanwhile: it is that one's
+                    raise _NotOurs(f"cannot create {partial}: {exc}") from None
                 raise BackupTargetUnusable(f"cannot create {partial}: {exc}") from None
             try:
                 progress("syncing the journal", 0, 1)
@@ -186,8 +260,11 @@ def copy_database(
             _fsync(partial)
             if target.exists():
                 raise BackupTargetUnusable(f"{target} appeared while the copy was written; it was left alone")
+            partial.chmod(FILE_MODE)
             partial.rename(target)
             _fsync(target.parent, directory=True)
+        except _NotOurs as exc:
+            raise BackupTargetUnusable(str(exc)) from None
         except TallyError:
             _remove(partial, Path(f"{partial}.wal"))
             raise

@@ -8,13 +8,14 @@ reader (`ingest/stripe.py`) all use the constants and types below.
 
 - Amounts: integers, 1..10^12 minor units in our own inputs; processor amounts 0..10^12
   (a zero-amount invoice is simply not a sale).
-- Times: RFC 3339 with an offset, from 1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z once
-  converted to UTC (a day short of year 9999's end, so any UTC offset can still show it);
-  normalised to UTC.
-- Ids, strings and emails: at most 255 characters. A click's `url` and `referrer` keep 2048:
-  real landing and referrer URLs (UTM parameters, ad click ids) often pass 255, and refusing
-  them would lose the click.
-- Report periods `YYYY-MM` and query dates: years 1970..9999.
+- Times: RFC 3339 strings with an offset (never a number of seconds), from
+  1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z once converted to UTC (a day short of year
+  9999's end, so any UTC offset can still show it); normalised to UTC.
+- Ids, strings and emails: at most 255 characters, and an id is never whitespace only. A
+  click's `url` and `referrer` keep 2048: real landing and referrer URLs (UTM parameters, ad
+  click ids) often pass 255, and refusing them would lose the click.
+- Dates are strings `YYYY-MM-DD` only and months `YYYY-MM` (never a number, an ISO week or a
+  time); report periods and query dates: years 1970..9999.
 - Program settings: basis points 0..10000, flat commission 0..10^12, recurring months null or
   0..1200, holding days 0..3650.
 """
@@ -57,9 +58,21 @@ def amount_in_range(value: int, low: int = 1) -> bool:
     return low <= value <= MAX_AMOUNT
 
 
+# A date is exactly `YYYY-MM-DD`; a time starts with a date, `T` (or a space) and hh:mm, so
+# neither a number of seconds nor an ISO week ever reads as one.
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}", re.ASCII)
+
+
 def _rfc3339_text(value: Any) -> Any:
-    if not isinstance(value, str):
+    if not isinstance(value, str) or not _TIME.match(value):
         raise PydanticCustomError("rfc3339", "must be an RFC 3339 time string with an offset")
+    return value
+
+
+def _date_text(value: Any) -> Any:
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise PydanticCustomError("date_format", "must be a date string YYYY-MM-DD")
     return value
 
 
@@ -70,6 +83,12 @@ def _moment(value: datetime) -> datetime:
     return utc
 
 
+def _not_blank(value: str) -> str:
+    if value.isspace():
+        raise PydanticCustomError("blank_id", "must not be blank (whitespace only)")
+    return value
+
+
 def _day(value: date) -> date:
     if not MIN_YEAR <= value.year <= MAX_YEAR:
         raise PydanticCustomError("date_out_of_range", f"must be a date in {YEAR_RANGE}")
@@ -78,13 +97,17 @@ def _day(value: date) -> date:
 
 # Our inputs ---------------------------------------------------------------------------------
 Amount = Annotated[StrictInt, Field(ge=1, le=MAX_AMOUNT)]
-Id = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+Id = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID, json_schema_extra={"pattern": r"\S"}),
+    AfterValidator(_not_blank),
+]
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Url = Annotated[str, Field(max_length=MAX_URL)]
 Email = Annotated[str, Field(min_length=3, max_length=MAX_EMAIL, pattern=r"^[^@\s]+@[^@\s]+$")]
 Moment = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(_moment)]
-Day = Annotated[date, AfterValidator(_day)]
+Day = Annotated[date, BeforeValidator(_date_text), AfterValidator(_day)]
 
 # Program settings ---------------------------------------------------------------------------
 Bps = Annotated[StrictInt, Field(ge=0, le=MAX_BPS)]
@@ -101,12 +124,12 @@ SETTING_RANGES: dict[str, tuple[int, int]] = {
 }
 
 # Query parameters ---------------------------------------------------------------------------
-_PERIOD = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+_PERIOD = re.compile(r"(\d{4})-(0[1-9]|1[0-2])", re.ASCII)
 
 
 def period(raw: str) -> str:
     """A report period `YYYY-MM` with its year in bounds; raises ValueError with the reason."""
-    found = _PERIOD.match(raw)
+    found = _PERIOD.fullmatch(raw)
     if found is None:
         raise ValueError("must be YYYY-MM")
     if not MIN_YEAR <= int(found.group(1)) <= MAX_YEAR:
@@ -118,7 +141,9 @@ def query_moment(raw: str, end: bool) -> datetime:
     """A query bound: a date `YYYY-MM-DD` (a whole day: `end` takes the next midnight) or an RFC
     3339 time with an offset, in UTC; years in bounds. Raises ValueError with the reason."""
     try:
-        day = date.fromisoformat(raw) if len(raw) == 10 else None
+        day = date.fromisoformat(raw) if _DATE.fullmatch(raw) else None
+        if day is None and not _TIME.match(raw):
+            raise ValueError(raw)
         moment = None if day else datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError("must be YYYY-MM-DD or an RFC 3339 time") from None

@@ -36,7 +36,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from ingest import bounds, lockfile, migrations
+from ingest import bounds, lockfile, migrations, private
 from ingest.errors import DatabaseUnavailable, ValidationFailed
 from ingest.hotkeys import FORMAT as KEYS_FORMAT
 from ingest.hotkeys import OBSERVED, KeyIndex, Progress, anchor_of
@@ -192,6 +192,13 @@ def _json_set(raw: str) -> frozenset[str]:
 class DatabaseInUse(Exception):
     """Another store (in this process or another) has the database open: the embedded backend
     has exactly one writer, its journal and its key index beside the file."""
+
+
+def own_files(path: str | Path) -> list[str]:
+    """The files and folders the embedded database at `path` keeps beside it (docs/operations.md)."""
+    suffixes = ["", ".wal", ".lock", ".journal", ".mirror"]
+    suffixes += [".keys", ".keys-wal", ".keys-shm", ".keys-journal"]  # the key index (SQLite)
+    return [f"{path}{suffix}" for suffix in suffixes]
 
 
 def _claim(path: Path) -> int:
@@ -582,6 +589,7 @@ class DuckStore:
         self.path = str(path)
         self._lock_fd: int | None = None
         if str(path) != ":memory:":
+            private.restrict_umask()  # DuckDB and SQLite create files of their own beside it
             target.parent.mkdir(parents=True, exist_ok=True)
             self._lock_fd = _claim(target)
         try:
@@ -622,6 +630,7 @@ class DuckStore:
             if str(path) != ":memory:":
                 self.keys = KeyIndex(Path(f"{path}.keys"), key_cache_mb)
                 self._journal = Journal(Path(f"{path}.journal"))
+                private.make_private(*own_files(path))  # an older release's, made 0644
                 self._recover()
             else:
                 self.keys = KeyIndex(None, key_cache_mb)

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from ingest.bounds import (
+    MAX_ID,
     Amount,
     Bps,
     Day,
@@ -160,7 +161,7 @@ class RotationIn(Strict):
 
 
 class LegacyKeyIn(Strict):
-    api_key: Annotated[Id, Field(min_length=16, pattern=r"^\S+$")]
+    api_key: Annotated[str, Field(min_length=16, max_length=MAX_ID, pattern=r"^\S+$")]
 
 
 def when(value: datetime | None, default: datetime) -> datetime:

@@ -38,7 +38,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from ingest import lockfile, migrations
+from ingest import lockfile, migrations, private
 from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
 from ingest.store import Changes, LogSource, ResultSink, RunRecord
 from reconcile import closure, explain, incremental, job, terms
@@ -225,8 +225,10 @@ class LocalEngine:
 
     def __init__(self, directory: str | None, memory_mb: int = 512) -> None:
         self._scratch = directory is None
+        private.restrict_umask()  # DuckDB creates the copy's files (and its WAL, again and again)
         self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="tally-engine-"))
         self.directory.mkdir(parents=True, exist_ok=True)
+        private.make_private(self.directory)  # a folder made by hand, or an older release's files
         self.path = self.directory / "reconcile.duckdb"
         self._memory_mb = memory_mb
         self._lock_fd = self._claim()

@@ -148,7 +148,11 @@ COMMISSION_FIELDS = (
 )
 
 
-def commissions(db: Reader, program_id: str, period: str | None) -> list[dict[str, Any]]:
+def commissions(
+    db: Reader, program_id: str, period: str | None, limit: int | None = None, offset: int = 0
+) -> list[dict[str, Any]]:
+    """A program's commission lines (of `period`), `limit` of them from `offset` on (all when
+    `limit` is None), in the order of the line's key, so pages never overlap."""
     if not db.table_exists("rc_commissions"):
         return []
     where = ["program_id = ?"]
@@ -162,6 +166,7 @@ def commissions(db: Reader, program_id: str, period: str | None) -> list[dict[st
         " sale_period, kind, adjusts, cause, payout_id, self_referral, available_at, dated_at,"
         " booked_seq IS NOT NULL AS booked, status_reason"
         f" FROM rc_commissions WHERE {' AND '.join(where)}"
-        " ORDER BY period, dated_at, sale_id, kind, partner_code, cause",
-        params,
+        " ORDER BY period, dated_at, sale_id, kind, partner_code, cause"
+        + ("" if limit is None else " LIMIT ? OFFSET ?"),
+        params if limit is None else [*params, limit, offset],
     )

@@ -258,6 +258,11 @@ def _bad_paths(tmp_path: Path, database: Path) -> list[str]:
         str(database),
         f"{database}.journal/copy.duckdb",
         "",
+        str(tmp_path / ("n" * 256)),  # over the system's 255 bytes
+        str(tmp_path / ("é" * 122 + ".duckdb")),  # 251 bytes: its .partial would be over
+        str(tmp_path / ("n" * 244)),  # one byte too long for <name>.partial.wal
+        str(tmp_path / ("d" * 300) / "copy.duckdb"),  # a directory name over 255 bytes
+        "/" + "d/" * 2100 + "copy.duckdb",  # a path over PATH_MAX
     ]
 
 
@@ -278,6 +283,62 @@ def test_a_path_that_cannot_take_the_copy_is_a_422_envelope(client: TestClient, 
     r = client.post(BACKUP, content=b"not json", headers=OP)
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.embedded
+def test_the_longest_file_name_the_copy_can_have_is_taken(client: TestClient, tmp_path: Path) -> None:
+    target = tmp_path / ("n" * 243)  # 243 + len(".partial.wal") = 255
+    r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
+    assert r.status_code == 200, r.text
+    _assert_standalone(target)
+
+
+@pytest.mark.embedded
+def test_a_partial_copy_left_by_a_killed_backup_does_not_block_the_path(
+    client: TestClient, world: World, tmp_path: Path
+) -> None:
+    """A backup killed mid-copy leaves `<path>.partial` (and maybe its `.wal`): nobody holds it,
+    so the next backup to that path replaces it."""
+    assert world.sale(transaction_id="t1").status_code == 200
+    target = tmp_path / "copy.duckdb"
+    Path(f"{target}.partial").write_bytes(b"half a copy" * 1000)
+    Path(f"{target}.partial.wal").write_bytes(b"its wal")
+    r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
+    assert r.status_code == 200, r.text
+    _assert_standalone(target)
+    assert not Path(f"{target}.partial.wal").exists()
+    assert accepted_sales(target) == {"t1": 1}
+
+
+@pytest.mark.embedded
+def test_a_partial_copy_another_process_is_writing_is_left_alone(
+    client: TestClient, world: World, tmp_path: Path
+) -> None:
+    """A `<path>.partial` a live process has open (DuckDB's lock on it) is a backup under way:
+    refused with a 422 naming the path, the file untouched; once that process is gone, it is
+    stale and the next backup replaces it."""
+    target = tmp_path / "copy.duckdb"
+    partial = Path(f"{target}.partial")
+    script = (
+        "import duckdb, sys; c = duckdb.connect(sys.argv[1]); c.execute('CREATE TABLE t(x INT)');"
+        " print('open', flush=True); sys.stdin.read()"
+    )
+    args = [sys.executable, "-c", script, str(partial)]
+    with subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+            before = partial.read_bytes()
+            r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
+            assert r.status_code == 422, r.text
+            error = r.json()["error"]
+            assert error["code"] == "validation_error" and error["fields"][0]["field"] == "path"
+            assert "another process" in error["message"]
+            assert partial.read_bytes() == before and not target.exists()
+        finally:
+            holder.kill()
+    r = client.post(BACKUP, json={"path": str(target)}, headers=OP)
+    assert r.status_code == 200, r.text
+    _assert_standalone(target)
 
 
 @pytest.mark.parametrize("room", [0, 64 * 1024, 1024 * 1024])

@@ -64,7 +64,7 @@ def test_demo_is_realistic_and_idempotent(live_server: LiveServer, tmp_path: Pat
     assert (
         batch["status"] == "paid" and batch["lines"] >= 2 and "payout " + batch["payout_id"] in first.stdout
     )
-    lines = httpx.get(f"{base}/commissions", headers=auth).json()["data"]
+    lines = httpx.get(f"{base}/commissions?limit=1000", headers=auth).json()["data"]
     assert any(r["kind"] == "clawback" and r["adjusts"] == "in_demo_ben_1" for r in lines)
     assert {r["status"] for r in lines if r["payout_id"] == batch["payout_id"]} == {"paid"}
     for period in sorted({r["period"] for r in lines} | {s["occurred_at"][:7] for s in sales}):

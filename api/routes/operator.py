@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api import schemas
-from api.auth import require_operator, state
+from api.auth import is_operator, require_operator, state
 from api.http import body_model, ok, query_int
 from api.openapi import OPERATOR_TOKEN, Doc, Param, document
 from api.state import read_tables
@@ -55,6 +55,9 @@ async def import_legacy_key(request: Request) -> Response:
     require_operator(request)
     program = _program(request)
     _, inp = await body_model(request, LegacyKeyIn)
+    if is_operator(request, inp.api_key):
+        message = "must not be the operator token: a program key is given to brand servers"
+        raise ValidationFailed(f"api_key: {message}", fields=[{"field": "api_key", "message": message}])
     st = state(request)
     data = await control.regenerate_key(st.store, st.writer, program, value=inp.api_key)
     data.pop("api_key")

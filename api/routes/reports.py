@@ -57,6 +57,11 @@ def _int(request: Request, name: str, default: int, high: int) -> int:
     return int(raw)
 
 
+def _page(request: Request) -> tuple[int, int]:
+    """`limit` (default 100, at most 1000) and `offset` of a list read (sales, commissions)."""
+    return max(1, _int(request, "limit", 100, 1000)), _int(request, "offset", 0, 10**9)
+
+
 def period_param(request: Request, required: bool = False) -> str | None:
     raw = request.query_params.get("period")
     if raw is None and not required:
@@ -69,13 +74,14 @@ def period_param(request: Request, required: bool = False) -> str | None:
 
 async def list_sales(request: Request) -> Response:
     program = account_program(request, require_account(request))
+    limit, offset = _page(request)
     flt = reads.SaleFilter(
         transaction_id=request.query_params.get("transaction_id") or None,
         start=_moment(request, "from", end=False),
         end=_moment(request, "to", end=True),
         attributed=_bool(request, "attributed"),
-        limit=max(1, _int(request, "limit", 100, 1000)),
-        offset=_int(request, "offset", 0, 10**9),
+        limit=limit,
+        offset=offset,
     )
     fmt = format_param(request, LINE_FORMATS)
     rows = await read_tables(state(request).store, reads.sales, program.program_id, flt)
@@ -97,8 +103,9 @@ async def explain_sale(request: Request) -> Response:
 async def list_commissions(request: Request) -> Response:
     program = account_program(request, require_account(request))
     period = period_param(request)
+    page = _page(request)
     fmt = format_param(request, LINE_FORMATS)
-    rows = await read_tables(state(request).store, reads.commissions, program.program_id, period)
+    rows = await read_tables(state(request).store, reads.commissions, program.program_id, period, *page)
     if fmt == "csv":
         body = lineitems.to_csv(rows, reads.COMMISSION_FIELDS, lineitems.COMMISSION_MONEY)
         suffix = f"-{period}" if period else ""
@@ -183,6 +190,10 @@ _LINE_FORMAT = Param(
     {"type": "string", "enum": list(LINE_FORMATS), "default": "json"},
     "csv: the same rows, money as decimal numbers with the currency in its own column, UTF-8 with a BOM",
 )
+_PAGE = (
+    Param("limit", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 100}),
+    Param("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}),
+)
 PERIOD = Param(
     "period", {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}, "A month, YYYY-MM", example="2026-01"
 )
@@ -231,8 +242,7 @@ document(
                     example="2026-01-31",
                 ),
                 Param("attributed", {"type": "string", "enum": ["true", "false"]}),
-                Param("limit", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 100}),
-                Param("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}),
+                *_PAGE,
                 _LINE_FORMAT,
             ),
             data=list[schemas.SaleRow],
@@ -260,7 +270,7 @@ document(
             "reads",
             description=_READ,
             auth=(ACCOUNT_TOKEN,),
-            params=(PERIOD, _LINE_FORMAT),
+            params=(PERIOD, *_PAGE, _LINE_FORMAT),
             data=list[schemas.CommissionRow],
             content={"text/csv": {"schema": {"type": "string"}}},
             result=[

@@ -153,6 +153,32 @@ def test_ids_and_strings_are_at_most_255_characters(world: World) -> None:
     refused(world.client.post("/api/v1/track/lead", json=lead, headers=world.key), "name")
 
 
+BLANK = ["   ", "\t", "\n", "\u00a0"]  # whitespace only: never an id
+
+
+@pytest.mark.parametrize("blank", BLANK)
+def test_whitespace_only_ids_are_refused_and_nothing_stored(world: World, blank: str) -> None:
+    before = raw_count(world.client)
+    refused(world.sale(transaction_id=blank), "transaction_id")
+    refused(world.sale(customer_external_id=blank), "customer_external_id")
+    refused(world.sale(transaction_id="in_b", click_id=blank), "click_id")
+    refused(world.sale(transaction_id="in_b", subscription_id=blank), "subscription_id")
+    refused(refund(world, refund_id=blank), "refund_id")
+    refused(refund(world, transaction_id=blank), "transaction_id")
+    lead = {"customer_external_id": blank}
+    refused(world.client.post("/api/v1/track/lead", json=lead, headers=world.key), "customer_external_id")
+    click = {"program_id": world.program_id, "partner_code": blank}
+    refused(world.client.post("/api/v1/track/click", json=click), "partner_code")
+    click = {"program_id": blank, "partner_code": "alice"}
+    refused(world.client.post("/api/v1/track/click", json=click), "program_id")
+    fixes = f"/api/v1/programs/{world.program_id}/metadata-fixes"
+    fix = {"fixes": [{"subscription_id": "sub_1", "svc_customer_key": blank}]}
+    refused(world.client.post(fixes, json=fix, headers=world.owner), "fixes.0.svc_customer_key")
+    assert raw_count(world.client) == before
+    # an id with a space inside it is still an id
+    assert world.sale(transaction_id="in 1", customer_external_id=" c 1").status_code == 200
+
+
 def test_click_urls_keep_2048_characters(world: World) -> None:
     """Landing and referrer URLs with tracking parameters pass 255; refusing them would lose clicks."""
     body = {"program_id": world.program_id, "partner_code": "alice"}
@@ -324,6 +350,47 @@ def test_backfill_ranges_are_bounded_to_the_same_years(world: World) -> None:
     assert r.status_code == 200, r.text
     refused(world.client.post(path, json={"from": "0001-01-01"}, headers=world.owner), "from")
     refused(world.client.post(path, json={"to": "1969-12-31"}, headers=world.owner), "to")
+
+
+# -- dates: a string YYYY-MM-DD, nothing else ------------------------------------------------------
+NOT_DATES = [
+    1767139200,  # unix seconds (was 2025-12-31)
+    0,  # (was 1970-01-01)
+    "1767139200",
+    "2025-12-31T00:00:00",
+    "2025-12-31T00:00:00Z",
+    "2025-W01-1",  # an ISO week date
+    "20251231",
+    "2025-12-31\n",
+    True,
+]
+
+
+@pytest.mark.parametrize("value", NOT_DATES)
+def test_payout_and_backfill_dates_are_strings_yyyy_mm_dd_only(world: World, value: Any) -> None:
+    payouts = f"/api/v1/programs/{world.program_id}/payouts"
+    backfill = f"/api/v1/programs/{world.program_id}/backfill"
+    before = raw_count(world.client)
+    refused(world.client.post(payouts, json={"up_to": value}, headers=world.owner), "up_to")
+    refused(world.client.post(backfill, json={"from": value}, headers=world.owner), "from")
+    refused(world.client.post(backfill, json={"to": value, "dry_run": False}, headers=world.owner), "to")
+    assert raw_count(world.client) == before
+    assert world.client.post(payouts, json={"up_to": "2025-12-31"}, headers=world.owner).status_code == 200
+    r = world.client.post(backfill, json={"from": "2025-12-01", "to": "2025-12-31"}, headers=world.owner)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("value", ["1767139200", "2025-W01-1", "2025-12-31T10Z", "0"])
+def test_sales_range_is_a_date_or_a_full_rfc_3339_time(world: World, value: str) -> None:
+    path = f"/api/v1/programs/{world.program_id}/sales"
+    refused(world.client.get(path, params={"from": value}, headers=world.owner), "from")
+    refused(world.client.get(path, params={"to": value}, headers=world.owner), "to")
+
+
+@pytest.mark.parametrize("value", ["1767139200", "1767139200.5", "2025-12-31"])
+def test_times_are_never_seconds_or_dates_in_a_string(world: World, value: str) -> None:
+    refused(world.sale(occurred_at=value), "occurred_at")
+    refused(flag(world.client, world.program_id, value), "deadline")
 
 
 # -- through a real server process -----------------------------------------------------------------

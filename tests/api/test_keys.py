@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import time_machine
 from starlette.testclient import TestClient
 
-from tests.conftest import OP, World, bearer
+from tests.conftest import OP, OPERATOR_TOKEN, World, bearer
 
 
 def test_create_program_never_returns_key_but_masks_it(client: TestClient, world: World) -> None:
@@ -248,3 +248,20 @@ def test_every_error_answered_to_a_flagged_key_carries_the_warning(world: World)
     # another program's key, unflagged, refused the same way: no warning
     r = world.client.get("/api/v1/programs", headers=world.owner)
     assert "warnings" not in r.json() and "Deprecation" not in r.headers
+
+
+def test_legacy_key_is_never_the_operator_token(world: World) -> None:
+    """The operator token as a program key would let anyone holding a brand's key act as the
+    operator: refused (422 naming `api_key`), and the program's key stays as it was."""
+    path = f"/api/v1/operator/programs/{world.program_id}/legacy-key"
+    r = world.client.post(path, json={"api_key": OPERATOR_TOKEN}, headers=OP)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "validation_error"
+    assert [f["field"] for f in error["fields"]] == ["api_key"]
+    assert OPERATOR_TOKEN not in r.text
+    assert world.sale().status_code == 200  # the key in use was not replaced
+    r = world.client.post(
+        "/api/v1/track/sale", json={"additional_data": {"test_mode": True}}, headers=bearer(OPERATOR_TOKEN)
+    )
+    assert r.status_code == 401

@@ -486,3 +486,40 @@ def test_line_item_money_follows_the_currency_decimals() -> None:
     ]
     text = to_csv(rows, ("amount", "currency", "when"), ("amount",)).decode("utf-8-sig")
     assert text.splitlines() == ["amount,currency,when", "1500,jpy,", "12.345,kwd,", "-2.50,usd,", "7,,"]
+
+
+def test_commissions_are_paginated_like_sales(world: World, client: TestClient) -> None:
+    """`limit` (default 100, at most 1000) and `offset`, as the sales read; the CSV pages alike."""
+    click = client.post(
+        "/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "alice"}
+    ).json()["data"]["click_id"]
+    lead = {"customer_external_id": "cust_1", "click_id": click}
+    assert client.post("/api/v1/track/lead", json=lead, headers=world.key).status_code == 200
+    for n in range(105):
+        assert world.sale(transaction_id=f"in_{n:03}", amount=1000 + n).status_code == 200
+    assert client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    base = f"/api/v1/programs/{world.program_id}/commissions"
+
+    def page(query: str) -> list[dict[str, Any]]:
+        r = client.get(f"{base}?{query}", headers=world.owner)
+        assert r.status_code == 200, r.text
+        rows: list[dict[str, Any]] = r.json()["data"]
+        return rows
+
+    every = page("limit=1000")
+    assert len(every) == 105 and {line["transaction_id"] for line in every} == {
+        f"in_{n:03}" for n in range(105)
+    }
+    assert page("") == every[:100]  # the default page
+    assert page("limit=40") + page("limit=40&offset=40") + page("offset=80&limit=40") == every
+    assert page("offset=105") == []
+    period = every[0]["period"]
+    assert (
+        page(f"period={period}&limit=5&offset=3") == [line for line in every if line["period"] == period][3:8]
+    )
+    for query, field in (("limit=1001", "limit"), ("limit=-1", "limit"), ("offset=x", "offset")):
+        r = client.get(f"{base}?{query}", headers=world.owner)
+        assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == field, r.text
+    assert len(_csv_rows(client.get(f"{base}?format=csv", headers=world.owner))) == 100
+    rows = _csv_rows(client.get(f"{base}?format=csv&limit=10&offset=100", headers=world.owner))
+    assert [r["transaction_id"] for r in rows] == [line["transaction_id"] for line in every[100:]]
