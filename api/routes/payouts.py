@@ -20,7 +20,7 @@ from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.routes.reports import format_param, report_response
 from api.state import State, read_tables
 from ingest import control, engineering
-from ingest.errors import NotFound, OwnerRequired, ProgramNotFound, ValidationFailed
+from ingest.errors import NotFound, OwnerRequired, ProgramNotFound, ReconcileRunning, ValidationFailed
 from ingest.inputs import PayoutIn
 from ingest.records import Partner, Program
 from reports import payouts
@@ -193,7 +193,7 @@ document(
                     },
                 }
             },
-            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ReconcileRunning),
             writes=True,
         ),
         list_payouts: Doc(
@@ -232,7 +232,7 @@ document(
             params=(_PAYOUT_ID,),
             data=schemas.Payout,
             result={**_BATCH, "status": "paid", "paid_at": "2026-02-04T10:00:00Z", "paid_by": "acc_1a"},
-            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ReconcileRunning),
             writes=True,
         ),
     }
