@@ -10,7 +10,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.http import CORS_HEADERS, flagged, json_response, request_id, rotation_headers, rotation_warnings
-from ingest.errors import MethodNotAllowed, NotFound, RateLimited, RequestTimeout, TallyError
+from ingest.errors import (
+    MethodNotAllowed,
+    NotFound,
+    RateLimited,
+    ReconcileRunning,
+    RequestTimeout,
+    TallyError,
+)
 
 log = logging.getLogger("tally.api")
 
@@ -34,7 +41,7 @@ def error_response(request: Request, error: TallyError) -> Response:
         body["warnings"] = warnings
     if getattr(request.state, "cors", False):
         headers.update(CORS_HEADERS)
-    if isinstance(error, RateLimited):
+    if isinstance(error, RateLimited | ReconcileRunning):
         headers["Retry-After"] = str(error.extra.get("retry_after", 1))
     elif isinstance(error, RequestTimeout):  # the rest of a stalled body is not worth waiting for
         headers["Connection"] = "close"

@@ -132,8 +132,9 @@ def header_names(request: Request) -> tuple[str, ...]:
 
 async def read_body(request: Request) -> bytes:
     """The raw body, refusing more than 1 MiB (413) without reading past the limit, and a client
-    that pauses longer than `TALLY_BODY_TIMEOUT_SECONDS` between parts of it (408; the answer
-    closes the connection). Reads the ASGI messages directly (`request.stream()` is an async
+    that pauses longer than `TALLY_BODY_TIMEOUT_SECONDS` between parts of it or takes longer
+    than `TALLY_BODY_TOTAL_TIMEOUT_SECONDS` over all of it (408; the answer closes the
+    connection). Reads the ASGI messages directly (`request.stream()` is an async
     generator, costly per call). A second call (a request decided again) gets the same bytes."""
     kept: bytes | None = getattr(request, "_body", None)
     if kept is not None:
@@ -141,14 +142,20 @@ async def read_body(request: Request) -> bytes:
     declared = header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
-    wait = request.scope["app"].state.tally.settings.body_timeout_seconds
+    settings = request.scope["app"].state.tally.settings
+    wait, total = settings.body_timeout_seconds, settings.body_total_timeout_seconds
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
     chunks: list[bytes] = []
     size = 0
     while True:
+        pause = min(wait, deadline - loop.time())
         try:
-            async with asyncio.timeout(wait):  # no task per message, unlike wait_for on 3.11
+            async with asyncio.timeout(pause):  # no task per message, unlike wait_for on 3.11
                 message = await request.receive()
         except TimeoutError:
+            if pause < wait:
+                raise RequestTimeout(f"the request body took longer than {total:g} s") from None
             raise RequestTimeout(f"no part of the request body arrived for {wait:g} s") from None
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()

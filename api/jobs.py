@@ -1,16 +1,20 @@
 """The reconcile job inside the server: on a schedule (APScheduler) and on demand.
 
 One run at a time, among every process that shares the database: a run holds the `reconcile`
-lease (ingest/store.py), renewed while it lasts and freed at expiry if its process dies. Journaled
-raw rows are first made visible (the writer flushes), then the job reads the raw log on its own
-cursor and replaces the materialised tables atomically.
+lease (ingest/store.py), renewed while it lasts; a holder that dies frees it at once (its
+connection's advisory lock on PostgreSQL; on the embedded file the lease names its process,
+`ingest.lockfile.identity()`, and a process that no longer runs holds nothing). A call that
+needs the lock while a run holds it is answered at once, 409 `reconcile_running` with
+`Retry-After` (`ReconcileRunning`): no thread ever waits for the lock, so a long run cannot use
+up the threads the reads and `/readyz` need. Journaled raw rows are first made visible (the
+writer flushes), then the job reads the raw log on its own cursor and replaces the materialised
+tables atomically.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
+import math
 import threading
 import time
 import uuid
@@ -22,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from ingest import engineering
+from ingest import engineering, lockfile
 from ingest.clock import utcnow
-from ingest.errors import DatabaseUnavailable
+from ingest.errors import DatabaseUnavailable, ReconcileRunning
 from ingest.store import Store, Tx
 from ingest.writer import Writer
 from reconcile import backfill, job, source, unroutable
@@ -63,8 +67,9 @@ class Reconciler:
         self._writer = writer
         self._interval = interval_seconds
         self._lock = threading.Lock()
-        self._holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._holder = f"{lockfile.identity()}:{uuid.uuid4().hex[:8]}"
         self._renewed = 0.0
+        self._last_seconds = 1.0  # how long the last run took: the Retry-After of a busy answer
         self._scheduler: BackgroundScheduler | None = None
 
     def start(self) -> None:
@@ -87,20 +92,31 @@ class Reconciler:
             self._scheduler = None
 
     @contextmanager
-    def _run_lock(self, wait: bool = True) -> Iterator[bool]:
-        """This process's lock, then the database's `reconcile` lease: True once both are held
-        (waiting for them), or False at once when `wait` is off and another process holds it."""
-        with self._lock:
-            while not self._store.acquire_lease(LEASE, self._holder, utcnow(), LEASE_TTL):
-                if not wait:
-                    yield False
-                    return
-                time.sleep(0.25)
+    def _run_lock(self) -> Iterator[None]:
+        """This process's lock, then the database's `reconcile` lease, both taken without
+        waiting: `ReconcileRunning` at once when a run (here or in another process) holds it."""
+        if not self._lock.acquire(blocking=False):
+            raise self._busy("a reconcile run is in progress")
+        try:
+            if not self._store.acquire_lease(LEASE, self._holder, utcnow(), LEASE_TTL):
+                raise self._busy("another process is running a reconcile")
             self._renewed = time.monotonic()
             try:
-                yield True
+                yield
             finally:
                 self._store.release_lease(LEASE, self._holder)
+        finally:
+            self._lock.release()
+
+    def _busy(self, why: str) -> ReconcileRunning:
+        wait = min(60, max(1, math.ceil(self._last_seconds)))
+        return ReconcileRunning(f"{why}; try again in {wait} s", retry_after=wait)
+
+    def check_free(self) -> None:
+        """`ReconcileRunning` when a run of this process holds the lock now (a cheap check before
+        a streamed answer starts; the run itself still takes the lock)."""
+        if self._lock.locked():
+            raise self._busy("a reconcile run is in progress")
 
     def _renewing(self, on_progress: Progress | None) -> Progress:
         """`on_progress`, renewing the lease on the way when a third of its time has passed."""
@@ -116,18 +132,20 @@ class Reconciler:
 
     def _scheduled(self) -> None:
         try:
-            self.run(wait=False)
+            self.run()
+        except ReconcileRunning:
+            log.info("scheduled reconcile skipped: a run holds the run lease")
         except Exception:  # a failed run leaves the previous results in place; the next run retries
             log.exception("scheduled reconcile failed")
 
-    def run(self, on_progress: Progress | None = None, wait: bool = True) -> Any:
-        """One run now; `DatabaseUnavailable` when the database cannot take its writes (disk
-        full...), the previous results staying in place. Without `wait`, None when another
-        process is running one."""
-        with self._run_lock(wait) as held:
-            if not held:
-                log.info("scheduled reconcile skipped: another process holds the run lease")
-                return None
+    def run(self, on_progress: Progress | None = None, before: Callable[[], object] | None = None) -> Any:
+        """One run now; `ReconcileRunning` at once when a run holds the lock, `DatabaseUnavailable`
+        when the database cannot take its writes (disk full...), the previous results staying in
+        place. `before`: done first under the lock (a period close's append), so that it is
+        never done when the run cannot be."""
+        with self._run_lock():
+            if before is not None:
+                before()
             return self._run_held(self._renewing(on_progress))
 
     def _run_held(self, report: Progress) -> job.RunSummary:
@@ -192,6 +210,7 @@ class Reconciler:
 
     def _ran(self, summary: job.RunSummary, seconds: float) -> None:
         """Log a finished run (its id, mode, duration and rows) and record it in the metrics."""
+        self._last_seconds = seconds
         log.info(
             "reconcile run %s (%s) in %.0f ms: %d events read, %d sales, %d commissions, %d unroutable",
             summary.run_id,

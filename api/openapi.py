@@ -236,7 +236,7 @@ def _error_example(cls: type[E.TallyError], base_url: str) -> dict[str, Any]:
         error["fields"] = [{"field": "amount", "message": "Input should be greater than or equal to 1"}]
     if cls is E.ApiKeyRotationRequired:
         error["deadline"] = "2026-12-01T00:00:00Z"
-    if cls is E.RateLimited:
+    if cls is E.RateLimited or cls is E.ReconcileRunning:
         error["retry_after"] = 1
     return {"error": error}
 
@@ -300,7 +300,7 @@ class _Builder:
             }
             lines = "\n".join(f"- `{c.code}`: {(c.__doc__ or '').strip().splitlines()[0]}" for c in classes)
             headers: dict[str, Any] = {"X-Request-Id": REQUEST_ID_HEADER, **self.rotation(doc)}
-            if status == 429:
+            if status == 429 or E.ReconcileRunning in classes:
                 headers["Retry-After"] = {"schema": {"type": "integer"}, "description": "seconds"}
             content: dict[str, Any] = {
                 JSON: {

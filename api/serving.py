@@ -7,7 +7,8 @@ failed start reported as one line.
   has not completed a request's headers within `header_timeout` of connecting, or of the previous
   response on a kept-alive connection, is closed (uvicorn has no such option; its keep-alive
   timer stops at the first byte, so a client dribbling header bytes held a connection forever).
-  Slow bodies are timed out by `api.http.read_body` (`TALLY_BODY_TIMEOUT_SECONDS`, 408).
+  Slow bodies are timed out by `api.http.read_body` (`TALLY_BODY_TIMEOUT_SECONDS` per pause,
+  `TALLY_BODY_TOTAL_TIMEOUT_SECONDS` for the whole body, 408).
 - `run`: uvicorn's start-up errors (lifespan failure, port in use) are held back while starting;
   `StartupFailed` carries the reason in one line instead.
 """

@@ -42,9 +42,11 @@ class Settings(BaseSettings):
     refusal_rate_burst: int = Field(default=60, ge=1)
     # Peers (addresses or networks) whose X-Forwarded-For is believed; none by default.
     trusted_proxies: str = ""
-    # Slow clients: a request's headers, and each pause inside its body, may take this long.
+    # Slow clients: a request's headers, each pause inside its body, and its whole body (a body
+    # trickled a byte at a time never pauses long) may take this long.
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     body_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    body_total_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
     # Observability (docs/observability.md): log lines as text or JSON, their level, and whether
     # GET /metrics answers without the operator token.
     log_format: Literal["text", "json"] = "text"

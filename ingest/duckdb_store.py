@@ -960,14 +960,17 @@ class DuckStore:
     # -- leases: named locks that expire (the reconcile run) -----------------------------------
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
         """Take or renew the lease `name` for `holder` until `now + ttl`; False while another
-        holder's lease has not expired."""
+        holder's lease has not expired and that holder may be alive. A holder named by its
+        process (`lockfile.identity()`, as the reconciler names itself) that no longer runs left
+        its lease by dying (killed mid-run, the server restarted): that lease is free at once."""
         cur = self._reader()
         cur.execute("BEGIN TRANSACTION")
         try:
             row = cur.execute(
                 "SELECT holder, expires_at, acquired_at FROM leases WHERE name = ?", [name]
             ).fetchone()
-            if row is not None and row[0] != holder and (_stored_time(row[1]) or now) > now:
+            held = row is not None and row[0] != holder and (_stored_time(row[1]) or now) > now
+            if held and row is not None and not lockfile.dead(str(row[0])):
                 cur.execute("ROLLBACK")
                 return False
             acquired = row[2] if row is not None and row[0] == holder else now

@@ -130,13 +130,15 @@ def apply_backfill(tx: Tx, backfill: Mapping[str, Any], picked: Sequence[Mapping
     return tx.append(backfill)
 
 
-async def close_period(writer: Writer, program: Program, period: str, actor: str) -> dict[str, Any]:
+def close_period(writer: Writer, program: Program, period: str, actor: str) -> dict[str, Any]:
+    """Append the close of `period` and wait until reads see it (blocking: called by the
+    reconciler under its run lock, on a worker thread)."""
     row = _row(program, "period_close", actor, {"period": period}, event_id=new_id("close"))
 
     def op(tx: Tx) -> int:
         return tx.append(row)
 
-    await writer.run(op, flush=True)
+    writer.run_sync(op, flush=True)
     return {
         "period": period,
         "closed_at": row["received_at"],

@@ -225,6 +225,15 @@ class RateLimited(TallyError):
     status = 429
 
 
+class ReconcileRunning(TallyError):
+    """Raised at once when a call needs the reconcile run lock (reconcile, payouts, backfill,
+    period close) while a run holds it, here or on another replica; carries `retry_after`
+    seconds (the `Retry-After` header). No thread waits for the lock."""
+
+    code = "reconcile_running"
+    status = 409
+
+
 class ServiceUnavailable(TallyError):
     """Raised when the server cannot accept writes right now (starting or shutting down)."""
 

@@ -1,11 +1,13 @@
 """Connecting to PostgreSQL and telling its faults apart (the PostgreSQL backend,
 ingest/postgres_store.py): connection strings with tally's session settings, URLs as messages
 may show them, what counts as the database being unreachable, the health that makes a replica
-answer 503 at once while it is, and `tally migrate` on a PostgreSQL database."""
+answer 503 at once while it is, connections checked out healthy (`stale`), and `tally migrate`
+on a PostgreSQL database."""
 
 from __future__ import annotations
 
 import logging
+import select
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -112,6 +114,24 @@ class Health:
 
     def close(self) -> None:
         self._closed.set()
+
+
+def stale(con: psycopg.Connection[Any]) -> bool:
+    """Whether a connection about to be used is no use: closed, broken, or ended by the server
+    while it sat idle (PostgreSQL restarted: its connections are gone, though nothing told ours).
+    An idle connection has nothing to read, so a readable socket is the server's goodbye (its
+    FATAL, or the close itself). One poll, no round trip: the hot path's lookups and the writer
+    check their connection before each use; a false alarm costs one reconnect."""
+    if con.closed or con.broken:
+        return True
+    if con.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False  # in the middle of something: the statement itself will tell
+    try:
+        poller = select.poll()
+        poller.register(con.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True
 
 
 def first_line(exc: BaseException) -> str:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -56,6 +57,7 @@ from ingest.postgres_conn import (
     describe,
     first_line,
     resource_fault,
+    stale,
 )
 from ingest.postgres_control import (
     BY_ACCOUNT,
@@ -167,7 +169,7 @@ class PgStore:
         skip the pool's hand-over (about a third of a lookup's cost), and a thread that owns it
         never waits for one. A connection from before the database went away is replaced."""
         con: Connection | None = getattr(self._local, "con", None)
-        if con is not None and (con.closed or con.broken or self._local.generation != self._generation):
+        if con is not None and (stale(con) or self._local.generation != self._generation):
             with contextlib.suppress(Exception):
                 con.close()
             con = None
@@ -187,8 +189,11 @@ class PgStore:
         self._health.check()
         try:
             if pooled:
-                with self._pool.connection(timeout=POOL_WAIT_SECONDS) as con:
+                con = self._pooled()
+                try:
                     yield con
+                finally:
+                    self._pool.putconn(con)
             else:
                 yield self._lookup_connection()
         except (psycopg.OperationalError, PoolTimeout) as exc:
@@ -203,6 +208,19 @@ class PgStore:
                     f"tally cannot reach its database right now: {first_line(exc)}"
                 ) from exc
             raise
+
+    def _pooled(self) -> Connection:
+        """A healthy connection from the pool: one the server closed while it sat in the pool
+        (the database restarted) is closed here, so the pool drops it, and the next is taken at
+        once (the pool's own `check` would wait a growing back-off between such attempts)."""
+        deadline = time.monotonic() + POOL_WAIT_SECONDS
+        for _ in range(POOL_MAX):
+            con = self._pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
+            if not stale(con):
+                return con
+            con.close()
+            self._pool.putconn(con)
+        return self._pool.getconn(timeout=max(0.0, deadline - time.monotonic()))  # opened after those
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._conn() as con:
@@ -227,7 +245,11 @@ class PgStore:
             with contextlib.suppress(Exception):
                 self._writer.close()
             self._writer = None
-        if self._writer is None or self._writer.closed or self._writer.broken:
+        if self._writer is not None and stale(self._writer):  # e.g. the database restarted
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+        if self._writer is None:
             try:
                 # autocommit: each group commit delimits its own transaction in its pipeline
                 self._writer = psycopg.connect(self._request_info, autocommit=True)
@@ -300,8 +322,9 @@ class PgStore:
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
         """A PostgreSQL advisory lock, held by a connection of the holder's own: taken when no
         session holds it, kept (renewed) while the holder's connection lives. A replica that
-        dies drops its connection, and with it the lock, at once (no waiting for `ttl`); the
-        `leases` row says who holds it, for operators."""
+        dies drops its connection, and with it the lock, at once (no waiting for `ttl`; a
+        machine that dies, through the server's TCP keepalive, in about 25 s); the `leases` row
+        says who holds it, for operators."""
         with self._leases_lock:
             held = self._leases.get((name, holder))
             if held is not None and not held.closed:
@@ -314,6 +337,11 @@ class PgStore:
                 raise DatabaseUnavailable(
                     f"tally cannot reach its database right now: {first_line(exc)}"
                 ) from exc
+            # A holder whose machine dies (no FIN for its socket) is noticed by the server's
+            # keepalive probes: its session, and the lock, end within about half a minute.
+            con.execute(b"SET tcp_keepalives_idle = 10")
+            con.execute(b"SET tcp_keepalives_interval = 5")
+            con.execute(b"SET tcp_keepalives_count = 3")
             row = con.execute(
                 b"SELECT pg_try_advisory_lock(hashtext('tally:lease:' || %s))", (name,)
             ).fetchone()

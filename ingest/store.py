@@ -379,7 +379,10 @@ class Store(Protocol):
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
         """Take or renew the named lease (the reconcile run's lock) for `holder` until
         `now + ttl`; False while another holder's lease is unexpired. Decided in the database,
-        so it binds every process sharing it, and a holder that dies frees it at expiry."""
+        so it binds every process sharing it; never waits. A holder that dies frees it at once:
+        on PostgreSQL the lock is its connection's (an advisory lock), on the embedded file a
+        holder named by its process (`ingest.lockfile.identity()`) that no longer runs holds
+        nothing (tests/ingest/test_store_contract.py)."""
 
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease up if `holder` still holds it."""

@@ -17,7 +17,13 @@ clawback or adjustment). For a line whose month P is closed at Ta:
   key's current status (`reversed` once the key no longer exists, e.g. after re-attribution).
 
 Lines of months never closed are the current ledger's. Programs without closes cost nothing
-extra; each close costs one more pass over that program's prefix of the log.
+extra. The books as of every close, of every program, come from one more pass, whatever the
+number of closes: each prefix is a program of its own in one log (`stacked`: the prefix's rows
+under an alias of their program, one per close, so no rule relates rows of two prefixes, as
+none relates rows of two programs), and the pass's lines are split back by alias. So a close
+adds the rows of its prefix to that pass, never a pass of its own (before, each close cost one
+full pass: 96 monthly closes of a 193-event log, 9.7 s; now 0.22 s, against 0.08 s with no
+close). What still grows with the closes is the rows of that one pass (the sum of the prefixes).
 """
 
 from __future__ import annotations
@@ -32,7 +38,11 @@ VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refund
 KEY = ("sale_id", "partner_code", "kind", "cause")
 PERIOD_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"
 
-Compute = Callable[[pl.LazyFrame], pl.DataFrame]
+ALIAS = "\x1f"  # joins a program id and a snapshot number into the alias of its prefix
+
+# (the stacked prefixes, the aliases: alias, program_id) -> the ledger lines of every prefix,
+# each under its alias (pipeline.py values each alias with its program's terms and partners)
+Compute = Callable[[pl.LazyFrame, pl.DataFrame], pl.DataFrame]
 
 
 def closes(log: pl.LazyFrame) -> pl.DataFrame:
@@ -56,38 +66,64 @@ def next_month(period: str) -> str:
     return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
 
 
-def first_open_after(period: str, closed: set[str]) -> str:
-    month = next_month(period)
-    while month in closed:
-        month = next_month(month)
-    return month
-
-
 def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute) -> pl.DataFrame:
     """Commission lines with closed months frozen and corrections as adjustments."""
     closed = closes(log)
     if closed.is_empty():
         return current
+    snaps = (
+        closed.select("program_id", seq="close_seq")
+        .unique()
+        .sort("program_id", "seq")
+        .with_columns(snap=pl.int_range(pl.len()).over("program_id"))
+        .with_columns(alias=pl.col("program_id") + ALIAS + pl.col("snap").cast(pl.String))
+    )
     programs = sorted(set(closed["program_id"].to_list()))
+    lines = compute(stacked(log, snaps), snaps.select("alias", "program_id"))
+    by_alias = lines.partition_by("program_id", as_dict=True)
     parts = [current.filter(~pl.col("program_id").is_in(programs))]
     for program in programs:
         rows = closed.filter(pl.col("program_id") == program)
         close_at = dict(zip(rows["period"].to_list(), rows["close_seq"].to_list(), strict=True))
         seqs = sorted(set(close_at.values()))
-        mine = log.filter(pl.col("program_id") == program)
-        snapshots = [compute(mine.filter(pl.col("seq") < seq)) for seq in seqs]
-        snapshots.append(current.filter(pl.col("program_id") == program))
+        mine = current.filter(pl.col("program_id") == program)
+        snapshots = [
+            by_alias.get((f"{program}{ALIAS}{j}",), mine.clear()).with_columns(program_id=pl.lit(program))
+            for j in range(len(seqs))
+        ]
+        snapshots.append(mine)
         parts.append(_compose(snapshots, close_at, seqs))
     return pl.concat(parts, how="vertical_relaxed")
+
+
+def stacked(log: pl.LazyFrame, snaps: pl.DataFrame) -> pl.LazyFrame:
+    """Every prefix of `snaps` (program_id, seq, alias: the rows of the program below seq) in one
+    log, each under its alias: as `program_id`, and as `meta_program_id` where the metadata named
+    the program itself (so that it does not read as another program's)."""
+    bounds = snaps.lazy().select("program_id", "alias", below="seq")
+    return (
+        log.join(bounds, on="program_id")
+        .filter(pl.col("seq") < pl.col("below"))
+        .with_columns(
+            meta_program_id=pl.when(pl.col("meta_program_id") == pl.col("program_id"))
+            .then(pl.col("alias"))
+            .otherwise(pl.col("meta_program_id")),
+            program_id=pl.col("alias"),
+        )
+        .drop("alias", "below")
+    )
 
 
 def _schedule(close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
     """(line_period, snap) -> month receiving the change from snapshot `snap` to `snap + 1`."""
     rows: list[dict[str, object]] = []
-    for period, seq in close_at.items():
-        for snap in range(seqs.index(seq), len(seqs)):
-            shut = {p for p, s in close_at.items() if s <= seqs[snap]}
-            rows.append({"line_period": period, "snap": snap, "month": first_open_after(period, shut)})
+    for snap, seq in enumerate(seqs):
+        shut = {p for p, s in close_at.items() if s <= seq}
+        after: dict[str, str] = {}  # closed month -> the first open month after it
+        for period in sorted(shut, reverse=True):  # a later month's answer is known first
+            month = next_month(period)
+            after[period] = after.get(month, month)
+        rows += [{"line_period": p, "snap": snap, "month": after[p]} for p in shut]
     return pl.DataFrame(rows, schema={"line_period": pl.String, "snap": pl.Int64, "month": pl.String})
 
 

@@ -147,7 +147,7 @@ def reconcile(
     # The terms over time come from the whole log, for every prefix too (reconcile/terms.py).
     history = terms.history(log, settings)
     current = ledger(log, history, people, now)
-    lines = periods.apply(log, current.lines, lambda prefix: ledger(prefix, history, people, now).lines)
+    lines = periods.apply(log, current.lines, partial(_prefixes, history=history, people=people, now=now))
     made = payouts.batches(log)
     marks = payouts.paid(log, made)
     return Result(
@@ -159,6 +159,24 @@ def reconcile(
         unroutable=unroutable.listing(log, settings),
         payouts=_conform(payouts.table(made, marks), PAYOUTS_SCHEMA),
     )
+
+
+def _prefixes(
+    log: pl.LazyFrame, aliases: pl.DataFrame, history: pl.DataFrame, people: pl.DataFrame, now: datetime
+) -> pl.DataFrame:
+    """The ledger lines of the prefixes `log` stacks (reconcile/periods.py `stacked`) in one
+    pass: each alias valued with its program's terms over time and its partners."""
+
+    def aliased(frame: pl.DataFrame) -> pl.DataFrame:
+        return (
+            frame.join(aliases, on="program_id")
+            .with_columns(program_id=pl.col("alias"))
+            .drop("alias")
+            .select(frame.columns)
+        )
+
+    terms_over_time = aliased(history).sort("program_id", "since", nulls_last=False)  # as terms.history
+    return ledger(log, terms_over_time, aliased(people), now).lines
 
 
 def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -103,6 +103,11 @@ class Cluster:
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
+    def restart(self) -> None:
+        """Stop (fast: sessions are ended) and start again: every client connection is gone."""
+        self.stop("fast")
+        self.start()
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 

@@ -11,9 +11,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
+import httpx
 import pytest
 
-from tests.conftest import ROOT, LiveServer, live_program, start_server
+from tests.conftest import OP, ROOT, LiveServer, live_program, start_server
 from tests.processes import Load, accepted_sales, journal_dir, kill, uncopied_batches
 
 SALE = "/api/v1/track/sale"
@@ -102,3 +104,31 @@ def test_sigkill_with_journal_only_rows_and_again_during_start_up_recovery(
     assert process.poll() is None
     kill(process)
     _assert_all_there_once(db, acked)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_reconcile_leaves_no_lock_behind(tmp_path: Path) -> None:
+    """A server killed in the middle of a reconcile run leaves its lease in the database (held
+    for 10 minutes by the clock); restarted, it reconciles at once: the lease names a process
+    that no longer runs."""
+    db = tmp_path / "reconcile.duckdb"
+    server = start_server(db)
+    _, _, key = live_program(server.url)
+    load = Load(server.url, key)
+    load.wait_for(300)
+    load.stop()
+    stream_headers = {**OP, "Accept": "application/x-ndjson"}
+    with httpx.stream("POST", f"{server.url}/api/v1/operator/reconcile", headers=stream_headers) as r:
+        first = next(r.iter_lines())
+        kill(server.process)  # at its first progress line: the run holds the lease
+    assert "progress" in first
+    with duckdb.connect(str(db)) as con:
+        left = con.execute("SELECT holder, expires_at > now() FROM leases").fetchall()
+    assert [(holder.split(":")[1], live) for holder, live in left] == [(str(server.process.pid), True)]
+    restarted = start_server(db)
+    try:
+        r = httpx.post(f"{restarted.url}/api/v1/operator/reconcile", headers=OP, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["data"]["sales"] >= 300
+    finally:
+        restarted.stop()

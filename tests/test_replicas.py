@@ -343,3 +343,29 @@ def test_while_postgresql_is_down_a_replica_answers_503_and_recovers_by_itself(t
         assert _rows(database, accepted) == [("in_before",), ("in_after",)]  # nothing of the refused ones
     finally:
         cluster.close()
+
+
+def test_after_postgresql_restarts_the_first_calls_find_healthy_connections(tmp_path: Path) -> None:
+    """PostgreSQL restarted between two calls (no call saw it down): every pooled, lookup and
+    writer connection of the replica is dead, and each is found so when it is checked out and
+    replaced, so the first reconcile, sale and read after the restart answer 200, not 503."""
+    cluster = Cluster()
+    try:
+        database = cluster.url(cluster.create_database())
+        server = _replica(database, tmp_path, "a")
+        try:
+            owner, pid, key = live_program(server.url)
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                assert _sold(c, key, "in_before").status_code == 200
+                assert c.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+                assert c.get(f"/api/v1/programs/{pid}/sales", headers=owner).status_code == 200
+                cluster.restart()
+                r = c.post("/api/v1/operator/reconcile", headers=OP)
+                assert r.status_code == 200, r.text
+                assert _sold(c, key, "in_after").status_code == 200
+                r = c.get(f"/api/v1/programs/{pid}/sales", headers=owner)
+                assert r.status_code == 200 and len(r.json()["data"]) == 1
+        finally:
+            server.stop()
+    finally:
+        cluster.close()

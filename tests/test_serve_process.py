@@ -3,6 +3,7 @@ and a failed start reported in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -29,7 +30,11 @@ pytestmark = pytest.mark.slow
 
 CLICK = "/api/v1/track/click"
 LIMITS = {"TALLY_PUBLIC_RATE_PER_SECOND": "0.001", "TALLY_PUBLIC_RATE_BURST": "3"}
-TIMEOUTS = {"TALLY_HEADER_TIMEOUT_SECONDS": "1", "TALLY_BODY_TIMEOUT_SECONDS": "1"}
+TIMEOUTS = {
+    "TALLY_HEADER_TIMEOUT_SECONDS": "1",
+    "TALLY_BODY_TIMEOUT_SECONDS": "1",
+    "TALLY_BODY_TOTAL_TIMEOUT_SECONDS": "3",
+}
 CLOSED_WITHIN = 10.0  # a generous bound for a 1 s timeout on a shared machine
 
 
@@ -139,6 +144,39 @@ def test_stalled_body_gets_408_and_close(untrusted: LiveServer) -> None:
     assert head.startswith(b"HTTP/1.1 408 "), received
     assert b"connection: close" in head.lower()
     assert b'"code":"request_timeout"' in body
+
+
+def test_trickled_body_is_cut_off_after_the_whole_body_bound(untrusted: LiveServer) -> None:
+    """A body sent a byte every 0.4 s never pauses for the 1 s per-pause bound; the whole body's
+    bound (3 s) cuts it off: 408 `request_timeout`, connection closed."""
+    with connect(untrusted, "127.0.0.15") as sock:
+        sock.sendall(
+            b"POST /api/v1/track/lead HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 200\r\n\r\n"
+        )
+        sock.settimeout(0.4)
+        received, start = b"", time.monotonic()
+        try:
+            for byte in b'{"customer_external_id": "' + b"c" * 170:
+                sock.sendall(bytes([byte]))
+                try:
+                    if not (chunk := sock.recv(65536)):
+                        break
+                    received += chunk
+                except TimeoutError:
+                    pass
+                if time.monotonic() - start > CLOSED_WITHIN:
+                    pytest.fail("the server kept reading a trickled body")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        sock.settimeout(CLOSED_WITHIN)
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), received
+    assert b"connection: close" in head.lower()
+    assert b'"code":"request_timeout"' in body and b"longer than 3 s" in body
 
 
 def test_slow_but_timely_requests_are_unaffected(untrusted: LiveServer) -> None:

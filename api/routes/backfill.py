@@ -17,7 +17,14 @@ from api.http import body_model, ok
 from api.openapi import ACCOUNT_TOKEN, OPERATOR_TOKEN, Doc, Param, document
 from ingest import bounds, control, engineering
 from ingest.clock import utcnow
-from ingest.errors import MissingCredentials, NotFound, OwnerRequired, ProgramNotFound, ValidationFailed
+from ingest.errors import (
+    MissingCredentials,
+    NotFound,
+    OwnerRequired,
+    ProgramNotFound,
+    ReconcileRunning,
+    ValidationFailed,
+)
 from ingest.inputs import BackfillIn, MetadataFixesIn
 from ingest.records import Program
 from reconcile.backfill import BackfillDiff
@@ -110,9 +117,13 @@ async def close_period(request: Request) -> Response:
             f"{period} has not started yet", fields=[{"field": "period", "message": "a month that has begun"}]
         )
     st = state(request)
-    data = await engineering.close_period(st.writer, program, period, actor)
-    summary = await asyncio.to_thread(st.reconciler.run)
-    return ok(request, {**data, "reconcile_run_id": summary.run_id})
+    closed: list[dict[str, Any]] = []  # appended under the run lock: never when the run is refused
+
+    def close() -> None:
+        closed.append(engineering.close_period(st.writer, program, period, actor))
+
+    summary = await asyncio.to_thread(st.reconciler.run, None, close)
+    return ok(request, {**closed[0], "reconcile_run_id": summary.run_id})
 
 
 routes = [
@@ -167,7 +178,7 @@ document(
                 "changes": 0,
                 "picked_up": [],
             },
-            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ReconcileRunning),
             writes=True,
         ),
         close_period: Doc(
@@ -191,7 +202,7 @@ document(
                 "close_id": "close_1",
                 "reconcile_run_id": "run_2b",
             },
-            errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed, ReconcileRunning),
             writes=True,
         ),
     }

@@ -15,7 +15,7 @@ from api.openapi import OPERATOR_TOKEN, Doc, Param, document
 from api.state import read_tables
 from api.streaming import progress_stream, summary_view
 from ingest import control
-from ingest.errors import Conflict, NotFound, ProgramNotFound, ValidationFailed
+from ingest.errors import Conflict, NotFound, ProgramNotFound, ReconcileRunning, ValidationFailed
 from ingest.inputs import AccountIn, AgentKeyIn, LegacyKeyIn, RotationIn
 from ingest.records import Program
 from reconcile.job import RunSummary
@@ -68,6 +68,7 @@ async def reconcile(request: Request) -> Response:
     require_operator(request)
     reconciler = state(request).reconciler
     if "application/x-ndjson" in request.headers.get("accept", ""):
+        reconciler.check_free()  # busy: the 409 before the stream starts (its status is 200)
         return progress_stream(reconciler.run)
     summary = await asyncio.to_thread(reconciler.run)
     return ok(request, summary_view(summary))
@@ -107,7 +108,9 @@ document(
             "operator",
             description='With `Accept: application/x-ndjson` the answer streams `{"progress": {...}}` '
             'lines, then one `{"data": ...}` line (what `tally reconcile` shows). `unroutable` counts '
-            "the processor events routed to no program (`GET /api/v1/operator/unroutable` lists them).",
+            "the processor events routed to no program (`GET /api/v1/operator/unroutable` lists them). "
+            "While a run holds the run lock (here or on another replica): 409 `reconcile_running` at "
+            "once, with `Retry-After`.",
             auth=(OPERATOR_TOKEN,),
             data=RunSummary,
             result={
@@ -121,6 +124,7 @@ document(
                 "unroutable": 2,
             },
             content={"application/x-ndjson": {"schema": {"type": "string"}}},
+            errors=(ReconcileRunning,),
             writes=True,
         ),
         list_unroutable: Doc(

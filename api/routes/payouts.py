@@ -26,6 +26,7 @@ from ingest.errors import (
     NotFound,
     OwnerRequired,
     ProgramNotFound,
+    ReconcileRunning,
     SaleNotFound,
     ValidationFailed,
 )
@@ -275,7 +276,7 @@ document(
                     },
                 }
             },
-            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ReconcileRunning),
             writes=True,
         ),
         list_payouts: Doc(
@@ -359,7 +360,7 @@ document(
             params=(_PAYOUT_ID,),
             data=schemas.Payout,
             result={**_BATCH, "status": "paid", "paid_at": "2026-02-04T10:00:00Z", "paid_by": "acc_1a"},
-            errors=(ProgramNotFound, NotFound, OwnerRequired),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ReconcileRunning),
             writes=True,
         ),
     }

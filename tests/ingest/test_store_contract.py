@@ -5,7 +5,11 @@ embedded file, several on a shared database), the test says which it checks."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -26,6 +30,7 @@ from ingest.records import (
 )
 from ingest.store import Store
 from ingest.writer import Writer
+from tests.conftest import ROOT
 from tests.helpers import sql_rows
 
 AT = datetime(2026, 11, 1, tzinfo=UTC)
@@ -232,6 +237,67 @@ def test_leases_exclude_other_holders_until_they_expire_or_are_released(
             assert reopened.acquire_lease("reconcile", "c", AT + timedelta(minutes=21), ttl)
     finally:
         reopened.close()
+
+
+# A process that takes the reconcile lease as the reconciler names itself, then stays alive (on
+# the embedded file it closes its store, as one file admits one store, leaving the lease row).
+_HOLDER = """
+import sys, time
+from datetime import UTC, datetime, timedelta
+from ingest import lockfile
+from ingest.backend import open_store
+store = open_store(sys.argv[1], engine_dir=sys.argv[2])
+now, ttl = datetime.now(UTC), timedelta(minutes=10)
+assert store.acquire_lease("reconcile", lockfile.identity() + ":run1", now, ttl)
+if sys.argv[3] == "close":
+    store.close()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_lease_whose_holder_was_killed_is_free_at_once(
+    open_store: Callable[[], Store], backend: str, database: str, tmp_path: Path
+) -> None:
+    """A holder alive keeps the lease; SIGKILLed mid-run (nothing released), the lease is free
+    at once, long before it would expire: on the embedded file its process no longer runs, on
+    PostgreSQL its connection (and so its advisory lock) is gone."""
+    open_store().close()  # migrated
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _HOLDER,
+            database,
+            str(tmp_path / "engine-holder"),
+            "keep" if _shared(backend) else "close",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        store = open_store()
+        try:
+            now = datetime.now(UTC)
+            assert not store.acquire_lease("reconcile", "next", now, timedelta(minutes=10))
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(10)
+            # PostgreSQL ends the dead client's session as soon as it reads the closed socket
+            deadline = time.monotonic() + (5 if _shared(backend) else 0)
+            while not store.acquire_lease(
+                "reconcile", "next", now + timedelta(seconds=1), timedelta(minutes=10)
+            ):
+                assert time.monotonic() < deadline, "the killed holder's lease was not freed"
+                time.sleep(0.05)
+        finally:
+            store.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+        if holder.stdout:
+            holder.stdout.close()
 
 
 def _click(n: int) -> dict[str, object]:

@@ -151,5 +151,7 @@ def test_ledger_streams_exercise_every_rule() -> None:
         seen.update(lines.filter(pl.col("status_reason").is_not_null()).get_column("status").to_list())
 
     collect()
-    assert seen >= {"commission", "clawback", "adjustment", "paid", "clawback in a batch", "held", "void"}, seen
+    assert seen >= {"commission", "clawback", "adjustment", "paid", "clawback in a batch", "held", "void"}, (
+        seen
+    )
     assert set(ENGINEER) >= {"payout_batch", "payout_paid", "program_terms"}

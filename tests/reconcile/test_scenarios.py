@@ -683,6 +683,43 @@ def test_closed_period_is_frozen_and_later_changes_become_adjustments() -> None:
     assert sale(result, "sale_1")["commission"] == 1_500
 
 
+def test_closes_cost_one_pass_over_the_log_whatever_their_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The books as of every close come from one more pass of the ledger (reconcile/periods.py),
+    not one per close: a year of monthly closes, each after that month's sale and a refund of
+    the month before (so every close's books differ), costs as many passes as one close, with
+    the results the reference gives."""
+    from reconcile import pipeline
+
+    passes: list[int] = []
+    ledger = pipeline.ledger
+
+    def counted(*args: Any, **kwargs: Any) -> pipeline.Ledger:
+        passes.append(1)
+        return ledger(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "ledger", counted)
+
+    def year(closes: int) -> list[dict[str, Any]]:
+        rows = [b.click("clk_1", "p1"), b.lead("lead_1", "ck_1", click_id="clk_1")]
+        for m in range(1, 13):
+            when = datetime(2025, m, 5, tzinfo=UTC)
+            rows.append(b.track_sale(f"s{m}", f"tx_{m}", 10_000, customer_key="ck_1", occurred_at=when))
+            if m > 1:
+                rows.append(b.track_refund(f"re_{m}", f"tx_{m - 1}", 1_000, occurred_at=when))
+            if m <= closes:
+                rows.append(b.period_close(f"close_{m}", f"2025-{m:02d}"))
+        return rows
+
+    counts = []
+    for closes in (1, 12):
+        passes.clear()
+        result = run(year(closes))
+        counts.append(len(passes))
+        adjusted = result.commissions.filter(pl.col("kind") != "commission").height
+        assert adjusted >= closes - 1  # each closed month's refund moved forward
+    assert counts[0] == counts[1] == 2  # the log's, and the closes' (whatever their number)
+
+
 def _stray(event_id: str, account: str | None, meta: str | None = None, **kw: Any) -> dict[str, Any]:
     return b.invoice(
         event_id,
