@@ -171,10 +171,30 @@ class SaleRow(BaseModel):
     occurred_at: datetime | None
 
 
+LineStatus = Literal["pending", "approved", "held", "reversed", "void", "paid"]
+
+
+class LedgerLine(BaseModel):
+    """One of a sale's lines in explain, with its booking; further columns may follow."""
+
+    partner_code: str | None
+    kind: Literal["commission", "adjustment", "clawback"]
+    cause: str | None  # the raw event id or action id that caused an adjustment or clawback
+    period: str
+    amount: int
+    status: LineStatus
+    status_reason: str | None  # why the sale's last finance action was taken
+    status_by: str | None  # who took it
+    payout_id: str | None
+    booking_id: str | None  # the raw-log row that booked the line (null while pending)
+    booked_at: datetime | None
+
+
 class Explain(BaseModel):
     sale: SaleRow
     steps: list[dict[str, Any]]
     answer: str
+    lines: list[LedgerLine]
 
 
 class CommissionRow(BaseModel):
@@ -184,11 +204,21 @@ class CommissionRow(BaseModel):
     partner_code: str | None
     amount: int
     currency: str | None
-    status: Literal["pending", "approved", "held", "reversed", "paid"]
+    status: LineStatus
     period: str
     kind: Literal["commission", "adjustment", "clawback"]
     adjusts: str | None = None  # the transaction id a clawback or adjustment corrects
+    cause: str | None = None  # the raw event id or action id that caused a non-commission line
     payout_id: str | None = None  # the payout batch that took the line
+    booked: bool | None = None  # whether a booking holds the line (it never changes then)
+    status_reason: str | None = None  # why the sale's last finance action was taken
+
+
+class SaleLines(BaseModel):
+    """A sale's lines after a finance action."""
+
+    transaction_id: str
+    lines: list[dict[str, Any]]
 
 
 class Fix(BaseModel):

@@ -146,8 +146,10 @@ def fold(acts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         .agg(last=pl.col("action").last(), last_reason=pl.col("reason").last(), last_by=pl.col("by").last())
     )
     both = last.join(voided, on=by, how="full", coalesce=True)
+    voided_now = pl.col("void_reason").is_not_null() | pl.col("void_by").is_not_null()
     return both.select(
         *by,
+        hold_by=pl.when(voided_now).then(pl.col("void_by")).otherwise(pl.col("last_by")),
         hold_state=pl.when(pl.col("void_reason").is_not_null() | pl.col("void_by").is_not_null())
         .then(pl.lit("void"))
         .when(pl.col("last") == "hold")
@@ -168,7 +170,8 @@ def _clock(now: datetime, since: pl.Expr) -> pl.Expr:
 def overlay(lines: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime) -> pl.DataFrame:
     """The ledger `lines` (reconcile/ledger.py, one pass over the log) with the log's bookings
     and finance actions applied (the module docstring): columns of `lines` plus `booked_seq`
-    (null for a line no booking holds) and `status_reason` (who held or voided it, and why)."""
+    (null for a line no booking holds), `status_reason` and `status_by` (why the sale's last
+    finance action was taken, and by whom)."""
     books = booked(log)
     acts = actions(log)
     lines = lines.with_columns(booked_seq=pl.lit(None, pl.Int64))
@@ -339,7 +342,7 @@ def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.
 def _statuses(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.DataFrame:
     """Statuses after the finance actions: held / void sales' lines, released self-referrals."""
     if acts.is_empty():
-        return lines.with_columns(status_reason=pl.lit(None, pl.String))
+        return lines.with_columns(status_reason=pl.lit(None, pl.String), status_by=pl.lit(None, pl.String))
     states = state_at(acts)
     joined = lines.join(states, on=SALE, how="left")
     return joined.with_columns(
@@ -355,7 +358,8 @@ def _statuses(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.Data
         .then(_clock(now, pl.col("available_at")))
         .otherwise(pl.col("status")),
         status_reason=pl.col("hold_reason"),
-    ).drop("hold_state", "hold_reason")
+        status_by=pl.col("hold_by"),
+    ).drop("hold_state", "hold_reason", "hold_by")
 
 
 def due(lines: pl.DataFrame) -> pl.DataFrame:

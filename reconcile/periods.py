@@ -160,7 +160,7 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
     ).filter(pl.col("snap") == pl.col("close_snap"))
     # A closed month keeps its values; whether a booking holds the line (and why it is held or
     # void) is the current ledger's (reconcile/bookings.py).
-    current_marks = [c for c in ("booked_seq", "status_reason") if c in columns]
+    current_marks = [c for c in ("booked_seq", "status_reason", "status_by") if c in columns]
     if current_marks:
         frozen = frozen.drop(current_marks).join(described.select(*KEY, *current_marks), on=KEY, how="left")
     grid = (

@@ -214,6 +214,7 @@ COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "payout_id": STR,
     "booked_seq": INT,
     "status_reason": STR,
+    "status_by": STR,
 }
 
 # Payout batches (reconcile/payouts.py): one row per batch action of the raw log; `number` is

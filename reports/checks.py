@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-STATUSES = ("pending", "approved", "held", "reversed", "paid")
+STATUSES = ("pending", "approved", "held", "reversed", "void", "paid")
 INT = pl.Int64()
 
 CHECK_SCHEMA: dict[str, pl.DataType] = {

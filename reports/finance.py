@@ -12,7 +12,8 @@ What each figure means (all integer minor units, one row per currency, currencie
 - Commissions are the ledger lines of the month (rc_commissions.period): `commission` lines of
   sales of the month, `clawback` lines (refunds of approved or paid commissions, booked in the
   refund's month) and `adjustment` lines (later partner changes and corrections to closed months,
-  booked here). `commissions` and `platform_fees` are net of the reversals refunds caused
+  booked here). `platform_fees` leave out held and void lines (their fee is held or void with
+  them). `commissions` and `platform_fees` are net of the reversals refunds caused
   (`*_reversed`), so a closed month keeps the values it was closed with. `adjustments` and
   `clawbacks` are the parts of `commissions` those lines carry; the `adjustments` and
   `clawbacks` sections list exactly those lines, one section each (`adjustments_count` and
@@ -198,6 +199,8 @@ def build_finance(
     adjustment = pl.col("kind") == "adjustment"
     clawback = pl.col("kind") == "clawback"
     paid = pl.col("status") == "paid"
+    # a held or void line's platform fee is held or void with it (reconcile/bookings.py)
+    charged = ~pl.col("status").is_in(["held", "void"])
     applied = pl.col("outcome") == "applied"
     unmatched = pl.col("outcome") == "sale_not_found"
     parts = [
@@ -223,8 +226,8 @@ def build_finance(
             commission_lines=pl.len().cast(INT),
             commissions=pl.col("amount").sum(),
             commissions_reversed=pl.col("reversed").sum(),
-            platform_fees=pl.col("platform_fee").sum(),
-            platform_fees_reversed=pl.col("platform_fee_reversed").sum(),
+            platform_fees=_sum_if("platform_fee", charged),
+            platform_fees_reversed=_sum_if("platform_fee_reversed", charged),
             adjustments_count=_count_if(adjustment),
             adjustments=_sum_if("amount", adjustment),
             clawbacks_count=_count_if(clawback),
@@ -251,7 +254,7 @@ def build_finance(
         lines=pl.len().cast(INT),
         commission=pl.col("amount").sum(),
         commission_reversed=pl.col("reversed").sum(),
-        platform_fee=pl.col("platform_fee").sum(),
+        platform_fee=_sum_if("platform_fee", charged),
         adjustments=_sum_if("amount", adjustment),
         clawbacks=_sum_if("amount", clawback),
         **{status: _sum_if("amount", pl.col("status") == status) for status in STATUSES},

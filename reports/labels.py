@@ -117,8 +117,9 @@ CODE_LABELS: dict[str, dict[str, str]] = {
     "status": {
         "pending": "Pending",
         "approved": "Approved",
-        "held": "Held (self-referral)",
+        "held": "Held",
         "reversed": "Reversed",
+        "void": "Void",
         "paid": "Paid",
     },
     "warning": {

@@ -124,7 +124,34 @@ def explain(db: Reader, program_id: str, transaction_id: str) -> dict[str, Any] 
         answer = f"attributed to {sale['partner_code']} by rule {sale['attribution_rule']}"
     else:
         answer = f"not attributed: {sale['unattributed_reason']}"
-    return {"sale": sale, "steps": steps, "answer": answer}
+    return {
+        "sale": sale,
+        "steps": steps,
+        "answer": answer,
+        "lines": ledger_lines(db, program_id, sale["sale_id"]),
+    }
+
+
+def ledger_lines(db: Reader, program_id: str, sale_id: str) -> list[dict[str, Any]]:
+    """A sale's commission lines with their bookings (reconcile/bookings.py): `booked_at` and
+    `booking_id` (the log row that booked the line, null while pending), `cause` (the row that
+    caused an adjustment or clawback), and `status_reason` / `status_by` (the last finance
+    action on the sale: why, and who)."""
+    if not db.table_exists("rc_commissions"):
+        return []
+    lines = db.dicts(
+        "SELECT partner_code, kind, cause, adjusts, period, currency, amount, reversed, platform_fee,"
+        " refunded, status, status_reason, status_by, payout_id, booked_seq, dated_at FROM rc_commissions"
+        " WHERE program_id = ? AND sale_id = ? ORDER BY dated_at, kind, partner_code, cause",
+        [program_id, sale_id],
+    )
+    seqs = sorted({int(line["booked_seq"]) for line in lines if line["booked_seq"] is not None})
+    booked = {int(row["seq"]): row for row in db.raw_rows(seqs)} if seqs else {}
+    for line in lines:
+        row = booked.get(line.pop("booked_seq") or -1)
+        line["booking_id"] = None if row is None else row["event_id"]
+        line["booked_at"] = None if row is None else row["received_at"]
+    return lines
 
 
 COMMISSION_FIELDS = (
@@ -164,7 +191,7 @@ def commissions(
         "SELECT transaction_id, sale_id, partner_code, amount, amount + reversed AS gross,"
         " reversed, platform_fee, currency, status, period,"
         " sale_period, kind, adjusts, cause, payout_id, self_referral, available_at, dated_at,"
-        " booked_seq IS NOT NULL AS booked, status_reason"
+        " booked_seq IS NOT NULL AS booked, status_reason, status_by"
         f" FROM rc_commissions WHERE {' AND '.join(where)}"
         " ORDER BY period, dated_at, sale_id, kind, partner_code, cause"
         + ("" if limit is None else " LIMIT ? OFFSET ?"),

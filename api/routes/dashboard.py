@@ -354,7 +354,9 @@ async def explain(request: Request) -> Response:
     if found is None:
         raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
     view = control.program_view(st.store, program)
-    return render("explain.html", viewer=who, program=view, **found)
+    done = request.query_params.get("done")
+    notice = f"{done.capitalize()} recorded." if done in ("hold", "release", "void") else None
+    return render("explain.html", viewer=who, program=view, done=notice, **found)
 
 
 # -- finance report ---------------------------------------------------------------------------------

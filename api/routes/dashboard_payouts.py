@@ -23,8 +23,15 @@ from api.routes.reports import format_param
 from api.state import read_tables
 from ingest import control
 from ingest.clock import utcnow
-from ingest.errors import NotFound, ProgramNotFound, ValidationFailed
-from ingest.inputs import PayoutIn
+from ingest.errors import (
+    InvalidTransition,
+    LinePaid,
+    NotFound,
+    ProgramNotFound,
+    SaleNotFound,
+    ValidationFailed,
+)
+from ingest.inputs import CommissionActionIn, PayoutIn
 from ingest.store import Reader
 from reports import payouts
 
@@ -95,7 +102,28 @@ async def export(request: Request) -> Response:
     return await payout_actions.export(state(request), program, request.path_params["payout_id"], fmt)
 
 
+@page
+async def act_on_commission(request: Request) -> Response:
+    """A finance action (hold, release, void) from a sale's explain page; back to it, saying so."""
+    who, form = await posted(request)
+    program = owned_program(request, who)
+    transaction_id = request.path_params["transaction_id"]
+    action = form.get("action", "")
+    if action not in payout_actions.ACTIONS:
+        message = "must be hold, release or void"
+        raise ValidationFailed(f"action {message}", fields=[{"field": "action", "message": message}])
+    inp = validate(CommissionActionIn, {"reason": form.get("reason", "")})
+    await payout_actions.act_on_commission(
+        state(request), program, transaction_id, action, inp.reason, who.account.account_id
+    )
+    query = urlencode({"done": action})
+    return RedirectResponse(
+        program_url(program, f"/sales/{quote(transaction_id, safe='')}?{query}#lines"), 303
+    )
+
+
 routes = [
+    Route(PROGRAM + "/commissions/{transaction_id}", act_on_commission, methods=["POST"]),
     Route(PROGRAM + "/payouts", payouts_page, methods=["GET"]),
     Route(PROGRAM + "/payouts", create_payout, methods=["POST"]),
     Route(PROGRAM + "/payouts/{payout_id}/paid", mark_paid, methods=["POST"]),
@@ -111,6 +139,11 @@ document(
             "Make a payout batch up to a date (owner)", form=True, errors=(ProgramNotFound, ValidationFailed)
         ),
         mark_paid: _page("Mark a payout batch paid (owner)", form=True, errors=(ProgramNotFound, NotFound)),
+        act_on_commission: _page(
+            "Hold, release or void a sale's commission lines (owner)",
+            form=True,
+            errors=(ProgramNotFound, SaleNotFound, LinePaid, InvalidTransition, ValidationFailed),
+        ),
         export: _page(
             "A payout batch as a file (owner)",
             params=(Param("format", {"type": "string", "enum": list(FILE_FORMATS)}),),

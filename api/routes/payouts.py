@@ -141,7 +141,7 @@ async def mark_paid(request: Request) -> Response:
 
 _LINE_COLUMNS = (
     "sale_id, transaction_id, partner_code, kind, cause, period, currency, amount, reversed,"
-    " platform_fee, refunded, status, status_reason, payout_id, booked_seq IS NOT NULL AS booked,"
+    " platform_fee, refunded, status, status_reason, status_by, payout_id, booked_seq IS NOT NULL AS booked,"
     " available_at, dated_at"
 )
 
@@ -184,15 +184,25 @@ def _decide(
     return engineering.commission_action_row(program, sale_id, transaction_id, action, reason, actor)
 
 
+ACTIONS = ("hold", "release", "void")
+
+
+async def act_on_commission(
+    st: State, program: Program, transaction_id: str, action: str, reason: str, actor: str
+) -> list[dict[str, Any]]:
+    """Append a finance action decided on fresh tables (under the run lock), reconcile, and
+    give the sale's lines after it. Shared with the dashboard."""
+    await asyncio.to_thread(
+        st.reconciler.act, lambda: _decide(st, program, transaction_id, action, reason, actor)
+    )
+    return await read_tables(st.store, sale_lines, program.program_id, transaction_id)
+
+
 async def _act_on_commission(request: Request, action: str) -> Response:
     program, actor = _owner(request)
     _, inp = await body_model(request, CommissionActionIn)
     transaction_id = request.path_params["transaction_id"]
-    st = state(request)
-    await asyncio.to_thread(
-        st.reconciler.act, lambda: _decide(st, program, transaction_id, action, inp.reason, actor)
-    )
-    lines = await read_tables(st.store, sale_lines, program.program_id, transaction_id)
+    lines = await act_on_commission(state(request), program, transaction_id, action, inp.reason, actor)
     return ok(request, {"transaction_id": transaction_id, "lines": lines})
 
 
@@ -322,6 +332,7 @@ document(
                     ),
                 ),
                 body=CommissionActionIn,
+                data=schemas.SaleLines,
                 example={"reason": "dispute opened by the customer"},
                 result={"transaction_id": "tx_1001", "lines": [{"kind": "commission", "status": status}]},
                 errors=(

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from tests.api.test_ledger_api import at, lines, make_batch, pay, reconcile, refund, sale, shop
 from tests.conftest import World
+from tests.helpers import logged_in, program_path
 
 
 @pytest.fixture
@@ -118,3 +119,34 @@ def test_hold_release_void(client: TestClient, clock: time_machine.Traveller) ->
         headers=world.owner,
     )
     assert r.status_code in (400, 422), r.text
+
+
+def test_the_explain_page_shows_the_lines_and_holds_with_a_reason(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1")
+    reconcile(client)
+    token = logged_in(client, world.account_token)
+    page = client.get(program_path(world, "/sales/tx_1"))
+    assert page.status_code == 200 and 'id="lines"' in page.text and 'id="finance-action"' in page.text
+    action = program_path(world, "/commissions/tx_1")
+    refused = client.post(action, data={"action": "hold", "reason": "x"}, follow_redirects=False)
+    assert refused.status_code == 403
+    r = client.post(
+        action,
+        data={"csrf_token": token, "action": "hold", "reason": "chargeback open"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    shown = client.get(r.headers["location"]).text
+    assert "Hold recorded." in shown and "chargeback open" in shown
+    data = client.get(f"/api/v1/programs/{world.program_id}/sales/tx_1/explain", headers=world.owner).json()[
+        "data"
+    ]
+    (line,) = data["lines"]
+    assert (line["status"], line["status_reason"], line["booking_id"] is not None) == (
+        "held",
+        "chargeback open",
+        True,
+    )

@@ -173,7 +173,7 @@ def test_finance_report_json_has_the_months_figures(shop: World) -> None:
         {"currency": "usd", "reason": reason, "sales_count": 1, "amount": 500}
     ]
     assert data["double_counts"] == [{"currency": "eur", "kind": "ingest_refused", "count": 1, "amount": 999}]
-    assert all(c["ok"] for c in data["checks"]) and len(data["checks"]) == 2 * 22
+    assert all(c["ok"] for c in data["checks"]) and len(data["checks"]) == 2 * 23
 
 
 def test_finance_report_in_every_format(shop: World) -> None:

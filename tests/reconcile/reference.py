@@ -1229,6 +1229,7 @@ def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row
                         **indexed[a][key],
                         "booked_seq": latest["booked_seq"],
                         "status_reason": latest["status_reason"],
+                        "status_by": latest["status_by"],
                     }
                 )
             moved: dict[str, dict[str, int]] = {}
@@ -1374,9 +1375,10 @@ def finance_actions(rows: list[Row]) -> list[Row]:
 
 def action_state(
     acts: list[Row], program_id: str, sale_id: str, before: int | None = None
-) -> tuple[str | None, str | None]:
-    """(held | released | void | None, reason) of a sale after its actions (before seq `before`)."""
-    state, reason = None, None
+) -> tuple[str | None, str | None, str | None]:
+    """(held | released | void | None, reason, by) of a sale after its actions (before seq
+    `before`)."""
+    state, reason, by = None, None, None
     for a in acts:
         if (a["program_id"], a["sale_id"]) != (program_id, sale_id) or (
             before is not None and a["seq"] >= before
@@ -1385,8 +1387,8 @@ def action_state(
         if state == "void":
             continue
         state = {"hold": "held", "release": "released", "void": "void"}[a["action"]]
-        reason = a["reason"]
-    return state, reason
+        reason, by = a["reason"], a["by"]
+    return state, reason, by
 
 
 def cause_of(rows: list[Row], s: Row, as_of: int) -> tuple[str, datetime] | None:
@@ -1481,8 +1483,8 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
         lines = [*free, *books, *changes]
     acts = finance_actions(rows)
     for line in lines:
-        state, reason = action_state(acts, line["program_id"], line["sale_id"])
-        line["status_reason"] = reason
+        state, reason, by = action_state(acts, line["program_id"], line["sale_id"])
+        line["status_reason"], line["status_by"] = reason, by
         if state == "void":
             line["status"] = "void"
         elif state == "held":

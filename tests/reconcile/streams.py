@@ -65,7 +65,15 @@ EDGES = tuple(
         (2029, 2, 28, 23, 59, 59),
     )
 )
-ENGINEER = ("metadata_fix", "backfill", "period_close", "payout_batch", "payout_paid", "program_terms")
+ENGINEER = (
+    "metadata_fix",
+    "backfill",
+    "period_close",
+    "payout_batch",
+    "payout_paid",
+    "program_terms",
+    "commission_action",
+)
 SESSION_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 
 Row = dict[str, Any]

@@ -148,7 +148,7 @@ def test_currencies_are_never_summed(report: FinanceReport) -> None:
 
 def test_checks_pass_for_the_real_report(report: FinanceReport) -> None:
     assert report.reconciled
-    assert report.checks.height == 3 * 22
+    assert report.checks.height == 3 * 23
     assert report.checks.filter(pl.col("name") == "partners_commissions").select(
         "currency", "expected", "actual"
     ).rows() == [("eur", 1_500, 1_500), ("usd", 9_800, 9_800), ("xxx", 0, 0)]
