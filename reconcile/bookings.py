@@ -17,9 +17,11 @@ summed per partner) differs from what was booked (summed the same way), one line
 holding the difference: a `clawback` when the partner keeps the sale and the difference is a
 refund, else an `adjustment` (a partner change is a negative line for the booked partner and a
 positive one for the new one). Such a line is dated when the row that caused it was logged (its
-`received_at`, month `period`) and names it as `cause` (its event id): the latest row after the
-booking's `as_of` that bears on the sale — one of its records or refunds (sharing one of its
-ids), a lead or click of its customer (customer key, email, click id, processor customer), an
+`received_at`, month `period`) and names it as `cause` (its event id): of the rows after the
+booking's `as_of` (later in the log) that bear on the sale, the one logged last (by
+`received_at`, then event id, so that rows arriving in another order between two bookings name
+the same one). A row bears on a sale when it is one of its records or refunds (sharing one of
+its ids), a lead or click of its customer (customer key, email, click id, processor customer), an
 action on it, or a metadata fix, backfill or terms change of its program. Until the next booking
 run books it, it may still change in place; a sale without booked lines keeps its ledger lines,
 which change in place until booked.
@@ -333,7 +335,7 @@ def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.
     return (
         pl.concat([linked, program_wide])
         .filter(pl.col("seq") > pl.col("as_of"))
-        .sort("seq")
+        .sort("received_at", "event_id", nulls_last=False)
         .group_by(SALE)
         .agg(cause=pl.col("event_id").last(), cause_at=pl.col("received_at").last())
     )

@@ -153,7 +153,7 @@ def reconcile(
     return Result(
         sales=_conform(current.sales, SALES_SCHEMA),
         commissions=_conform(payouts.assign(lines, made, marks, bookings.actions(log)), COMMISSIONS_SCHEMA),
-        refunds=_conform(current.refunds, REFUNDS_SCHEMA),
+        refunds=_conform(refund_rules.booked_in(current.refunds, log, periods.closes(log)), REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
         unroutable=unroutable.listing(log, settings),

@@ -277,3 +277,39 @@ def apply(refund_rows: pl.DataFrame, sales: pl.DataFrame) -> Applied:
     )
     counted_rows = applied.select("program_id", "sale_id", "event_id", "amount", "occurred_at", "known_at")
     return Applied(rows=report, totals=totals, counted=counted_rows)
+
+
+def booked_in(rows: pl.DataFrame, log: pl.LazyFrame, closed: pl.DataFrame) -> pl.DataFrame:
+    """`rows` (the refunds report) with `booked_period`: the month a refund counts in. It is the
+    month it occurred in, unless that month was closed before the refund was logged (a higher
+    `seq` than the close): then the month it was logged in (its `received_at`), and never before
+    the month after the closed one — a closed month's figures never change, and the refund
+    shows where it was booked (reconcile/periods.py `closes`)."""
+    if closed.is_empty():
+        return rows.with_columns(booked_period=pl.col("period"))
+    logged = (
+        log.filter((pl.col("outcome") == "accepted") & pl.col("event_id").is_not_null())
+        .group_by("program_id", "event_id")
+        .agg(pl.col("seq").min(), pl.col("received_at").sort_by("seq").first())
+        .collect(engine=ENGINE)
+    )
+    year, month = (
+        pl.col("period").str.slice(0, 4).cast(pl.Int32),
+        pl.col("period").str.slice(5, 2).cast(pl.Int32),
+    )
+    after_close = pl.format(
+        "{}-{}",
+        (year + month // 12).cast(pl.String).str.zfill(4),
+        (month % 12 + 1).cast(pl.String).str.zfill(2),
+    )
+    late = pl.col("close_seq").is_not_null() & (pl.col("seq") > pl.col("close_seq"))
+    return (
+        rows.join(logged, on=["program_id", "event_id"], how="left")
+        .join(closed, on=["program_id", "period"], how="left")
+        .with_columns(
+            booked_period=pl.when(late.fill_null(False))
+            .then(pl.max_horizontal(period_of(pl.col("received_at")), after_close))
+            .otherwise(pl.col("period"))
+        )
+        .drop("seq", "received_at", "close_seq")
+    )

@@ -248,6 +248,7 @@ REFUNDS_SCHEMA: dict[str, pl.DataType] = {
     "currency": STR,
     "occurred_at": UTC,
     "period": STR,
+    "booked_period": STR,
 }
 
 DOUBLE_COUNTS_SCHEMA: dict[str, pl.DataType] = {

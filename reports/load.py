@@ -119,7 +119,7 @@ def _finance_inputs(
             REFUND_INPUT,
             "SELECT r.currency, r.amount, r.applied_amount, r.outcome, s.test_mode FROM rc_refunds r"
             " LEFT JOIN rc_sales s ON s.program_id = r.program_id AND s.sale_id = r.sale_id"
-            " WHERE r.program_id = ? AND r.period = ?",
+            " WHERE r.program_id = ? AND r.booked_period = ?",
             [program_id, period],
         )
     doubles = _frame(

@@ -339,7 +339,11 @@ def bookings(
     result = reconcile(frame(rows), programs(**settings), people, now)
     due = rules.due(result.commissions).to_dicts()
     made = booking_rows(due, len(rows))
-    return [row(**{**r, "received_at": now, "occurred_at": now}) for r in made]
+    # ids made from the log position: a generated log is the same whenever it is generated
+    return [
+        row(**{**r, "event_id": f"bk_{len(rows)}_{i}", "received_at": now, "occurred_at": now})
+        for i, r in enumerate(made)
+    ]
 
 
 def commission_action(

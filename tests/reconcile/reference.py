@@ -1193,6 +1193,25 @@ def closes(rows: list[Row]) -> dict[tuple[str, str], int]:
     return found
 
 
+def booked_refunds(rows: list[Row], refunds: list[Row]) -> list[Row]:
+    """Each refund's booked_period: its own month, unless that month was closed before the
+    refund was logged; then the month it was logged in, at the earliest the one after."""
+    closed = closes(rows)
+    first: dict[tuple[str, str], Row] = {}
+    for r in sorted(rows, key=lambda r: r["seq"]):
+        if r["outcome"] == "accepted" and r["event_id"] is not None:
+            first.setdefault((r["program_id"], r["event_id"]), r)
+    out = []
+    for refund in refunds:
+        booked = refund["period"]
+        close_seq = closed.get((refund["program_id"], refund["period"]))
+        logged = first.get((refund["program_id"], refund["event_id"]))
+        if close_seq is not None and logged is not None and logged["seq"] > close_seq:
+            booked = max(period(logged["received_at"]), next_month(refund["period"]))
+        out.append({**refund, "booked_period": booked})
+    return out
+
+
 def next_month(p: str) -> str:
     year, month = int(p[:4]), int(p[5:])
     return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
@@ -1410,7 +1429,10 @@ def cause_of(rows: list[Row], s: Row, as_of: int) -> tuple[str, datetime] | None
             )
             or (r["kind"] == "commission_action" and json.loads(r["body"]).get("sale_id") == s["sale_id"])
         )
-        if bears and (best is None or r["seq"] > best["seq"]):
+        if bears and (
+            best is None
+            or (r["received_at"], r["event_id"] or "") > (best["received_at"], best["event_id"] or "")
+        ):
             best = r
     return None if best is None else (best["event_id"], best["received_at"])
 
@@ -1515,7 +1537,7 @@ def reconcile_reference(
     return {
         "sales": current["sales"],
         "commissions": lines,
-        "refunds": current["refunds"],
+        "refunds": booked_refunds(rows, current["refunds"]),
         "double_counts": current["double_counts"],
         "explain": current["explain"],
         "unroutable": unroutable_events(rows, settings),
