@@ -150,3 +150,33 @@ def test_the_explain_page_shows_the_lines_and_holds_with_a_reason(
         "chargeback open",
         True,
     )
+
+
+def test_a_refund_dated_into_a_closed_month_shows_in_the_month_it_is_booked_in(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1")
+    r = client.post(f"/api/v1/programs/{world.program_id}/periods/2026-10/close", headers=world.owner)
+    assert r.status_code in (200, 201), r.text
+
+    def refunds(period: str) -> tuple[int, int]:
+        got = client.get(
+            f"/api/v1/programs/{world.program_id}/reports/finance?period={period}", headers=world.owner
+        ).json()["data"]
+        (usd,) = [row for row in got["summary"] if row["currency"] == "usd"] or [
+            {"refunds": 0, "refunds_count": 0}
+        ]
+        return usd["refunds"], usd["refunds_count"]
+
+    october = refunds("2026-10")
+    body = {
+        "transaction_id": "tx_1",
+        "refund_id": "re_1",
+        "amount": 4_000,
+        "occurred_at": "2026-10-15T00:00:00Z",
+    }
+    assert client.post("/api/v1/track/refund", json=body, headers=world.key).status_code == 200
+    reconcile(client)
+    assert refunds("2026-10") == october == (0, 0)
+    assert refunds("2026-11") == (4_000, 1)

@@ -180,3 +180,15 @@ def test_a_booked_line_is_read_back_from_its_booking_whatever_the_terms_say_late
         ("adjustment", "p1", "2026-03", -3_000, "bf_1"),
         ("commission", "p1", "2026-01", 3_000, ""),
     ]
+
+
+def test_a_refund_dated_into_a_closed_month_counts_in_the_month_it_was_logged() -> None:
+    rows = sale_of_p1("s1", 10_000, occurred_at=at(0))
+    rows += [
+        b.period_close("close_1", "2026-01", occurred_at=at(25)),
+        b.track_refund("r1", "tx_s1", 4_000, occurred_at=at(5), received_at=at(60)),
+        b.track_refund("r2", "tx_s1", 1_000, occurred_at=at(6), received_at=at(6)),
+    ]
+    rows.insert(3, rows.pop())  # r2 logged before the close
+    got = run(rows).refunds.select("refund_id", "period", "booked_period").sort("refund_id").rows()
+    assert got == [("r1", "2026-01", "2026-03"), ("r2", "2026-01", "2026-01")]
