@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,26 @@ def load_login() -> tuple[str, str]:
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
+BUSY_TRIES = 10  # a call refused because a reconcile run holds the lock is tried again
+
+
+def busy_wait(response: httpx.Response) -> float | None:
+    """Seconds to wait before trying a call again when the server answered 409
+    `reconcile_running` (nothing of the call was done), else None."""
+    if response.status_code != 409:
+        return None
+    try:
+        code = response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if code != "reconcile_running":
+        return None
+    try:
+        return min(10.0, max(0.5, float(response.headers.get("Retry-After", "1"))))
+    except ValueError:
+        return 1.0
+
+
 def call(
     method: str, path: str, *, url: str | None = None, token: str | None = None, body: Any = None
 ) -> Any:
@@ -118,12 +139,18 @@ def call_status(
     """`call`, with the HTTP status of the success (200 and 201 can mean different things)."""
     if url is None or token is None:
         url, token = load_login()
-    try:
-        response = httpx.request(
-            method, url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120
-        )
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise unreachable(url, exc) from None
+    for attempt in range(BUSY_TRIES):
+        try:
+            response = httpx.request(
+                method, url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120
+            )
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise unreachable(url, exc) from None
+        wait = busy_wait(response)
+        if wait is None or attempt == BUSY_TRIES - 1:
+            break
+        print(f"a reconcile run is in progress; trying again in {wait:.0f} s", file=sys.stderr)
+        time.sleep(wait)
     if response.status_code >= 400:
         raise api_error(response)
     try:
@@ -158,21 +185,31 @@ def fetch_bytes(path: str) -> bytes:
 
 
 def stream(method: str, path: str, *, url: str, token: str, body: Any = None) -> Iterator[dict[str, Any]]:
-    """Call an endpoint that streams NDJSON progress lines; yield each line as a dict."""
+    """Call an endpoint that streams NDJSON progress lines; yield each line as a dict. A call
+    refused because a reconcile run holds the lock (nothing of it was done) is tried again."""
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/x-ndjson"}
     try:
-        with httpx.stream(
-            method, url + path, json=body, headers=headers, timeout=httpx.Timeout(3600, connect=10)
-        ) as response:
-            if response.status_code >= 400:
-                response.read()
-                raise api_error(response)
-            for line in response.iter_lines():
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except ValueError:
-                        raise CliError(f"{method} {path}: a progress line is not JSON") from None
+        for attempt in range(BUSY_TRIES):
+            with httpx.stream(
+                method, url + path, json=body, headers=headers, timeout=httpx.Timeout(3600, connect=10)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    wait = busy_wait(response)
+                    if wait is not None and attempt < BUSY_TRIES - 1:
+                        print(
+                            f"a reconcile run is in progress; trying again in {wait:.0f} s", file=sys.stderr
+                        )
+                        time.sleep(wait)
+                        continue
+                    raise api_error(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        try:
+                            yield json.loads(line)
+                        except ValueError:
+                            raise CliError(f"{method} {path}: a progress line is not JSON") from None
+                return
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise unreachable(url, exc) from None
 

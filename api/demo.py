@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from api.cli_http import CliError
+from api.cli_http import BUSY_TRIES, CliError, busy_wait
 from ingest.stripe import sign
 
 ACCOUNT = "acct_demo_brand"  # the demo program's Connect account id
@@ -38,6 +38,12 @@ class Demo:
     ) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         r = self.client.post(self.url + path, json=body, headers=headers)
+        for _ in range(BUSY_TRIES):  # the scheduled run holds the lock: nothing was done yet
+            wait = busy_wait(r)
+            if wait is None:
+                break
+            time.sleep(wait)
+            r = self.client.post(self.url + path, json=body, headers=headers)
         if r.status_code not in expect:
             raise CliError(f"demo: POST {path} -> {r.status_code} {r.text[:200]}")
         return r.json().get("data") if r.content else None
