@@ -183,11 +183,7 @@ class Reconciler:
         with self._store.reader() as db:
             if not db.table_exists("rc_commissions"):
                 return 0
-            lines = db.dicts(
-                f"SELECT program_id, {', '.join(engineering.BOOKED_FIELDS)} FROM rc_commissions"
-                " WHERE status = 'approved' AND booked_seq IS NULL AND payout_id IS NULL"
-                " ORDER BY program_id, sale_id, kind, partner_code, cause"
-            )
+            lines = db.dicts(engineering.DUE_LINES_SQL)
         rows = engineering.booking_rows(lines, as_of)
         for start in range(0, len(rows), BOOKING_GROUP):
             report("booking approved lines", start, len(rows))
@@ -263,8 +259,5 @@ class Reconciler:
                 self._writer.run_sync(
                     lambda tx: engineering.apply_backfill(tx, backfill_row, picked), flush=True
                 )
-                with self._store.engine() as engine:
-                    started = time.perf_counter()
-                    summary = job.run(engine.cursor, utcnow(), publish=engine.publish)
-                    self._ran(summary, time.perf_counter() - started)
+                self._run_held(self._renewing(None))  # reconciled and booked, as every run
             return result, found

@@ -4,8 +4,9 @@ every program month holds, and every payout batch pays what its lines net to.
 The log (bench/rawgen.py, `BENCH_LEDGER_EVENTS` events, default 100,000) has every program make
 a payout batch each month (on the 3rd, up to the previous month's end; marked paid on the 8th,
 the last one left open) and the first `BENCH_LEDGER_CLOSES` programs (default 2) close every
-month. It is written to a DuckDB file and reconciled in full (reconcile/job.py, as of
-rawgen.NOW); then, through the same reads the API uses:
+month. It is written to a DuckDB file as the server would have logged it (before each batch, a
+reconcile run at that time books what it shows approved: `replay`) and reconciled in full
+(reconcile/job.py, as of rawgen.NOW); then, through the same reads the API uses:
 
 - the finance report (reports/load.py) of every program and month with sales or lines: every
   check holds (paid + unpaid + clawbacks = commissions among them; a closed month is checked as
@@ -23,13 +24,16 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
 
 from bench import rawgen
 from bench.harness import save
+from ingest import engineering
 from ingest.duckdb_store import DuckReader
 from ingest.store import Reader
 from reconcile import job
@@ -95,13 +99,45 @@ def payout_failures(db: Reader) -> tuple[dict[str, int], list[str]]:
     return counted, failed
 
 
+def replay(con: duckdb.DuckDBPyConnection, events: pl.DataFrame) -> int:
+    """Append `events` (in seq order) as the server would have logged them: before each payout
+    batch, a reconcile run at that time books what it shows approved (api/jobs.py `_book`), so
+    the batch takes those lines. The booking rows appended."""
+    events = events.sort("seq")
+    made = events.filter(pl.col("kind") == "payout_batch").get_column("received_at").unique().sort()
+    written, offset = 0, 0
+    for at in made.to_list():
+        upto = events.slice(written).filter(pl.col("received_at") < at).height
+        rawgen.append(con, events.slice(written, upto).with_columns(pl.col("seq") + offset))
+        written += upto
+        job.run(con, at)
+        rows = engineering.booking_rows(
+            DuckReader(con.cursor()).dicts(engineering.DUE_LINES_SQL), written + offset
+        )
+        if rows:
+            ((high,),) = con.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchall()
+            frame = pl.DataFrame(
+                [
+                    {**r, "seq": int(high) + 1 + i, "received_at": at, "occurred_at": at, "test_mode": False}
+                    for i, r in enumerate(rows)
+                ]
+            )
+            con.register("_booked", frame.to_arrow())
+            con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _booked")
+            con.unregister("_booked")
+            offset += len(rows)
+    rawgen.append(con, events.slice(written).with_columns(pl.col("seq") + offset))
+    return offset
+
+
 def run(events: int, closes: int) -> dict[str, Any]:
     log = rawgen.generate(events, payouts=rawgen.PROGRAMS, period_closes=closes)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "ledger.duckdb"
-        rawgen.write_db(path, log)
+        rawgen.write_db(path, replace(log, events=log.events.head(0)))
         con = duckdb.connect(str(path))
         try:
+            booked = replay(con, log.events)
             started = time.perf_counter()
             summary = job.run(con, rawgen.NOW)
             reconciled = time.perf_counter() - started
@@ -116,6 +152,7 @@ def run(events: int, closes: int) -> dict[str, Any]:
             con.close()
     return {
         "events": log.events.height,
+        "booking_rows": booked,
         "period_closes": closes,
         "reconcile_seconds": round(reconciled, 2),
         "verify_seconds": round(verified, 2),

@@ -196,6 +196,14 @@ BOOKED_FIELDS = (
 )
 
 
+# The lines a booking run books (api/jobs.py): shown approved, held by no booking, in no batch.
+DUE_LINES_SQL = (
+    f"SELECT program_id, {', '.join(BOOKED_FIELDS)} FROM rc_commissions"
+    " WHERE status = 'approved' AND booked_seq IS NULL AND payout_id IS NULL"
+    " ORDER BY program_id, sale_id, kind, partner_code, cause"
+)
+
+
 def _booked_value(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 

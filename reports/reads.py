@@ -168,10 +168,14 @@ COMMISSION_FIELDS = (
     "sale_period",
     "kind",
     "adjusts",
+    "cause",
     "payout_id",
     "self_referral",
     "available_at",
     "dated_at",
+    "booked",
+    "status_reason",
+    "status_by",
 )
 
 

@@ -262,6 +262,27 @@ document(
                     {"step": 1, "rule": "click", "looked_up": "clk_8f2b", "found": True, "result": "alice"}
                 ],
                 "answer": "attributed to alice by rule click",
+                "lines": [
+                    {
+                        "partner_code": "alice",
+                        "kind": "commission",
+                        "cause": "",
+                        "adjusts": None,
+                        "period": "2026-01",
+                        "currency": "usd",
+                        "amount": 1470,
+                        "reversed": 0,
+                        "platform_fee": 245,
+                        "refunded": 0,
+                        "status": "approved",
+                        "status_reason": None,
+                        "status_by": None,
+                        "payout_id": None,
+                        "dated_at": "2026-01-05T10:00:00Z",
+                        "booking_id": "bk_3c1d",
+                        "booked_at": "2026-02-04T09:00:00Z",
+                    }
+                ],
             },
             errors=(ProgramNotFound, SaleNotFound),
         ),

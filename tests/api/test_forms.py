@@ -140,7 +140,7 @@ def test_every_field_that_cannot_be_converted_is_named_on_the_form() -> None:
 def test_codes_have_labels_and_unknown_codes_are_humanised() -> None:
     assert code_label("rule", "processor_customer") == "Earlier sale of the same customer"
     assert code_label("reason", "lead_provisional") == "Lead not yet confirmed"
-    assert code_label("status", "held") == "Held (self-referral)"
+    assert code_label("status", "held") == "Held"
     assert code_label("step", "processor_event_received") == "Payment-processor event received"
     assert code_label("outcome", "rate_limited") == "Rate limited"  # an error code without a label
     for kind, labels in CODE_LABELS.items():

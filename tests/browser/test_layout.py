@@ -174,8 +174,9 @@ def test_three_decimal_currencies_show_their_three_decimals(shop: Shop, page: Pa
         "[...document.querySelectorAll('tr')].filter(tr => tr.textContent.includes('KWD'))"
         ".map(tr => [...tr.querySelectorAll('td.num')].map(td => td.innerText))"
     )
-    # amount, commission (30 %), platform fee (none), refunded: every one with three decimals
-    assert cells == [["12.345 KWD", "3.704 KWD", "0.000 KWD", "0.000 KWD"]]
+    # amount, commission (30 %, with its status below it), platform fee (none), refunded: every
+    # one with three decimals
+    assert cells == [["12.345 KWD", "3.704 KWD\nApproved", "0.000 KWD", "0.000 KWD"]]
     page.navigate(shop.url(f"/sales/{kwd_sale}"))
     assert "12.345 KWD" in page.evaluate("document.body.innerText")
     page.navigate(shop.url("/finance?period=2026-01"))

@@ -165,7 +165,7 @@ def assert_report_in_dom(page: Page) -> None:
         statuses = js(
             page, f"[...document.querySelectorAll('#status-{code} tbody tr')].map(r => r.dataset.status)"
         )
-        assert statuses == ["pending", "approved", "held", "reversed", "paid"]
+        assert statuses == ["pending", "approved", "held", "reversed", "void", "paid"]
         assert js(page, f"document.querySelectorAll('#checks-{code} tbody tr.bad').length") == 0
     assert js(page, "document.querySelectorAll('#summary tbody tr').length") == 27
     assert (
@@ -190,7 +190,7 @@ def assert_report_in_dom(page: Page) -> None:
     assert js(page, "document.getElementById('report-run-id').textContent").startswith("rcr_")
     assert js(page, "document.querySelector('#report-provenance time').title").endswith("Z")
     held = "document.querySelector('#status-usd tr[data-status=held] .code-label')"
-    assert js(page, f"{held}.textContent") == "Held (self-referral)" and js(page, f"{held}.title") == "held"
+    assert js(page, f"{held}.textContent") == "Held" and js(page, f"{held}.title") == "held"
     # the report's stylesheet applies (the page's hashed <style>, or the dashboard's finance.css)
     assert js(page, "getComputedStyle(document.querySelector('#status-usd th.num')).textAlign") == "right"
     fill = js(
