@@ -127,9 +127,10 @@ def _changeable(forward: bool) -> str:
 def _refresh_lines(now: str, forward: bool) -> str:
     """The UPDATE that brings commission lines' pending/approved status up to `now`."""
     line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
+    # a booked line is approved by its booking, whatever the clock says (reconcile/bookings.py)
     return (
         f"UPDATE rc_commissions SET status = {line}"
-        f" WHERE status IN {_changeable(forward)} AND status <> {line}"
+        f" WHERE status IN {_changeable(forward)} AND status <> {line} AND booked_seq IS NULL"
     )
 
 
