@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from ingest.stripe import extract
 from tests.hypothesis_profiles import examples
 from tests.reconcile import builders as b
+from tests.reconcile.reference import add_months
 
 
 def profile(default: int, ci: int | None = None) -> settings:
@@ -636,6 +637,8 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                     "book",
                     "lead",
                     "act",
+                    "edge",
+                    "edge",
                 )
             )
         )
@@ -653,6 +656,34 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                     email=_maybe(draw, st.sampled_from(("u1@x.com", "u2@x.com", "p2@x.com"))),
                     subscription_id=_maybe(draw, st.sampled_from(("sub_1", "sub_2"))),
                     is_recurring=draw(st.booleans()),
+                )
+            )
+        elif kind == "edge" and any(r["kind"] == "sale" and r["customer_key"] for r in rows):
+            # a renewal of an attributed customer at the edge of its recurring window: its first
+            # sale + the program's recurring months (or 1, 2, 12; month ends clamp), exactly or a
+            # second either side
+            keys = sorted({r["customer_key"] for r in rows if r["kind"] == "sale" and r["customer_key"]})
+            key = draw(st.sampled_from(keys))
+            base = min(
+                (r for r in rows if r["kind"] == "sale" and r["customer_key"] == key),
+                key=lambda r: (r["occurred_at"], r["event_id"]),
+            )
+            window = terms.get("recurring_months")
+            months = window if isinstance(window, int) and window > 0 else draw(st.sampled_from((1, 2, 12)))
+            edge = add_months(base["occurred_at"], months)
+            edge += timedelta(seconds=draw(st.sampled_from((0, 0, -1, 1))))
+            sold.append(f"tx_{n}")
+            rows.append(
+                b.track_sale(
+                    f"sale_{n}",
+                    f"tx_{n}",
+                    _amount(draw, zero=False),
+                    currency=base["currency"],
+                    occurred_at=edge,
+                    received_at=draw(st.sampled_from((edge, max(edge, when)))),
+                    customer_key=key,
+                    subscription_id=base["subscription_id"],
+                    is_recurring=True,
                 )
             )
         elif kind == "refund":
