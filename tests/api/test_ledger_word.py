@@ -180,3 +180,55 @@ def test_a_refund_dated_into_a_closed_month_shows_in_the_month_it_is_booked_in(
     reconcile(client)
     assert refunds("2026-10") == october == (0, 0)
     assert refunds("2026-11") == (4_000, 1)
+
+
+def test_a_late_lead_moves_a_paid_line_by_adjustments_in_the_month_it_was_logged(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """The sale is alice's by customer key when it is paid; a lead logged later binds its email
+    to bob (email outranks the customer key): the paid batch keeps alice's 30.00, and November
+    holds -30.00 for alice and +30.00 for bob, caused by that lead."""
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1", email="buyer@x.test")
+    batch = make_batch(world, "2026-10-31")
+    pay(world, batch["payout_id"])
+    click = client.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "bob"})
+    lead = {
+        "customer_external_id": "cust_9",
+        "email": "buyer@x.test",
+        "click_id": click.json()["data"]["click_id"],
+    }
+    r = client.post("/api/v1/track/lead", json=lead, headers=world.key)
+    assert r.status_code == 200, r.text
+    reconcile(client)
+    got = sorted(
+        (x["kind"], x["partner_code"], x["period"], x["amount"], x["status"], x["payout_id"] is not None)
+        for x in lines(world)
+    )
+    assert got == [
+        ("adjustment", "alice", "2026-11", -3_000, "approved", False),
+        ("adjustment", "bob", "2026-11", 3_000, "approved", False),
+        ("commission", "alice", "2026-10", 3_000, "paid", True),
+    ]
+    assert {x["cause"] for x in lines(world) if x["kind"] == "adjustment"} == {r.json()["data"]["lead_id"]}
+    again = client.get(
+        f"/api/v1/programs/{world.program_id}/payouts/{batch['payout_id']}", headers=world.owner
+    )
+    assert [(x["partner_code"], x["amount"]) for x in again.json()["data"]["rows"]] == [("alice", 3_000)]
+
+
+def test_a_refund_logged_after_payment_but_stamped_before_it_is_a_clawback(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """Defect 3: the refund arrives after the batch was paid, on a server whose clock runs a day
+    behind (its `received_at` is before the batch's): later in the log is what counts."""
+    world = world_of(client)
+    sale(world, "tx_1", 10_000, "2026-10-10T00:00:00Z", customer_external_id="cust_1")
+    pay(world, make_batch(world, "2026-10-31")["payout_id"])
+    clock.shift(-86_400)  # another replica's clock, a day behind
+    refund(world, "tx_1", "re_1", 5_000)
+    reconcile(client)
+    assert brief(world) == [
+        ("tx_1", "clawback", -1_500, -500, "approved", False),
+        ("tx_1", "commission", 3_000, 1_000, "paid", True),
+    ]
