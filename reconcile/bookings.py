@@ -39,6 +39,7 @@ from datetime import datetime
 
 import polars as pl
 
+from ingest.engineering import BOOKED_FIELDS
 from reconcile.schema import ENGINE, UTC, norm_email, period_of
 
 BOOKING = "booking"
@@ -47,20 +48,11 @@ KINDS = (BOOKING, ACTION)
 ACTIONS = ("hold", "release", "void")
 SALE = ["program_id", "sale_id"]
 MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
-# What a booking row records of each line (times as ISO 8601 strings).
-LINE_STRINGS = (
-    "sale_id",
-    "transaction_id",
-    "partner_code",
-    "kind",
-    "cause",
-    "adjusts",
-    "period",
-    "sale_period",
-    "currency",
-)
+# What a booking row records of each line (ingest/engineering.py writes them; times as ISO 8601
+# strings): the money columns are integers, `self_referral` a boolean, the rest strings.
+LINE_FIELDS = BOOKED_FIELDS
 LINE_TIMES = ("occurred_at", "available_at", "dated_at")
-LINE_FIELDS = (*LINE_STRINGS, *MONEY, "self_referral", *LINE_TIMES)
+LINE_STRINGS = tuple(f for f in LINE_FIELDS if f not in (*MONEY, "self_referral", *LINE_TIMES))
 _LINE_DTYPE = pl.Struct(
     {
         **{name: pl.String for name in LINE_STRINGS},

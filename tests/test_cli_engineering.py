@@ -12,6 +12,24 @@ from tests.conftest import OP, LiveServer
 from tests.test_cli_ops import tally
 
 
+def alices_sale(url: str, owner: dict[str, str], pid: str, sale: dict[str, str]) -> None:
+    """Through the live server: a key, partner alice, her click and u1's lead, then u1's sale of
+    100.00 (`sale` gives its transaction id and, if any, its time)."""
+    with httpx.Client(base_url=url, timeout=30) as c:
+        key = {
+            "Authorization": "Bearer "
+            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
+        }
+        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
+        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
+            "data"
+        ]
+        lead = {"customer_external_id": "u1", "click_id": click["click_id"]}
+        assert c.post("/api/v1/track/lead", json=lead, headers=key).status_code == 200
+        body = {"customer_external_id": "u1", "amount": 10_000, **sale}
+        assert c.post("/api/v1/track/sale", json=body, headers=key).status_code == 200
+
+
 def test_programs_create_takes_every_setting_as_its_first_terms(
     live_server: LiveServer, tmp_path: Path
 ) -> None:
@@ -74,20 +92,7 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
     r = tally(home, *create, "--name", "X", "--holding-days", "9999")
     assert r.returncode == 1 and "validation_error" in r.stderr and "holding_days" in r.stderr
 
-    with httpx.Client(base_url=url, timeout=30) as c:
-        key = {
-            "Authorization": "Bearer "
-            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
-        }
-        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
-        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
-            "data"
-        ]
-        lead = {"customer_external_id": "u1", "click_id": click["click_id"]}
-        assert c.post("/api/v1/track/lead", json=lead, headers=key).status_code == 200
-        sale = {"transaction_id": "in_jan", "customer_external_id": "u1", "amount": 10_000}
-        sale["occurred_at"] = "2026-01-05T10:00:00Z"
-        assert c.post("/api/v1/track/sale", json=sale, headers=key).status_code == 200
+    alices_sale(url, owner, pid, {"transaction_id": "in_jan", "occurred_at": "2026-01-05T10:00:00Z"})
     assert tally(home, "reconcile", "--url", url, operator=True).returncode == 0
     r = tally(home, "payouts", "create", "--program", pid, "--up-to", "2026-01-31", "--json")
     assert r.returncode == 0, r.stderr
@@ -146,19 +151,7 @@ def test_commissions_hold_release_void(live_server: LiveServer, tmp_path: Path) 
     )
     pid = json.loads(r.stdout)["program_id"]
     owner = {"Authorization": f"Bearer {acct['token']}"}
-    with httpx.Client(base_url=url, timeout=30) as c:
-        key = {
-            "Authorization": "Bearer "
-            + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
-        }
-        c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
-        click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
-            "data"
-        ]
-        lead = {"customer_external_id": "u1", "click_id": click["click_id"]}
-        assert c.post("/api/v1/track/lead", json=lead, headers=key).status_code == 200
-        sale = {"transaction_id": "tx_1", "customer_external_id": "u1", "amount": 10_000}
-        assert c.post("/api/v1/track/sale", json=sale, headers=key).status_code == 200
+    alices_sale(url, owner, pid, {"transaction_id": "tx_1"})
     base = ("--program", pid, "--transaction", "tx_1")
     r = tally(home, "commissions", "hold", *base, "--reason", "dispute", "--json")
     assert r.returncode == 0, r.stderr
