@@ -7,6 +7,7 @@ import csv
 import io
 from collections.abc import Iterator
 from datetime import datetime
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -104,4 +105,4 @@ def test_every_csv_export_neutralises_formulas(shop: World, export: str) -> None
     if export == "clawbacks":  # negative money stays a number
         [clawback] = [dict(zip(table[0], row, strict=True)) for row in table[1:]]
         assert clawback["kind"] == "clawback" and clawback["amount"].startswith("-")
-        assert float(clawback["amount"]) < 0
+        assert Decimal(clawback["amount"]) < 0
