@@ -26,6 +26,11 @@ action on it, or a metadata fix, backfill or terms change of its program. Until 
 run books it, it may still change in place; a sale without booked lines keeps its ledger lines,
 which change in place until booked.
 
+The lines bookings apply to are the ledger's with closed months applied (reconcile/periods.py),
+so a booking holds what was shown. A self-hosted sale booked before its processor record came
+keeps its id: the connect record wins (doubles.py) but the sale it forms is named after the
+booked one (`kept_ids`), so its booked lines stay and the record's changes are new lines.
+
 Actions, in log order, give each sale a state: `hold` -> held, `release` -> released (a
 self-referral's hold is lifted too), `void` -> void (final). A held sale's unbooked and booked
 lines not in a payout batch are `held`; a void sale's are `void`; neither is ever booked as
@@ -100,6 +105,37 @@ def booked(log: pl.LazyFrame) -> pl.DataFrame:
     return rows.collect(engine=ENGINE)
 
 
+def kept_ids(pairs: pl.DataFrame, books: pl.DataFrame) -> pl.DataFrame:
+    """program_id, sale_id, booked_id: the connect sales that keep a booked self-hosted sale's id.
+
+    A self-hosted sale booked before its processor record arrived stays the sale its booked
+    lines belong to: the connect record wins as ever (its fields count, doubles.py), but the sale
+    it forms keeps the booked sale's id, so the booked lines stay put and what the record changes
+    is booked as adjustment lines of that sale. Of several booked self-hosted sales paired with
+    one connect sale, the one booked first (then the smallest id) names it."""
+    firsts = books.group_by("program_id", "sale_id").agg(first=pl.col("booked_seq").min())
+    return (
+        pairs.filter(pl.col("kind") == "connect_and_self_hosted")
+        .select("program_id", "sale_id", booked_id="duplicate_id")
+        .join(firsts.rename({"sale_id": "booked_id"}), on=["program_id", "booked_id"])
+        .sort("first", "booked_id")
+        .group_by("program_id", "sale_id", maintain_order=True)
+        .agg(pl.col("booked_id").first())
+    )
+
+
+def renamed(frame: pl.DataFrame, kept: pl.DataFrame, column: str = "sale_id") -> pl.DataFrame:
+    """`frame` with its `column` (a connect sale's id) replaced by the booked id `kept` names."""
+    if kept.is_empty():
+        return frame
+    names = kept.rename({"sale_id": column})
+    return (
+        frame.join(names, on=["program_id", column], how="left", maintain_order="left")
+        .with_columns(pl.coalesce("booked_id", column).alias(column))
+        .drop("booked_id")
+    )
+
+
 def actions(log: pl.LazyFrame) -> pl.DataFrame:
     """program_id, sale_id, action_seq, action, reason, by, action_id, acted_at: the finance
     actions of the log (unknown actions left out), in seq order."""
@@ -161,21 +197,34 @@ def _clock(now: datetime, since: pl.Expr) -> pl.Expr:
     return pl.when(since <= pl.lit(now, UTC)).then(pl.lit("approved")).otherwise(pl.lit("pending"))
 
 
-def overlay(lines: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime) -> pl.DataFrame:
+def overlay(
+    lines: pl.DataFrame,
+    log: pl.LazyFrame,
+    sales: pl.DataFrame,
+    now: datetime,
+    books: pl.DataFrame,
+    closed: pl.DataFrame,
+) -> pl.DataFrame:
     """The ledger `lines` (reconcile/ledger.py, one pass over the log) with the log's bookings
-    and finance actions applied (the module docstring): columns of `lines` plus `booked_seq`
-    (null for a line no booking holds), `status_reason` and `status_by` (why the sale's last
-    finance action was taken, and by whom)."""
-    books = booked(log)
+    (`books`, `booked(log)`) and finance actions applied (the module docstring): columns of
+    `lines` plus `booked_seq` (null for a line no booking holds), `status_reason` and `status_by`
+    (why the sale's last finance action was taken, and by whom). `closed`: program_id, period,
+    close_seq (reconcile/periods.py `closes`): a new line never lands in a month closed before
+    its cause was logged, but in the first one still open then."""
     acts = actions(log)
     lines = lines.with_columns(booked_seq=pl.lit(None, pl.Int64))
     if not books.is_empty():
-        lines = _with_books(lines, books, log, sales, now)
+        lines = _with_books(lines, books, log, sales, now, closed)
     return _statuses(lines, acts, now)
 
 
 def _with_books(
-    lines: pl.DataFrame, books: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, now: datetime
+    lines: pl.DataFrame,
+    books: pl.DataFrame,
+    log: pl.LazyFrame,
+    sales: pl.DataFrame,
+    now: datetime,
+    closed: pl.DataFrame,
 ) -> pl.DataFrame:
     columns = lines.columns
     keyed = books.select(SALE).unique()
@@ -215,13 +264,14 @@ def _with_books(
         .agg(*(pl.col(c).first() for c in ("transaction_id", "currency", "occurred_at", "sale_period")))
     )
     wanted = diff.select(SALE).unique().join(as_of, on=SALE)
-    causes = _causes(wanted, log, sales)
+    found = causes(wanted, log, sales)
     changes = (
         diff.join(info, on=SALE)
         .join(wanted, on=SALE)
-        .join(causes, on=SALE, how="left")
+        .join(found, on=SALE, how="left")
         .with_columns(
             cause_at=pl.col("cause_at").fill_null(pl.lit(now, UTC)),
+            cause_seq=pl.col("cause_seq").fill_null(pl.lit(None, pl.Int64)),
             cause=pl.col("cause").fill_null(pl.format("after {}", pl.col("as_of"))),
         )
         .select(
@@ -244,16 +294,54 @@ def _with_books(
             available_at="cause_at",
             dated_at="cause_at",
             booked_seq=pl.lit(None, pl.Int64),
+            cause_seq="cause_seq",
         )
     )
+    changes = _outside_closed(changes, closed, now).drop("cause_seq")
     extra = [c for c in columns if c not in changes.columns]
     changes = changes.with_columns(pl.lit(None).alias(c) for c in extra)
     return pl.concat([free, frozen.select(columns), changes.select(columns)], how="vertical_relaxed")
 
 
-def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.DataFrame:
-    """SALE, cause, cause_at: per sale of `wanted` (SALE, as_of), the latest accepted row after
-    its `as_of` that bears on it (the module docstring)."""
+def _outside_closed(changes: pl.DataFrame, closed: pl.DataFrame, now: datetime) -> pl.DataFrame:
+    """`changes` moved out of months closed before their cause was logged (a clock behind, or a
+    stamp from a body): into the first month still open then, dated at its start."""
+    if closed.is_empty() or changes.is_empty():
+        return changes
+    shut: dict[tuple[str, str], int] = {
+        (program, period): seq
+        for program, period, seq in closed.select("program_id", "period", "close_seq").iter_rows()
+    }
+    moved: list[dict[str, object]] = []
+    for program, period, seq in changes.select("program_id", "period", "cause_seq").unique().iter_rows():
+        month = period
+        while (program, month) in shut and (seq is None or shut[(program, month)] < seq):
+            year, m = int(month[:4]), int(month[5:7])
+            month = f"{year + m // 12:04d}-{m % 12 + 1:02d}"
+        moved.append({"program_id": program, "period": period, "cause_seq": seq, "month": month})
+    months = pl.DataFrame(
+        moved,
+        schema={"program_id": pl.String, "period": pl.String, "cause_seq": pl.Int64, "month": pl.String},
+    )
+    start = (pl.col("month") + "-01").str.to_datetime("%Y-%m-%d", time_unit="us", time_zone="UTC")
+    return (
+        changes.join(months, on=["program_id", "period", "cause_seq"], how="left", nulls_equal=True)
+        .with_columns(
+            period=pl.col("month"),
+            dated_at=pl.max_horizontal("dated_at", start),
+            available_at=pl.max_horizontal("available_at", start),
+        )
+        .with_columns(status=_clock(now, pl.col("dated_at")))
+        .drop("month")
+    )
+
+
+def causes(
+    wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame, by: tuple[str, ...] = ()
+) -> pl.DataFrame:
+    """SALE, *by, cause, cause_at: per row of `wanted` (SALE, *by, as_of and, when given, `until`),
+    the latest accepted row after its `as_of` (and before `until`, where not null) that bears on
+    its sale (the module docstring)."""
     lowest = wanted.get_column("as_of").min()
     low = lowest if isinstance(lowest, int) else 0
     later = (
@@ -290,9 +378,12 @@ def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.
         on=SALE,
         how="left",
     )
+    if "until" not in mine.columns:
+        mine = mine.with_columns(until=pl.lit(None, pl.Int64))
+    carried = (*SALE, *by, "as_of", "until")
     keys = pl.concat(
         [
-            mine.select(*SALE, "as_of", value=pl.col(c).cast(pl.String), link=pl.lit(link))
+            mine.select(*carried, value=pl.col(c).cast(pl.String), link=pl.lit(link))
             for c, link in [
                 *((c, "id") for c in _SALE_IDS),
                 *((c, c) for c in ("customer_key", "processor_customer_id", "click_id", "email_norm")),
@@ -316,20 +407,29 @@ def _causes(wanted: pl.DataFrame, log: pl.LazyFrame, sales: pl.DataFrame) -> pl.
         ]
     ).drop_nulls("value")
     linked = keys.join(values, on=["program_id", "value", "link"]).select(
-        *SALE, "as_of", "seq", "event_id", "received_at"
+        *carried, "seq", "event_id", "received_at"
     )
-    program_wide = wanted.join(
-        later.filter(pl.col("kind").is_in(_PROGRAM_KINDS)).select(
-            "program_id", "seq", "event_id", "received_at"
-        ),
-        on="program_id",
-    ).select(*SALE, "as_of", "seq", "event_id", "received_at")
+    program_wide = (
+        mine.select(carried)
+        .join(
+            later.filter(pl.col("kind").is_in(_PROGRAM_KINDS)).select(
+                "program_id", "seq", "event_id", "received_at"
+            ),
+            on="program_id",
+        )
+        .select(*carried, "seq", "event_id", "received_at")
+    )
     return (
         pl.concat([linked, program_wide])
-        .filter(pl.col("seq") > pl.col("as_of"))
+        .filter((pl.col("seq") > pl.col("as_of")) & (pl.col("seq") < pl.col("until")).fill_null(True))
         .sort("received_at", "event_id", nulls_last=False)
-        .group_by(SALE)
-        .agg(cause=pl.col("event_id").last(), cause_at=pl.col("received_at").last())
+        .group_by(*SALE, *by, "until")
+        .agg(
+            cause=pl.col("event_id").last(),
+            cause_at=pl.col("received_at").last(),
+            cause_seq=pl.col("seq").last(),
+        )
+        .drop("until" if "until" not in wanted.columns else [])
     )
 
 

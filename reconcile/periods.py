@@ -10,11 +10,18 @@ P is its own `period` (the sale's month for a `commission` line, the month of th
 clawback or adjustment). For a line whose month P is closed at Ta:
 
 - the line in P holds the values as of Ta (no line if the key did not exist then);
-- each later change, from snapshot j to j+1 (j >= a), is booked in the first month after P that
-  was still open at Tj, as a line of the key's kind if that is `clawback`, else an `adjustment`
-  (with `adjusts` = the sale's transaction id, dated at the start of that month at the earliest);
-  changes landing in the same month add up, and only non-zero ones are kept. Its status is the
-  key's current status (`reversed` once the key no longer exists, e.g. after re-attribution).
+- each later change, from snapshot j to j+1 (j >= a), is a line of its own, named after and
+  dated at its cause: the row bearing on the sale (reconcile/bookings.py `causes`) logged last
+  between the closes Tj and Tj+1 (after Tk for the last); it goes to the first month still open
+  at Tj that is neither before the month that row was logged in nor before the month after P,
+  as a line of the key's kind if that is `clawback`, else an `adjustment` (with `adjusts` = the
+  sale's transaction id, dated at the later of its cause's logging and that month's start);
+  changes with the same cause and month add up, and only non-zero ones are kept (a change with
+  no bearing row keeps the key's cause and the month's start). Its status is the key's current
+  status (`reversed` once the key no longer exists, e.g. after re-attribution).
+
+Bookings apply after this (pipeline.py): a booking holds the lines as they were shown, closed
+months included, and every later difference is a line of its own (reconcile/bookings.py).
 
 Lines of months never closed are the current ledger's. Programs without closes cost nothing
 extra. The books as of every close, of every program, come from one more pass, whatever the
@@ -32,7 +39,8 @@ from collections.abc import Callable
 
 import polars as pl
 
-from reconcile.schema import ENGINE
+from reconcile import bookings
+from reconcile.schema import ENGINE, period_of
 
 VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 KEY = ("sale_id", "partner_code", "kind", "cause")
@@ -66,7 +74,7 @@ def next_month(period: str) -> str:
     return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
 
 
-def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute) -> pl.DataFrame:
+def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute, sales: pl.DataFrame) -> pl.DataFrame:
     """Commission lines with closed months frozen and corrections as adjustments."""
     closed = closes(log)
     if closed.is_empty():
@@ -92,7 +100,7 @@ def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute) -> pl.Data
             for j in range(len(seqs))
         ]
         snapshots.append(mine)
-        parts.append(_compose(snapshots, close_at, seqs))
+        parts.append(_compose(snapshots, close_at, seqs, _cause_finder(log, sales, seqs)))
     return pl.concat(parts, how="vertical_relaxed")
 
 
@@ -114,20 +122,43 @@ def stacked(log: pl.LazyFrame, snaps: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def _schedule(close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
-    """(line_period, snap) -> month receiving the change from snapshot `snap` to `snap + 1`."""
+# (wanted: program_id, sale_id, snap, until) -> the same with cause, cause_at (null where none)
+Causes = Callable[[pl.DataFrame], pl.DataFrame]
+
+
+def _cause_finder(log: pl.LazyFrame, sales: pl.DataFrame, seqs: list[int]) -> Causes:
+    """What caused a change of a closed month's line from snapshot `snap` to the next: the row
+    bearing on its sale logged last after the close at `seqs[snap]` and before `until` (the next
+    close; none after the last)."""
+
+    def find(wanted: pl.DataFrame) -> pl.DataFrame:
+        asked = wanted.with_columns(
+            as_of=pl.col("snap").replace_strict(dict(enumerate(seqs)), return_dtype=pl.Int64)
+        )
+        found = bookings.causes(asked, log, sales, by=("snap",)).rename({"cause": "cause_found"})
+        return wanted.join(found, on=[*bookings.SALE, "snap", "until"], how="left", nulls_equal=True)
+
+    return find
+
+
+def _months(close_at: dict[str, int], seqs: list[int], wanted: pl.DataFrame) -> pl.DataFrame:
+    """(line_period, snap, floor) -> month: the first month from `floor` (at the earliest the one
+    after the line's) that was still open at the close `seqs[snap]`."""
     rows: list[dict[str, object]] = []
-    for snap, seq in enumerate(seqs):
-        shut = {p for p, s in close_at.items() if s <= seq}
-        after: dict[str, str] = {}  # closed month -> the first open month after it
-        for period in sorted(shut, reverse=True):  # a later month's answer is known first
-            month = next_month(period)
-            after[period] = after.get(month, month)
-        rows += [{"line_period": p, "snap": snap, "month": after[p]} for p in shut]
-    return pl.DataFrame(rows, schema={"line_period": pl.String, "snap": pl.Int64, "month": pl.String})
+    for line_period, snap, floor in wanted.select("line_period", "snap", "floor").unique().iter_rows():
+        shut = {p for p, s in close_at.items() if s <= seqs[snap]}
+        month = max(next_month(line_period), floor or "")
+        while month in shut:
+            month = next_month(month)
+        rows.append({"line_period": line_period, "snap": snap, "floor": floor, "month": month})
+    return pl.DataFrame(
+        rows, schema={"line_period": pl.String, "snap": pl.Int64, "floor": pl.String, "month": pl.String}
+    )
 
 
-def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list[int]) -> pl.DataFrame:
+def _compose(
+    snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list[int], find: Causes
+) -> pl.DataFrame:
     last = len(snapshots) - 1
     columns = snapshots[-1].columns
     long = pl.concat(
@@ -158,11 +189,6 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
         described.filter(pl.col("close_snap").is_not_null()).select(*KEY, "close_snap"),
         on=KEY,
     ).filter(pl.col("snap") == pl.col("close_snap"))
-    # A closed month keeps its values; whether a booking holds the line (and why it is held or
-    # void) is the current ledger's (reconcile/bookings.py).
-    current_marks = [c for c in ("booked_seq", "status_reason", "status_by") if c in columns]
-    if current_marks:
-        frozen = frozen.drop(current_marks).join(described.select(*KEY, *current_marks), on=KEY, how="left")
     grid = (
         described.filter(pl.col("close_snap").is_not_null())
         .join(pl.DataFrame({"snap": list(range(last + 1))}), how="cross")
@@ -171,12 +197,19 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
         .with_columns(pl.col(v).fill_null(0) for v in VALUES)
         .sort("snap")
         .with_columns(pl.col(v).shift(-1).over(KEY) - pl.col(v) for v in VALUES)
-        .filter(pl.col("snap") < last)
-        .join(_schedule(close_at, seqs), on=["line_period", "snap"])
+        .filter((pl.col("snap") < last) & pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
     )
+    grid = grid.with_columns(
+        until=pl.col("snap").replace_strict(dict(enumerate(seqs[1:])), default=None, return_dtype=pl.Int64)
+    )
+    found = find(grid.select(*bookings.SALE, "snap", "until").unique())
+    grid = grid.join(found, on=[*bookings.SALE, "snap", "until"], how="left", nulls_equal=True).with_columns(
+        floor=period_of(pl.col("cause_at"))
+    )
+    grid = grid.join(_months(close_at, seqs, grid), on=["line_period", "snap", "floor"], nulls_equal=True)
     month_start = (pl.col("month") + "-01").str.to_datetime("%Y-%m-%d", time_unit="us", time_zone="UTC")
     adjustments = (
-        grid.group_by(*KEY, "month")
+        grid.group_by(*KEY, "month", "cause_found", "cause_at")
         .agg(pl.col(v).sum() for v in VALUES)
         .filter(pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
         .join(described.drop("close_snap", "line_period"), on=KEY)
@@ -184,9 +217,10 @@ def _compose(snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list
             kind=pl.when(pl.col("kind") == "clawback")
             .then(pl.lit("clawback"))
             .otherwise(pl.lit("adjustment")),
+            cause=pl.coalesce("cause_found", "cause"),
             period=pl.col("month"),
             adjusts=pl.col("transaction_id"),
-            dated_at=pl.max_horizontal("dated_at", month_start),
+            dated_at=pl.max_horizontal("dated_at", month_start, "cause_at"),
         )
         .select(columns)
     )

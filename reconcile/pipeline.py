@@ -125,6 +125,7 @@ class Ledger:
     refunds: pl.DataFrame
     double_counts: pl.DataFrame
     evidence: pl.DataFrame
+    books: pl.DataFrame  # the log's booked lines (reconcile/bookings.py `booked`)
 
 
 def reconcile(
@@ -147,7 +148,18 @@ def reconcile(
     # The terms over time come from the whole log, for every prefix too (reconcile/terms.py).
     history = terms.history(log, settings)
     current = ledger(log, history, people, now)
-    lines = periods.apply(log, current.lines, partial(_prefixes, history=history, people=people, now=now))
+    # Closed months first, then what was booked: a booking holds the lines as they were shown
+    # (closed months applied), and every later difference is a line of its own.
+    lines = bookings.overlay(
+        periods.apply(
+            log, current.lines, partial(_prefixes, history=history, people=people, now=now), current.sales
+        ),
+        log,
+        current.sales,
+        now,
+        current.books,
+        periods.closes(log),
+    )
     made = payouts.batches(log)
     marks = payouts.paid(log, made)
     return Result(
@@ -186,9 +198,17 @@ def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
 def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime) -> Ledger:
     """One full pass: sales, commission lines (no period close), refunds, doubles, evidence.
     `programs`: the programs' terms over time (reconcile/terms.py `history`)."""
+    books = bookings.booked(raw)
     connect = normalise.connect_sales(raw)
     self_hosted = normalise.self_hosted_sales(raw)
     split = doubles.split_self_hosted(connect.sales, self_hosted)
+    kept = bookings.kept_ids(split.pairs, books)
+    if not kept.is_empty():
+        connect = normalise.Connect(
+            sales=bookings.renamed(connect.sales, kept),
+            records=bookings.renamed(connect.records, kept, "sale_key"),
+        )
+        split = doubles.Split(counted=split.counted, pairs=bookings.renamed(split.pairs, kept))
     combined = pl.concat([connect.sales, split.counted.select(normalise.SALE_COLUMNS)], how="vertical")
     sales = fixes.apply(combined, fixes.effective_fixes(raw, combined)).rechunk()
 
@@ -242,12 +262,11 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     )
     return Ledger(
         sales=final,
-        lines=bookings.overlay(
-            ledger_rules.lines(final, states, applied.counted, payouts.batches(raw), now), raw, final, now
-        ),
+        lines=ledger_rules.lines(final, states, applied.counted, payouts.batches(raw), now),
         refunds=applied.rows,
         double_counts=double_counts,
         evidence=evidence,
+        books=books,
     )
 
 

@@ -5,6 +5,7 @@ releases and voids a sale's lines. Program: 30 % commission, 0 holding days, 10 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,8 +13,10 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.api.test_ledger_api import at, lines, make_batch, pay, reconcile, refund, sale, shop
+from tests.api.test_reports_api import ACCOUNT, CHECKOUT, CHECKOUT_PI, deliver
 from tests.conftest import World
 from tests.helpers import logged_in, program_path
+from tests.stripe_fixtures import load_event, with_metadata
 
 
 @pytest.fixture
@@ -232,3 +235,50 @@ def test_a_refund_logged_after_payment_but_stamped_before_it_is_a_clawback(
         ("tx_1", "clawback", -1_500, -500, "approved", False),
         ("tx_1", "commission", 3_000, 1_000, "paid", True),
     ]
+
+
+def test_the_connect_record_of_a_paid_self_hosted_sale_adjusts_it_in_the_month_it_was_logged(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """Defect 2, the processor's side: the brand reported the sale with `track/sale` (alice's
+    customer), it was paid; the connect webhook of the same payment intent then arrives naming
+    bob's click, and the connect record counts (9.99 EUR incl. 0.65 tax: 9.34 net). The paid
+    line and the batch stay; November holds -3.00 for alice and +2.80 for bob, caused by that
+    webhook, on the same sale (its id does not change under the booked line)."""
+    world = shop(client, holding_days=0, platform_fee_bps=1000, stripe_account_id=ACCOUNT)
+    sale(world, CHECKOUT_PI, 999, "2026-10-10T00:00:00Z", currency="eur", customer_external_id="cust_1")
+    batch = make_batch(world, "2026-10-31")
+    pay(world, batch["payout_id"])
+    (booked,) = lines(world)
+    click = client.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "bob"})
+    created = int(datetime(2026, 10, 10, tzinfo=UTC).timestamp())
+    event = with_metadata(
+        load_event(CHECKOUT, account=ACCOUNT, created=created),
+        {"svc_click_id": click.json()["data"]["click_id"]},
+    )
+    r = deliver(client, event)
+    assert r.status_code == 200, r.text
+    reconcile(client)
+    got = sorted(
+        (
+            x["kind"],
+            x["partner_code"],
+            x["period"],
+            x["amount"],
+            x["platform_fee"],
+            x["status"],
+            x["payout_id"],
+        )
+        for x in lines(world)
+    )
+    assert got == [
+        ("adjustment", "alice", "2026-11", -300, -100, "approved", None),
+        ("adjustment", "bob", "2026-11", 280, 93, "approved", None),
+        ("commission", "alice", "2026-10", 300, 100, "paid", batch["payout_id"]),
+    ]
+    assert {(x["sale_id"], x["transaction_id"]) for x in lines(world)} == {(booked["sale_id"], CHECKOUT_PI)}
+    assert {x["cause"] for x in lines(world) if x["kind"] == "adjustment"} == {event["id"]}
+    again = client.get(
+        f"/api/v1/programs/{world.program_id}/payouts/{batch['payout_id']}", headers=world.owner
+    )
+    assert [(x["partner_code"], x["amount"]) for x in again.json()["data"]["rows"]] == [("alice", 300)]

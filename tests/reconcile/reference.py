@@ -848,6 +848,7 @@ def valued_sales(
     """Sales with fixes, attribution and commissions applied; also (connect, self-hosted, doubles)."""
     connect = connect_sales(stripe_events(rows))
     self_hosted, doubles = split_doubles(connect, self_hosted_sales(rows))
+    keep_booked_ids(rows, connect, doubles)
     sales = connect + self_hosted
     apply_fixes(rows, sales)
     clicks = click_partners(rows)
@@ -1172,7 +1173,7 @@ def ledger(
     doubles = finish_doubles(doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list))
     return {
         "sales": sales,
-        "lines": overlay(ledger_lines(sales, states, refunds, payout_batches(rows), now), rows, sales, now),
+        "lines": ledger_lines(sales, states, refunds, payout_batches(rows), now),
         "refunds": refunds,
         "double_counts": doubles,
         "explain": [step for s in sales for step in explain(s)],
@@ -1217,7 +1218,14 @@ def next_month(p: str) -> str:
     return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
 
 
-def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row]], list[Row]]) -> list[Row]:
+def apply_periods(
+    rows: list[Row], lines: list[Row], compute: Callable[[list[Row]], list[Row]], sales: list[Row]
+) -> list[Row]:
+    """Closed months frozen; each later change of a closed month's line, between two closes (or
+    after the last), is a line of its own: dated when the row that caused it was logged (the
+    bearing row logged last in that stretch of the log, as bookings find causes), in the first
+    month still open then that is not before that, nor before the month after the line's."""
+    by_sale = {(s["program_id"], s["sale_id"]): s for s in sales}
     closed = closes(rows)
     programs = sorted({program for program, _ in closed})
     out = [line for line in lines if line["program_id"] not in programs]
@@ -1242,28 +1250,31 @@ def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row
                 continue
             a = seqs.index(close_at[line_period])
             if key in indexed[a]:
-                # a closed month keeps its values; whether a booking holds the line is current
-                out.append(
-                    {
-                        **indexed[a][key],
-                        "booked_seq": latest["booked_seq"],
-                        "status_reason": latest["status_reason"],
-                        "status_by": latest["status_by"],
-                    }
-                )
-            moved: dict[str, dict[str, int]] = {}
+                out.append(indexed[a][key])  # a closed month keeps its values
+            moved: dict[tuple[str, str, datetime | None], dict[str, int]] = {}
+            sale = by_sale.get((program, key[0]))
             for j in range(a, last):
+                diff = {
+                    v: (indexed[j + 1][key][v] if key in indexed[j + 1] else 0)
+                    - (indexed[j][key][v] if key in indexed[j] else 0)
+                    for v in VALUES
+                }
+                if not any(diff.values()):
+                    continue
+                until = seqs[j + 1] if j + 1 < len(seqs) else None  # the stretch between two closes
+                found = None if sale is None else cause_of(rows, sale, seqs[j], until)
+                cause, cause_at = (key[3], None) if found is None else found[:2]
                 shut = {p for p, s in close_at.items() if s <= seqs[j]}
                 month = next_month(line_period)
+                if cause_at is not None:
+                    month = max(month, period(cause_at))
                 while month in shut:
                     month = next_month(month)
-                bucket = moved.setdefault(month, dict.fromkeys(VALUES, 0))
+                bucket = moved.setdefault((month, cause, cause_at), dict.fromkeys(VALUES, 0))
                 for v in VALUES:
-                    after = indexed[j + 1][key][v] if key in indexed[j + 1] else 0
-                    before = indexed[j][key][v] if key in indexed[j] else 0
-                    bucket[v] += after - before
+                    bucket[v] += diff[v]
             status = indexed[last][key]["status"] if key in indexed[last] else "reversed"
-            for month, values in moved.items():
+            for (month, cause, cause_at), values in moved.items():
                 if any(values.values()):
                     start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
                     out.append(
@@ -1271,10 +1282,13 @@ def apply_periods(rows: list[Row], lines: list[Row], compute: Callable[[list[Row
                             **latest,
                             **values,
                             "kind": "clawback" if latest["kind"] == "clawback" else "adjustment",
+                            "cause": cause,
                             "adjusts": latest["transaction_id"],
                             "period": month,
                             "status": status,
-                            "dated_at": max(latest["dated_at"], start),
+                            "dated_at": max(
+                                t for t in (latest["dated_at"], start, cause_at) if t is not None
+                            ),
                         }
                     )
     return out
@@ -1383,6 +1397,25 @@ def booked_lines(rows: list[Row]) -> list[Row]:
     return out
 
 
+def keep_booked_ids(rows: list[Row], connect: list[Row], doubles: list[Row]) -> None:
+    """A connect sale paired with a self-hosted sale that a booking holds takes the booked
+    sale's id (the first booked, then the smallest id), in the sales and the doubles report."""
+    first_booking: dict[tuple[str, str], int] = {}
+    for line in booked_lines(rows):
+        key = (line["program_id"], line["sale_id"])
+        first_booking[key] = min(first_booking.get(key, line["booked_seq"]), line["booked_seq"])
+    names: dict[tuple[str, str], tuple[int, str]] = {}
+    for d in doubles:
+        seq = first_booking.get((d["program_id"], d["duplicate_id"]))
+        if d["kind"] == "connect_and_self_hosted" and seq is not None:
+            key = (d["program_id"], d["sale_id"])
+            names[key] = min(names.get(key, (seq, d["duplicate_id"])), (seq, d["duplicate_id"]))
+    for row in [*connect, *(d for d in doubles if d["kind"] == "connect_and_self_hosted")]:
+        name = names.get((row["program_id"], row["sale_id"]))
+        if name is not None:
+            row["sale_id"] = name[1]
+
+
 def finance_actions(rows: list[Row]) -> list[Row]:
     out = []
     for r in sorted(accepted(rows, "commission_action"), key=lambda r: r["seq"]):
@@ -1410,12 +1443,17 @@ def action_state(
     return state, reason, by
 
 
-def cause_of(rows: list[Row], s: Row, as_of: int) -> tuple[str, datetime] | None:
-    """(event id, received_at) of the latest accepted row after `as_of` bearing on sale `s`."""
+def cause_of(
+    rows: list[Row], s: Row, as_of: int, until: int | None = None
+) -> tuple[str, datetime, int] | None:
+    """(event id, received_at) of the latest accepted row after `as_of` (and before `until`)
+    bearing on sale `s`."""
     ids = {s.get(f) for f in SALE_ID_FIELDS} - {None}
     best = None
     for r in rows:
         if r["outcome"] != "accepted" or r["program_id"] != s["program_id"] or r["seq"] <= as_of:
+            continue
+        if until is not None and r["seq"] >= until:
             continue
         if r["kind"] == "booking":
             continue
@@ -1434,7 +1472,7 @@ def cause_of(rows: list[Row], s: Row, as_of: int) -> tuple[str, datetime] | None
             or (r["received_at"], r["event_id"] or "") > (best["received_at"], best["event_id"] or "")
         ):
             best = r
-    return None if best is None else (best["event_id"], best["received_at"])
+    return None if best is None else (best["event_id"], best["received_at"], best["seq"])
 
 
 def clock_status(now: datetime, since: datetime) -> str:
@@ -1466,6 +1504,7 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
             for m in BOOKING_MONEY:
                 bucket[m] += b[m]
         sales_by_id = {(s["program_id"], s["sale_id"]): s for s in sales}
+        closed = closes(rows)
         changes = []
         for key in set(now_sums) | set(was_sums):
             after = now_sums.get(key, dict.fromkeys(BOOKING_MONEY, 0))
@@ -1478,7 +1517,12 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
             as_of = max(b["as_of"] for b in mine)
             sale = sales_by_id.get(key[:2])
             found = None if sale is None else cause_of(rows, sale, as_of)
-            cause, cause_at = found if found is not None else (f"after {as_of}", now)
+            cause, cause_at, cause_seq = found if found is not None else (f"after {as_of}", now, None)
+            # never into a month closed before the cause was logged: the first one open then
+            month = period(cause_at)
+            while (key[0], month) in closed and (cause_seq is None or closed[(key[0], month)] < cause_seq):
+                month = next_month(month)
+            cause_at = max(cause_at, datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC))
             same = key in now_sums and key in was_sums
             changes.append(
                 {
@@ -1489,7 +1533,7 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
                     "kind": "clawback" if same and diff["refunded"] != 0 else "adjustment",
                     "cause": cause,
                     "adjusts": first_booked["transaction_id"],
-                    "period": period(cause_at),
+                    "period": month,
                     "sale_period": first_booked["sale_period"],
                     "currency": first_booked["currency"],
                     **diff,
@@ -1529,8 +1573,17 @@ def reconcile_reference(
     for p in partners:
         partner_emails.setdefault((p["program_id"], p["code"]), p["email"])
     current = ledger(rows, settings, partner_emails, now)
-    lines = apply_periods(
-        rows, current["lines"], lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"]
+    # closed months first, then what was booked (a booking holds the lines as they were shown)
+    lines = overlay(
+        apply_periods(
+            rows,
+            current["lines"],
+            lambda prefix: ledger(prefix, settings, partner_emails, now)["lines"],
+            current["sales"],
+        ),
+        rows,
+        current["sales"],
+        now,
     )
     batches = payout_batches(rows)
     apply_payouts(lines, batches, finance_actions(rows))

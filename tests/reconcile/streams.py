@@ -637,8 +637,11 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                     "book",
                     "lead",
                     "act",
+                    "act",
                     "edge",
                     "edge",
+                    "connect",
+                    "close",
                 )
             )
         )
@@ -686,6 +689,28 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                     is_recurring=True,
                 )
             )
+        elif kind == "connect" and len(sold) > 1:
+            # the processor's record of a sale first reported by track/sale, often after it was
+            # booked: it wins (its amount and metadata count), and names a partner of its own
+            chosen = draw(st.sampled_from(sold[1:]))
+            sale = next(r for r in rows if r["kind"] == "sale" and r["transaction_id"] == chosen)
+            rows.append(
+                b.session(
+                    f"evt_{n}",
+                    f"cs_{n}",
+                    draw(st.sampled_from((sale["amount"], _amount(draw, zero=False)))),
+                    payment_intent_id=chosen,
+                    currency=sale["currency"],
+                    occurred_at=sale["occurred_at"],
+                    received_at=max(when, sale["received_at"]),
+                    click_id=_maybe(draw, st.sampled_from(CLICKS[:4])),
+                    customer_key=_maybe(draw, st.sampled_from([f"ck_{c}" for c in CUSTOMERS])),
+                )
+            )
+        elif kind == "close":  # finance closes January or February, once the month is over
+            period = draw(st.sampled_from(("2026-01", "2026-02")))
+            ended = datetime(2026, int(period[5:]) + 1, 1, tzinfo=UTC)
+            rows.append(b.period_close(f"close_{n}", period, occurred_at=max(when, ended)))
         elif kind == "refund":
             rows.append(
                 b.track_refund(

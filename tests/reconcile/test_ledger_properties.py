@@ -43,11 +43,12 @@ def test_ledger_is_the_same_whatever_the_arrival_order(stream: Stream, data: st.
 
 
 def _between_bookings(rows: list[dict[str, Any]], order: list[int]) -> list[dict[str, Any]]:
-    """`rows` in `order`, except that no row crosses a booking: what a booking saw is the log
-    before it ("later" is the log's order), so rows only move among those between two."""
+    """`rows` in `order`, except that no row crosses a booking or a period close: what a booking
+    booked and what a closed month holds are the log before them ("later" is the log's order),
+    so rows only move among those between two."""
     segment, seen = [], 0.0
     for r in rows:
-        if r["kind"] == "booking":
+        if r["kind"] in ("booking", "period_close"):
             segment.append(seen + 0.5)
             seen += 1
         else:
@@ -149,9 +150,24 @@ def test_ledger_streams_exercise_every_rule() -> None:
         if lines.filter((pl.col("kind") == "clawback") & pl.col("payout_id").is_not_null()).height:
             seen.add("clawback in a batch")
         seen.update(lines.filter(pl.col("status_reason").is_not_null()).get_column("status").to_list())
+        if lines.filter((pl.col("kind") == "adjustment") & pl.col("cause").str.starts_with("evt_")).height:
+            seen.add("a connect record adjusts a booked sale")
+        closed = {
+            r["body"] for r in stream.rows if r["kind"] == "period_close" and r["received_at"] <= stream.now
+        }
+        if closed and lines.filter(pl.col("booked_seq").is_not_null()).height:
+            seen.add("bookings with a closed month")
 
     collect()
-    assert seen >= {"commission", "clawback", "adjustment", "paid", "clawback in a batch", "held", "void"}, (
-        seen
-    )
+    assert seen >= {
+        "commission",
+        "clawback",
+        "adjustment",
+        "paid",
+        "clawback in a batch",
+        "held",
+        "void",
+        "a connect record adjusts a booked sale",
+        "bookings with a closed month",
+    }, seen
     assert set(ENGINEER) >= {"payout_batch", "payout_paid", "program_terms"}
