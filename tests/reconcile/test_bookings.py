@@ -4,7 +4,7 @@ checked against the reference (tests/reconcile/reference.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
@@ -192,3 +192,28 @@ def test_a_refund_dated_into_a_closed_month_counts_in_the_month_it_was_logged() 
     rows.insert(3, rows.pop())  # r2 logged before the close
     got = run(rows).refunds.select("refund_id", "period", "booked_period").sort("refund_id").rows()
     assert got == [("r1", "2026-01", "2026-03"), ("r2", "2026-01", "2026-01")]
+
+
+def test_a_clawback_stamped_into_a_month_closed_before_it_was_logged_lands_in_the_first_open_one() -> None:
+    """A refund logged after January was closed, on a replica whose clock still says January:
+    the booked sale's clawback goes to February (dated at its start), January stays as closed."""
+    rows = sale_of_p1("s1", 10_000, occurred_at=at(0))
+    rows += book(rows, at(1), holding_days=0)
+    rows += [
+        b.period_close("close_1", "2026-01", occurred_at=at(22)),
+        b.track_refund("r1", "tx_s1", 5_000, occurred_at=at(10), received_at=at(20)),
+    ]
+    assert lines(run(rows, holding_days=0), "kind", "period", "amount", "dated_at", "cause") == [
+        ("clawback", "2026-02", -1_500, datetime(2026, 2, 1, tzinfo=UTC), "rfd_r1"),
+        ("commission", "2026-01", 3_000, at(0), ""),
+    ]
+
+
+def test_a_late_sale_in_a_closed_month_is_a_line_dated_when_it_was_logged() -> None:
+    """January is closed; a sale dated in January is reported in March. January keeps its books;
+    the sale's commission is a line in March, dated when it was logged and naming it."""
+    rows = [b.period_close("close_1", "2026-01", occurred_at=at(22))]
+    rows += sale_of_p1("s1", 10_000, occurred_at=at(5), received_at=at(55))
+    assert lines(run(rows), "kind", "period", "amount", "dated_at", "cause") == [
+        ("adjustment", "2026-03", 3_000, at(55), "s1"),
+    ]
