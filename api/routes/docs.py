@@ -1,4 +1,5 @@
-"""Pages that never need a credential: the error reference (the rotation Link target), and the
+"""Pages that never need a credential: the front door (`/`: a browser goes on to the dashboard,
+an API client gets where things are), the error reference (the rotation Link target), and the
 health (`/healthz`: the process is up) and readiness (`/readyz`: the database takes writes)
 probes."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from api import schemas
@@ -45,6 +46,30 @@ async def errors_page(request: Request) -> Response:
     return HTMLResponse(html)
 
 
+def wants_html(request: Request) -> bool:
+    """A browser navigating (it asks for html first); API clients send `*/*` or JSON."""
+    return "text/html" in request.headers.get("accept", "")
+
+
+async def home(request: Request) -> Response:
+    """A browser is sent on to the dashboard (its sign-in when there is no session); anyone
+    else gets the addresses of the dashboard, the API reference and the error codes."""
+    if wants_html(request):
+        return RedirectResponse("/dashboard", 303)
+    base = state(request).settings.base_url
+    return ok(
+        request,
+        {
+            "service": "tally",
+            "dashboard": f"{base}/dashboard",
+            "api_reference": f"{base}/docs",
+            "openapi": f"{base}/openapi.json",
+            "error_codes": f"{base}/docs/errors",
+            "health": f"{base}/healthz",
+        },
+    )
+
+
 async def healthz(request: Request) -> Response:
     st = state(request)
     if not st.writer.running:
@@ -72,6 +97,7 @@ async def readyz(request: Request) -> Response:
 
 
 routes = [
+    Route("/", home, methods=["GET"]),
     Route("/docs/errors", errors_page, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
@@ -79,6 +105,22 @@ routes = [
 
 document(
     {
+        home: Doc(
+            "The front door: a browser goes on to the dashboard; an API client gets where things are",
+            "operations",
+            data=schemas.Home,
+            result={
+                "service": "tally",
+                "dashboard": "https://tally.example/dashboard",
+                "api_reference": "https://tally.example/docs",
+                "openapi": "https://tally.example/openapi.json",
+                "error_codes": "https://tally.example/docs/errors",
+                "health": "https://tally.example/healthz",
+            },
+            extra_responses={
+                303: {"description": "A browser (`Accept` names text/html): on to `/dashboard`"}
+            },
+        ),
         errors_page: Doc(
             "Every error code, documented (the target of each `doc_url`)",
             "operations",
