@@ -6,13 +6,16 @@ probes."""
 from __future__ import annotations
 
 import asyncio
+import re
 
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from api import schemas
 from api.auth import state
+from api.errorfixes import ERROR_FIXES, WARNING_FIXES
 from api.http import ok
 from api.openapi import HTML, JSON, Doc, document
 from api.templating import templates
@@ -28,20 +31,41 @@ WARNING_CODES: dict[str, str] = {
 }
 
 
+def with_code(text: str) -> Markup:
+    """`text`, escaped, with its `backticked` parts as <code>."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))  # noqa: S704 - escaped first
+
+
 def error_catalogue() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for cls in ALL_ERRORS:
         if cls.code == "internal_error":
             continue
-        doc = (cls.__doc__ or "").strip()
-        rows.append({"code": cls.code, "status": cls.status, "doc": doc})
+        doc = " ".join((cls.__doc__ or "").split())
+        rows.append(
+            {"code": cls.code, "status": cls.status, "doc": doc, "fix": with_code(ERROR_FIXES[cls.code])}
+        )
     rows.sort(key=lambda r: (int(str(r["status"])), str(r["code"])))
     return rows
 
 
+def warning_catalogue() -> list[dict[str, object]]:
+    """Warning codes; a warning that is also an error code is anchored `warning-<code>`."""
+    errors = {cls.code for cls in ALL_ERRORS}
+    return [
+        {
+            "code": code,
+            "anchor": f"warning-{code}" if code in errors else code,
+            "doc": doc,
+            "fix": with_code(WARNING_FIXES[code]),
+        }
+        for code, doc in WARNING_CODES.items()
+    ]
+
+
 async def errors_page(request: Request) -> Response:
     html = templates.get_template("errors.html").render(
-        errors=error_catalogue(), warnings=WARNING_CODES, base_url=state(request).settings.base_url
+        errors=error_catalogue(), warnings=warning_catalogue(), base_url=state(request).settings.base_url
     )
     return HTMLResponse(html)
 
