@@ -43,6 +43,7 @@ from api.routes.reports import (
     format_param,
     period_param,
     report_response,
+    sale_not_found,
 )
 from api.session import (
     SESSION_COOKIE,
@@ -351,9 +352,20 @@ async def explain(request: Request) -> Response:
     transaction_id = request.path_params["transaction_id"]
     st = state(request)
     found = await read_tables(st.store, reads.explain, program.program_id, transaction_id)
-    if found is None:
-        raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
     view = control.program_view(st.store, program)
+    if found is None:
+        missing = await sale_not_found(st, program, transaction_id)
+        return render(
+            "not_reconciled.html",
+            404,
+            who,
+            program=view,
+            transaction_id=transaction_id,
+            code=missing.code,
+            message=missing.message,
+            hint=missing.extra["hint"],
+            recorded=missing.extra["recorded"],
+        )
     done = request.query_params.get("done")
     notice = f"{done.capitalize()} recorded." if done in ("hold", "release", "void") else None
     return render("explain.html", viewer=who, program=view, done=notice, **found)

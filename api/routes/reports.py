@@ -15,9 +15,10 @@ from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
-from api.state import State, read_tables
+from api.state import State, read_store, read_tables
 from ingest import bounds
 from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
+from ingest.records import Program
 from reports import lineitems, load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
@@ -96,8 +97,38 @@ async def explain_sale(request: Request) -> Response:
     transaction_id = request.path_params["transaction_id"]
     found = await read_tables(state(request).store, reads.explain, program.program_id, transaction_id)
     if found is None:
-        raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
+        raise await sale_not_found(state(request), program, transaction_id)
     return ok(request, found)
+
+
+async def sale_not_found(st: State, program: Program, transaction_id: str) -> SaleNotFound:
+    """Why explain has no sale `transaction_id`: recorded in the log but not reconciled yet (a
+    sale since the last reconcile run: `recorded: true` and a hint saying when it will be), or
+    not recorded at all (`recorded: false`, a hint about which id a sale is known by). The code
+    stays `sale_not_found` (CONTRACT section 9); the rest is extra keys of `error`."""
+    await st.writer.sync()  # what was acknowledged so far is visible to the lookup
+    ledger = await read_store(st.store.sale, program.program_id, [transaction_id])
+    pid = program.program_id
+    if ledger is None:
+        return SaleNotFound(
+            f"no sale {transaction_id} in program {pid}",
+            recorded=False,
+            hint="No sale with this transaction id was recorded for this program. A connect sale is "
+            "known by its invoice id, else its payment intent id, else its checkout session id; a "
+            "self-hosted one by the transaction_id its track call sent.",
+        )
+    every = st.settings.reconcile_interval_seconds
+    when = (
+        f"the next scheduled reconcile run (every {every} s)"
+        if every
+        else "the next reconcile run (the schedule is off: TALLY_RECONCILE_INTERVAL_SECONDS=0)"
+    )
+    return SaleNotFound(
+        f"sale {transaction_id} is recorded in program {pid} but not reconciled yet: it shows after {when}",
+        recorded=True,
+        hint=f"The sale is in the log; attribution and commissions come with {when}. To see it "
+        "now, start a run: `tally reconcile` (operator token) or POST /api/v1/operator/reconcile.",
+    )
 
 
 async def list_commissions(request: Request) -> Response:
