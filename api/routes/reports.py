@@ -219,7 +219,8 @@ CSV = "text/csv; charset=utf-8"
 _LINE_FORMAT = Param(
     "format",
     {"type": "string", "enum": list(LINE_FORMATS), "default": "json"},
-    "csv: the same rows, money as decimal numbers with the currency in its own column, UTF-8 with a BOM",
+    "csv: the same rows and columns (money in minor units), then each money column's `_decimal` twin "
+    "in whole units of the row's currency; UTF-8 with a BOM (the format of every CSV)",
 )
 _PAGE = (
     Param("limit", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 100}),
