@@ -141,12 +141,15 @@ def _summary(book: _Book, report: FinanceReport) -> None:
     ws.write(2, 0, "Period", book.bold)
     ws.write(2, 1, report.period)
     ws.write(3, 0, "Reconciled", book.bold)
-    ws.write(
-        3,
-        1,
-        "yes" if report.reconciled else "NO: see the failed checks",
-        None if report.reconciled else book.bad,
-    )
+    if report.checks.height == 0:  # an empty month passes no check: it has none
+        ws.write(3, 1, "nothing to check: no sales, refunds or commissions this month")
+    else:
+        ws.write(
+            3,
+            1,
+            "yes" if report.reconciled else "NO: see the failed checks",
+            None if report.reconciled else book.bad,
+        )
     _provenance(book, ws, report)
     ws.write(4, 0, "Amounts are in currency units; each currency has its own column and is never summed.")
     top = 6
