@@ -4,6 +4,7 @@ dates with the full timestamp on hover, and codes as human labels with the code 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -50,6 +51,29 @@ when = when_html  # dates as dates, the timestamp on hover
 label = label_html  # codes as labels, the code on hover
 
 
+# Tracking-log details that name an amount, in the minor units ingest wrote them with: an
+# accepted track sale (`sale <transaction id> <amount> <currency>`) and a processor event
+# (`<event type> <event id> <amount> <currency>`, maybe followed by notes in brackets).
+_LOG_MONEY = (
+    re.compile(r"^(?P<head>sale .+ )(?P<amount>[0-9]{1,13}) (?P<currency>[a-z]{3})(?P<tail>)$"),
+    re.compile(
+        r"^(?P<head>[a-z_]+(?:\.[a-z_]+)+ \S+ )(?P<amount>[0-9]{1,13}) (?P<currency>[a-z]{3})"
+        r"(?P<tail>(?: \([^()]*\))*)$"
+    ),
+)
+
+
+def log_detail(detail: str) -> str:
+    """A tracking-log detail as people read it: its amount in the currency's units
+    (`sale in_1 1250 usd` -> `sale in_1 12.50 USD`); any other detail as it is."""
+    for pattern in _LOG_MONEY:
+        found = pattern.match(detail)
+        if found:
+            money_part = money(int(found["amount"]), found["currency"])
+            return f"{found['head']}{money_part}{found['tail']}"
+    return detail
+
+
 def render(template: str, status: int = 200, viewer: Viewer | None = None, **context: Any) -> Response:
     values: dict[str, Any] = {
         "viewer": viewer,
@@ -58,6 +82,7 @@ def render(template: str, status: int = 200, viewer: Viewer | None = None, **con
         "money": money,
         "when": when,
         "label": label,
+        "log_detail": log_detail,
     }
     values.update(context)
     html = templates.get_template(f"dashboard/{template}").render(values)
