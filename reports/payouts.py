@@ -262,6 +262,18 @@ def due(db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partne
     return _named(out, partners)
 
 
+def people(db: Reader, account_ids: Sequence[str | None]) -> dict[str, str]:
+    """The email of each account that made or paid a batch (`created_by`, `paid_by` hold account
+    ids), so pages name people rather than `acc_...` ids; an id not found maps to nothing."""
+    wanted = sorted({a for a in account_ids if a})
+    if not wanted or not db.table_exists("accounts"):
+        return {}
+    found = db.rows(
+        f"SELECT account_id, email FROM accounts WHERE account_id IN ({', '.join('?' * len(wanted))})", wanted
+    )
+    return {str(account_id): str(email) for account_id, email in found}
+
+
 # -- files ------------------------------------------------------------------------------------
 # The files' columns: the JSON row's fields in its order (money in minor units, and the contract's
 # `amount_decimal`), then the other money's whole-unit twins (the CSV format of reports/csvcells.py).
