@@ -23,6 +23,7 @@ from api.routes import (
     backfill,
     dashboard,
     dashboard_payouts,
+    dashboard_sales,
     docs,
     operator,
     payouts,
@@ -81,7 +82,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]
-    routes += [*dashboard.routes, *dashboard_payouts.routes]
+    routes += [*dashboard.routes, *dashboard_sales.routes, *dashboard_payouts.routes]
     routes += reference.routes
     routes += backup_routes.routes
     routes += metrics_routes.routes

@@ -4,6 +4,8 @@ Handlers are thin: check the session (and, on POST, the CSRF token), call the sa
 the JSON API (`ingest/control.py`, the store's reads, `reports/reads.py`), render a template.
 Without a session a page redirects (303) to the login form; errors are HTML pages that carry the
 contract's error code (a program of another workspace is a 404, a member's owner action a 403).
+The tracking log, sales and explain are in api/routes/dashboard_sales.py, the Payouts tab in
+api/routes/dashboard_payouts.py.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from api.forms import (
     money_for_form,
     partner_data,
     problems,
-    query_int,
     read_form,
     settings_data,
     settings_problems,
@@ -43,7 +44,6 @@ from api.routes.reports import (
     format_param,
     period_param,
     report_response,
-    sale_not_found,
 )
 from api.session import (
     SESSION_COOKIE,
@@ -59,31 +59,26 @@ from api.session import (
     set_login_csrf_cookie,
     set_session_cookie,
 )
-from api.state import State, read_store, read_tables
+from api.state import State
 from ingest import control
 from ingest.clock import utcnow
 from ingest.errors import (
     Conflict,
     ProgramNotFound,
     RateLimited,
-    SaleNotFound,
     StripeAccountInUse,
     TallyError,
     ValidationFailed,
 )
 from ingest.inputs import PartnerIn, SettingsPatch
 from ingest.records import Program
-from ingest.store import Reader
-from reports import load, reads
+from reports import load
 from reports.html import REPORT_CSS, finance_body
 from reports.render import FINANCE_FORMATS
 
 Handler = Callable[[Request], Awaitable[Response]]
 HOME = "/dashboard"
 LOGIN = "/dashboard/login"
-LOG_PAGE_SIZE = 50
-SALES_PAGE_SIZE = 50
-MAX_PAGE = 10**9
 
 
 def page(handler: Handler) -> Handler:
@@ -301,76 +296,6 @@ async def update_settings(request: Request) -> Response:
     return RedirectResponse(program_url(program, "?saved=1#settings"), 303)
 
 
-# -- tracking log, sales, explain -----------------------------------------------------------------
-@page
-async def tracking_log(request: Request) -> Response:
-    who = viewer(request)
-    program = account_program(request, who.account)
-    before = query_int(request, "before")
-    st = state(request)
-    await st.writer.sync()
-    lines = await read_store(st.store.tracking_log, program.program_id, LOG_PAGE_SIZE, before)
-    next_before = lines[-1].log_id if len(lines) == LOG_PAGE_SIZE else None
-    view = control.program_view(st.store, program)
-    return render("log.html", viewer=who, program=view, lines=lines, before=before, next_before=next_before)
-
-
-@page
-async def sales(request: Request) -> Response:
-    who = viewer(request)
-    program = account_program(request, who.account)
-    number = query_int(request, "page") or 1
-    if number > MAX_PAGE:  # the offset must fit the database's integers
-        raise ValidationFailed(f"page must be at most {MAX_PAGE}")
-    shown = request.query_params.get("attributed", "")
-    flt = reads.SaleFilter(
-        attributed={"yes": True, "no": False}.get(shown),
-        limit=SALES_PAGE_SIZE + 1,  # one more tells whether there is a next page
-        offset=(number - 1) * SALES_PAGE_SIZE,
-    )
-    st = state(request)
-    reconciled, rows = await read_tables(st.store, _sales_page, program.program_id, flt)
-    return render(
-        "sales.html",
-        viewer=who,
-        program=control.program_view(st.store, program),
-        sales=rows[:SALES_PAGE_SIZE] if reconciled else None,
-        more=len(rows) > SALES_PAGE_SIZE,
-        page_number=number,
-        attributed=shown,
-    )
-
-
-def _sales_page(db: Reader, program_id: str, flt: reads.SaleFilter) -> tuple[bool, list[dict[str, Any]]]:
-    return db.table_exists("rc_sales"), reads.sales(db, program_id, flt)
-
-
-@page
-async def explain(request: Request) -> Response:
-    who = viewer(request)
-    program = account_program(request, who.account)
-    transaction_id = request.path_params["transaction_id"]
-    st = state(request)
-    found = await read_tables(st.store, reads.explain, program.program_id, transaction_id)
-    view = control.program_view(st.store, program)
-    if found is None:
-        missing = await sale_not_found(st, program, transaction_id)
-        return render(
-            "not_reconciled.html",
-            404,
-            who,
-            program=view,
-            transaction_id=transaction_id,
-            code=missing.code,
-            message=missing.message,
-            hint=missing.extra["hint"],
-            recorded=missing.extra["recorded"],
-        )
-    done = request.query_params.get("done")
-    notice = f"{done.capitalize()} recorded." if done in ("hold", "release", "void") else None
-    return render("explain.html", viewer=who, program=view, done=notice, **found)
-
-
 # -- finance report ---------------------------------------------------------------------------------
 def _report_body(st: State, program: Program, period: str) -> Markup:
     with st.store.reader() as db:
@@ -424,9 +349,6 @@ routes = [
     Route(PROGRAM + "/api-key", confirm_regenerate, methods=["GET"]),
     Route(PROGRAM + "/api-key", regenerate_key, methods=["POST"]),
     Route(PROGRAM + "/partners", add_partner, methods=["POST"]),
-    Route(PROGRAM + "/log", tracking_log, methods=["GET"]),
-    Route(PROGRAM + "/sales", sales, methods=["GET"]),
-    Route(PROGRAM + "/sales/{transaction_id:path}", explain, methods=["GET"]),
     Route(PROGRAM + "/finance", finance, methods=["GET"]),
     Route(PROGRAM + "/finance/export", finance_export, methods=["GET"]),
 ]
@@ -489,20 +411,6 @@ document(
         ),
         regenerate_key: _page("Generate or regenerate the program key", form=True, errors=(ProgramNotFound,)),
         add_partner: _page("Add a partner", form=True, errors=(ProgramNotFound,)),
-        tracking_log: _page(
-            "The tracking log",
-            params=(Param("before", {"type": "integer", "minimum": 1, "maximum": 2**62}),),
-            errors=(ProgramNotFound, ValidationFailed),
-        ),
-        sales: _page(
-            "Sales",
-            params=(
-                Param("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
-                Param("attributed", {"type": "string", "enum": ["", "yes", "no"]}),
-            ),
-            errors=(ProgramNotFound, ValidationFailed),
-        ),
-        explain: _page("Explain one sale", errors=(ProgramNotFound, SaleNotFound)),
         finance: _page(
             "The finance report of a month",
             params=(Param("period", PERIOD.schema, "YYYY-MM (default: this month)"),),

@@ -28,7 +28,7 @@ def _bad(field: str, message: str) -> ValidationFailed:
     return ValidationFailed(f"{field}: {message}", fields=[{"field": field, "message": message}])
 
 
-def _moment(request: Request, name: str, end: bool) -> datetime | None:
+def moment_param(request: Request, name: str, end: bool) -> datetime | None:
     """A query date (`YYYY-MM-DD`, whole day) or RFC 3339 time; `to` dates include their day.
     Years 1970..9999 (`ingest.bounds`)."""
     raw = request.query_params.get(name)
@@ -38,6 +38,16 @@ def _moment(request: Request, name: str, end: bool) -> datetime | None:
         return bounds.query_moment(raw, end)
     except ValueError as exc:
         raise _bad(name, str(exc)) from None
+
+
+def currency_param(request: Request, name: str = "currency") -> str | None:
+    """A currency filter: three letters, any case (sales are kept in lower case)."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not (len(raw) == 3 and raw.isascii() and raw.isalpha()):
+        raise _bad(name, "must be a three-letter currency code")
+    return raw.lower()
 
 
 def _bool(request: Request, name: str) -> bool | None:
@@ -78,9 +88,11 @@ async def list_sales(request: Request) -> Response:
     limit, offset = _page(request)
     flt = reads.SaleFilter(
         transaction_id=request.query_params.get("transaction_id") or None,
-        start=_moment(request, "from", end=False),
-        end=_moment(request, "to", end=True),
+        start=moment_param(request, "from", end=False),
+        end=moment_param(request, "to", end=True),
         attributed=_bool(request, "attributed"),
+        partner_code=request.query_params.get("partner_code") or None,
+        currency=currency_param(request),
         limit=limit,
         offset=offset,
     )
@@ -274,6 +286,13 @@ document(
                     example="2026-01-31",
                 ),
                 Param("attributed", {"type": "string", "enum": ["true", "false"]}),
+                Param("partner_code", {"type": "string"}, "Sales attributed to this partner"),
+                Param(
+                    "currency",
+                    {"type": "string", "pattern": "^[A-Za-z]{3}$"},
+                    "Sales in this currency (any case)",
+                    example="usd",
+                ),
                 *_PAGE,
                 _LINE_FORMAT,
             ),

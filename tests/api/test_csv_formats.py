@@ -35,6 +35,7 @@ API_CSVS = {
     "payout": ("/payouts/{payout_id}?format=csv", ("amount", "net", "carried_in", "carried_forward")),
 }
 DASHBOARD_CSVS = {
+    "dashboard sales": ("/sales?currency=usd&format=csv", ("amount", "commission", "refunded")),
     "dashboard finance": ("/finance/export?period=2026-01&format=csv", ("value",)),
     "dashboard payout": ("/payouts/{payout_id}/export?format=csv", ("amount", "net")),
 }
