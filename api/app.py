@@ -24,6 +24,7 @@ from api.routes import (
     dashboard,
     dashboard_payouts,
     dashboard_sales,
+    demo,
     docs,
     operator,
     payouts,
@@ -81,7 +82,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
             store.close()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
-    routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]
+    routes += [*webhooks.routes, *script.routes, *demo.routes, *backfill.routes, *payouts.routes]
     routes += [*dashboard.routes, *dashboard_sales.routes, *dashboard_payouts.routes]
     routes += reference.routes
     routes += backup_routes.routes
