@@ -18,18 +18,23 @@ from api.templating import templates
 from reports.labels import label_html, when_html
 from reports.money import money_text
 
-# No script runs on these pages; styles come from our own stylesheet; nobody may frame them.
+# No script runs on these pages (but our own copy buttons' on the page that has them, see
+# SCRIPT_HEADERS); styles come from our own stylesheet; nobody may frame them.
+_CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 PAGE_HEADERS = {
     "Cache-Control": "no-store",
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
+    "Content-Security-Policy": _CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
+# A page with copy buttons loads our one script (api/static/dashboard.js), and nothing else.
+SCRIPT_HEADERS = {**PAGE_HEADERS, "Content-Security-Policy": _CSP + "; script-src 'self'"}
 STYLESHEET = Path(__file__).parent / "static" / "dashboard.css"
+SCRIPT = Path(__file__).parent / "static" / "dashboard.js"
 
 
 @dataclass(frozen=True)
@@ -74,8 +79,12 @@ def log_detail(detail: str) -> str:
     return detail
 
 
-def render(template: str, status: int = 200, viewer: Viewer | None = None, **context: Any) -> Response:
+def render(
+    template: str, status: int = 200, viewer: Viewer | None = None, script: bool = False, **context: Any
+) -> Response:
+    """A dashboard page; `script` loads the copy buttons' script (and lets its CSP allow it)."""
     values: dict[str, Any] = {
+        "page_script": script,
         "viewer": viewer,
         "csrf_field": CSRF_FIELD,
         "csrf_token": viewer.session.csrf_token if viewer is not None else None,
@@ -86,7 +95,7 @@ def render(template: str, status: int = 200, viewer: Viewer | None = None, **con
     }
     values.update(context)
     html = templates.get_template(f"dashboard/{template}").render(values)
-    return HTMLResponse(html, status, headers=PAGE_HEADERS)
+    return HTMLResponse(html, status, headers=SCRIPT_HEADERS if script else PAGE_HEADERS)
 
 
 def error_page(status: int, code: str, message: str, viewer: Viewer | None = None) -> Response:
@@ -96,3 +105,8 @@ def error_page(status: int, code: str, message: str, viewer: Viewer | None = Non
 @cache
 def stylesheet() -> bytes:
     return STYLESHEET.read_bytes()
+
+
+@cache
+def script() -> bytes:
+    return SCRIPT.read_bytes()

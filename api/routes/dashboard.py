@@ -14,7 +14,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from markupsafe import Markup
 from starlette.requests import Request
@@ -35,8 +35,9 @@ from api.forms import (
 )
 from api.http import validate
 from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
-from api.pages import Viewer, error_page, render, stylesheet
+from api.pages import Viewer, error_page, render, script, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
+from api.routes.demo import DEMO_SHOP
 from api.routes.reports import (
     DOWNLOADS,
     PERIOD,
@@ -59,6 +60,7 @@ from api.session import (
     set_login_csrf_cookie,
     set_session_cookie,
 )
+from api.settings import Settings
 from api.state import State
 from ingest import control
 from ingest.clock import utcnow
@@ -71,7 +73,7 @@ from ingest.errors import (
     ValidationFailed,
 )
 from ingest.inputs import PartnerIn, SettingsPatch
-from ingest.records import Program
+from ingest.records import Partner, Program
 from reports import load
 from reports.html import REPORT_CSS, finance_body
 from reports.render import FINANCE_FORMATS
@@ -196,6 +198,20 @@ def settings_values(view: dict[str, Any], form: dict[str, str] | None) -> dict[s
     }
 
 
+def integration(settings: Settings, program: Program, partners: list[Partner]) -> dict[str, Any]:
+    """What the checklist's how-to names: this server's address (`TALLY_BASE_URL`), a partner
+    code for the example link, the demo page for this program, and how many webhook signing
+    secrets the server has (never what they are)."""
+    code = partners[0].code if partners else None
+    query = urlencode({"program_id": program.program_id, **({"aff": code} if code else {})})
+    return {
+        "base_url": settings.base_url,
+        "partner_code": code,
+        "demo_url": f"{settings.base_url}{DEMO_SHOP}?{query}",
+        "webhook_secrets": len(settings.webhook_secrets()),
+    }
+
+
 def program_page(
     request: Request,
     who: Viewer,
@@ -204,13 +220,17 @@ def program_page(
     settings_form: dict[str, str] | None = None,
     **extra: Any,
 ) -> Response:
-    store = state(request).store
+    st = state(request)
+    store = st.store
     done = store.checklist(program.program_id)
     view = control.program_view(store, program)
+    partners = store.partners(program.program_id)
     return render(
         "program.html",
         status,
         who,
+        script=True,  # the checklist's copy buttons
+        integration=integration(st.settings, program, partners),
         program=view,
         settings=settings_values(view, settings_form),
         settings_labels=SETTINGS_LABELS,
@@ -220,7 +240,7 @@ def program_page(
         is_owner=who.is_owner(program.workspace_id),
         checklist=[(key, done.get(key)) for key in CHECKLIST_STEPS],
         key_generated="api_key_generated" in done,
-        partners=[control.partner_view(p) for p in store.partners(program.program_id)],
+        partners=[control.partner_view(p) for p in partners],
         **extra,
     )
 
@@ -331,6 +351,11 @@ async def css(request: Request) -> Response:
     return Response(stylesheet(), media_type="text/css", headers=headers)
 
 
+async def js(request: Request) -> Response:
+    headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
+    return Response(script(), media_type="application/javascript", headers=headers)
+
+
 async def finance_css(request: Request) -> Response:
     headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
     return Response(REPORT_CSS, media_type="text/css", headers=headers)
@@ -340,6 +365,7 @@ PROGRAM = "/dashboard/programs/{program_id}"
 routes = [
     Route("/dashboard", programs, methods=["GET"]),
     Route("/dashboard/static/dashboard.css", css, methods=["GET"]),
+    Route("/dashboard/static/dashboard.js", js, methods=["GET"]),
     Route("/dashboard/static/finance.css", finance_css, methods=["GET"]),
     Route(LOGIN, login_form, methods=["GET"]),
     Route(LOGIN, login, methods=["POST"]),
@@ -385,6 +411,11 @@ document(
         programs: _page("Programs"),
         css: Doc(
             "The dashboard stylesheet", "dashboard", content={"text/css": {"schema": {"type": "string"}}}
+        ),
+        js: Doc(
+            "The dashboard's script (the copy buttons)",
+            "dashboard",
+            content={"application/javascript": {"schema": {"type": "string"}}},
         ),
         finance_css: Doc(
             "The finance report stylesheet", "dashboard", content={"text/css": {"schema": {"type": "string"}}}

@@ -4,14 +4,18 @@ Chromium at 390 and 1280 px: tests/browser/test_pages.py)."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import time_machine
 from starlette.testclient import TestClient
 
-from tests.conftest import OP, World, make_world
+from api.app import create_app
+from api.settings import load_settings
+from tests.conftest import OP, OPERATOR_TOKEN, World, make_world
 from tests.helpers import logged_in, program_path
 
 
@@ -182,3 +186,76 @@ def test_the_payouts_tab_names_people_and_refuses_a_batch_when_nothing_is_due(cl
         assert 'title="acc_' in page and ">owner@brand.test</span>" in page  # who made it
         assert not re.search(r"by <code>acc_", page)
         assert 'id="make-batch-button" disabled' in page  # everything due is in the batch now
+
+
+# -- the checklist says how to do each step ----------------------------------------------------------
+def test_the_checklist_shows_how_to_do_each_step_with_this_servers_address(world: World) -> None:
+    client = world.client
+    logged_in(client, world.account_token)
+    r = client.get(program_path(world))
+    page = html.unescape(r.text)
+    base, pid = "http://testserver", world.program_id
+    assert f'<script src="{base}/sdk/v1/tally.js" data-program-id="{pid}" defer></script>' in page
+    assert f"{base}/webhooks/stripe" in page and "TALLY_STRIPE_WEBHOOK_SECRETS=whsec_..." in page
+    assert f"curl -X POST {base}/api/v1/track/sale" in page
+    assert "Authorization: Bearer $SERVICE_API_KEY" in page and '"test_mode": true' in page
+    assert f"curl -X POST {base}/api/v1/track/lead" in page and "tally.signup(userId)" in page
+    assert "https://your-site.example/?aff=alice" in page  # the program's own partner
+    assert f"{base}/demo/shop?program_id={pid}&aff=alice" in page
+    flat = " ".join(page.split())
+    assert 'id="secrets-configured"' in page and "2 signing secrets configured" in flat  # never the values
+    assert "whsec_test_primary" not in page and world.api_key not in page
+    for step in (
+        "api_key_generated",
+        "test_sale_received",
+        "click_received",
+        "lead_received",
+        "sale_received",
+    ):
+        assert f'id="howto-{step}"' in page, step
+    # a copy button for every snippet, hidden until the script shows it
+    snippets = re.findall(r'<pre id="(snippet-[a-z-]+)">', r.text)
+    assert len(snippets) >= 8
+    assert sorted(re.findall(r'data-copy="(snippet-[a-z-]+)" hidden>Copy</button>', r.text)) == sorted(
+        snippets
+    )
+    # a step done is folded, a step to do is open
+    assert re.search(r'id="howto-api_key_generated">', r.text)
+    assert re.search(r'id="howto-test_sale_received" open>', r.text)
+    # this page, and only this one, runs our one script
+    assert r.headers["content-security-policy"].endswith("; script-src 'self'")
+    assert '<script src="/dashboard/static/dashboard.js" defer></script>' in r.text
+    other = client.get(program_path(world, "/sales"))
+    assert "script-src" not in other.headers["content-security-policy"] and "<script" not in other.text
+    js = client.get("/dashboard/static/dashboard.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("application/javascript")
+    assert "data-copy" in js.text
+
+
+def test_the_checklist_says_when_the_server_has_no_webhook_secret(tmp_path: Path) -> None:
+    settings = load_settings(
+        database=str(tmp_path / "t.duckdb"),
+        operator_token=OPERATOR_TOKEN,
+        base_url="https://tally.example",
+        reconcile_interval_seconds=0,
+    )
+    with TestClient(create_app(settings), base_url="https://testserver") as client:
+        world = make_world(client)
+        logged_in(client, world.account_token)
+        page = html.unescape(client.get(program_path(world)).text)
+    assert 'id="secrets-missing"' in page and "https://tally.example/webhooks/stripe" in page
+
+
+# -- the demo brand page ----------------------------------------------------------------------------
+def test_the_demo_page_carries_the_script_tag_for_a_program(client: TestClient) -> None:
+    r = client.get("/demo/shop?program_id=prog_abc&aff=alice")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert '<script src="/sdk/v1/tally.js" data-program-id="prog_abc" defer></script>' in r.text
+    assert '<script src="/demo/shop.js" defer></script>' in r.text
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in r.text
+    assert client.get("/demo/shop.js").headers["content-type"].startswith("application/javascript")
+    for bad in ("", '"><script>alert(1)</script>', "prog abc"):
+        r = client.get("/demo/shop", params={"program_id": bad})
+        assert r.status_code == 200 and 'id="how-to-open"' in r.text and "<script src" not in r.text
+        assert "alert(1)" not in r.text
