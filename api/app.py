@@ -23,6 +23,8 @@ from api.routes import (
     backfill,
     dashboard,
     dashboard_payouts,
+    dashboard_sales,
+    demo,
     docs,
     operator,
     payouts,
@@ -80,8 +82,8 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
             store.close()
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
-    routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]
-    routes += [*dashboard.routes, *dashboard_payouts.routes]
+    routes += [*webhooks.routes, *script.routes, *demo.routes, *backfill.routes, *payouts.routes]
+    routes += [*dashboard.routes, *dashboard_sales.routes, *dashboard_payouts.routes]
     routes += reference.routes
     routes += backup_routes.routes
     routes += metrics_routes.routes

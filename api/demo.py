@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -438,6 +439,8 @@ def run_demo(url: str, operator_token: str, state: Path) -> None:
         )
         print(f"demo: payout {batch['payout_id']} up to {batch['up_to']} {batch['status']} ({paid})")
     print(f"demo: dashboard {url}/dashboard  (log in with the account token in {state})")
+    shop = f"{url}/demo/shop?{urlencode({'program_id': saved['program_id'], 'aff': 'alice'})}"
+    print(f"demo: a brand page with the browser script {shop}  (a click for alice, then a sign-up)")
     print(
         f"demo: try `tally login --url {url} --token <token>` then "
         f"`tally explain --program {saved['program_id']} --transaction in_demo_cy_2`"

@@ -195,6 +195,12 @@ ERROR_ENVELOPE: dict[str, Any] = {
                 "deadline": {"type": "string", "format": "date-time"},
                 "retry_after": {"type": "integer"},
                 "stored": {"type": "boolean"},
+                "recorded": {
+                    "type": "boolean",
+                    "description": "sale_not_found on explain: whether the log has the sale (true: "
+                    "recorded but not reconciled yet)",
+                },
+                "hint": {"type": "string", "description": "What to do next, in words"},
             },
         }
     },

@@ -25,6 +25,17 @@ class Status(_Out):
     status: str
 
 
+class Home(_Out):
+    """`GET /` for an API client: where the human and machine entry points are."""
+
+    service: Literal["tally"]
+    dashboard: str
+    api_reference: str
+    openapi: str
+    error_codes: str
+    health: str
+
+
 class Ready(_Out):
     status: Literal["ready"]
     journal_set_aside: int

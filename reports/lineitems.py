@@ -1,11 +1,10 @@
 """Line items for finance: the sales and commission rows of the JSON reads as CSV, and as sheets
 of the finance xlsx.
 
-One row per line, in the JSON's order and with its columns; money as decimal numbers in whole
-currency units (`12.34`, `1500` for yen, `12.345` for dinars), never as minor units, with the
-currency in its own column; other cells as the finance CSV writes them (reports/render.py);
-times in RFC 3339. UTF-8 with a byte order
-mark, so spreadsheets read partners' names right.
+One row per line, in the JSON's order and with its columns and values (money in integer minor
+units), then each money column's `_decimal` twin in whole units of the row's currency: the one
+CSV format of reports/csvcells.py; other cells as the finance CSV writes them
+(reports/render.py); times in RFC 3339.
 
 The finance xlsx of a month carries the same rows as `format=csv` gives for that month (sales
 that occurred in it, commission lines of it) on sheets of their own (reports/xlsx.py): `read`
@@ -14,7 +13,6 @@ takes them from the same reconcile run as the report's figures.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,10 +21,8 @@ from typing import Any
 from ingest.store import Reader
 from reports import csvcells, load, reads
 from reports.finance import FinanceReport
-from reports.money import NO_CURRENCY, units
 from reports.render import csv_value
 
-BOM = "\ufeff"
 SALE_MONEY = ("amount", "gross_amount", "tax", "commission", "platform_fee", "refunded")
 COMMISSION_MONEY = ("amount", "gross", "reversed", "platform_fee")
 
@@ -37,23 +33,22 @@ def _cell(value: Any) -> str:
     return csv_value(value)
 
 
+def columns_of(columns: Sequence[str], money: Sequence[str]) -> tuple[str, ...]:
+    """The CSV's header: the JSON's columns, then the money columns' `_decimal` twins."""
+    return (*columns, *csvcells.decimal_columns(money))
+
+
+def cells_of(row: dict[str, Any], columns: Sequence[str], money: Sequence[str]) -> list[str]:
+    """One row's cells under `columns_of(columns, money)`."""
+    currency = row.get("currency")
+    return [_cell(row.get(name)) for name in columns] + [
+        csvcells.decimal(row.get(name), currency) for name in money
+    ]
+
+
 def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequence[str]) -> bytes:
     """`rows` (dicts with `columns`, money in minor units beside a `currency`) as CSV bytes."""
-    out = io.StringIO()
-    out.write(BOM)
-    writer = csvcells.writer(out)
-    writer.writerow(columns)
-    for row in rows:
-        currency = row.get("currency") or NO_CURRENCY
-        cells = []
-        for name in columns:
-            value = row.get(name)
-            if name in money and isinstance(value, int) and not isinstance(value, bool):
-                cells.append(str(units(value, currency)))
-            else:
-                cells.append(_cell(value))
-        writer.writerow(cells)
-    return out.getvalue().encode("utf-8")
+    return csvcells.document(columns_of(columns, money), (cells_of(row, columns, money) for row in rows))
 
 
 # Every sale of a month: LIMIT takes a number, and no month holds this many.

@@ -44,7 +44,6 @@ ROW_FIELDS = (
 FORMATS = ("json", "csv", "xlsx")
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 CSV = "text/csv; charset=utf-8"
-BOM = "\ufeff"
 
 
 def cutoff(up_to: date) -> datetime:
@@ -263,51 +262,43 @@ def due(db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partne
     return _named(out, partners)
 
 
+def people(db: Reader, account_ids: Sequence[str | None]) -> dict[str, str]:
+    """The email of each account that made or paid a batch (`created_by`, `paid_by` hold account
+    ids), so pages name people rather than `acc_...` ids; an id not found maps to nothing."""
+    wanted = sorted({a for a in account_ids if a})
+    if not wanted or not db.table_exists("accounts"):
+        return {}
+    found = db.rows(
+        f"SELECT account_id, email FROM accounts WHERE account_id IN ({', '.join('?' * len(wanted))})", wanted
+    )
+    return {str(account_id): str(email) for account_id, email in found}
+
+
 # -- files ------------------------------------------------------------------------------------
-FILE_COLUMNS = (
-    "partner_code",
-    "partner_name",
-    "partner_email",
-    "amount",
-    "amount_decimal",
-    "currency",
-    "lines",
-    "net_decimal",
-    "carried_in_decimal",
-    "carried_forward_decimal",
-)
+# The files' columns: the JSON row's fields in its order (money in minor units, and the contract's
+# `amount_decimal`), then the other money's whole-unit twins (the CSV format of reports/csvcells.py).
+FILE_MONEY = ("net", "carried_in", "carried_forward")
+FILE_COLUMNS = (*ROW_FIELDS, *csvcells.decimal_columns(FILE_MONEY))
 
 
 def _file_rows(payout: dict[str, Any]) -> list[dict[str, Any]]:
-    """The batch's rows as the files write them: `amount` in minor units as in the JSON,
-    the other money as numbers in whole units of the row's currency."""
+    """The batch's rows as the files write them: the JSON's fields as they are (money in minor
+    units, `amount_decimal` a string of whole units), then each other money field's `_decimal`
+    twin as a Decimal in whole units of the row's currency."""
     out = []
     for row in payout["rows"]:
         currency = row["currency"]
-        out.append(
-            {
-                **{
-                    k: row[k]
-                    for k in ("partner_code", "partner_name", "partner_email", "amount", "currency", "lines")
-                },
-                "amount_decimal": units(row["amount"], currency),
-                "net_decimal": units(row["net"], currency),
-                "carried_in_decimal": units(row["carried_in"], currency),
-                "carried_forward_decimal": units(row["carried_forward"], currency),
-            }
-        )
+        decimals = {f"{name}_decimal": units(row[name], currency) for name in FILE_MONEY}
+        out.append({**{k: row[k] for k in ROW_FIELDS}, **decimals})
     return out
 
 
 def to_csv(payout: dict[str, Any]) -> bytes:
-    """One row per partner and currency; UTF-8 with a BOM; money as plain decimal numbers."""
-    out = io.StringIO()
-    out.write(BOM)
-    writer = csvcells.writer(out)
-    writer.writerow(FILE_COLUMNS)
-    for row in _file_rows(payout):
-        writer.writerow(["" if row[c] is None else str(row[c]) for c in FILE_COLUMNS])
-    return out.getvalue().encode("utf-8")
+    """One row per partner and currency, in the one CSV format (reports/csvcells.py)."""
+    return csvcells.document(
+        FILE_COLUMNS,
+        (["" if row[c] is None else str(row[c]) for c in FILE_COLUMNS] for row in _file_rows(payout)),
+    )
 
 
 def to_xlsx(payout: dict[str, Any]) -> bytes:

@@ -46,6 +46,8 @@ class SaleFilter:
     start: datetime | None = None  # inclusive
     end: datetime | None = None  # exclusive
     attributed: bool | None = None
+    partner_code: str | None = None
+    currency: str | None = None  # lower case
     limit: int = 100
     offset: int = 0
 
@@ -66,6 +68,12 @@ def sales(db: Reader, program_id: str, flt: SaleFilter) -> list[dict[str, Any]]:
         params.append(flt.end)
     if flt.attributed is not None:
         where.append("partner_code IS NOT NULL" if flt.attributed else "partner_code IS NULL")
+    if flt.partner_code is not None:
+        where.append("partner_code = ?")
+        params.append(flt.partner_code)
+    if flt.currency is not None:
+        where.append("currency = ?")
+        params.append(flt.currency)
     sql = (
         f"SELECT {', '.join(SALE_FIELDS)} FROM rc_sales WHERE {' AND '.join(where)}"
         " ORDER BY occurred_at, sale_id LIMIT ? OFFSET ?"
@@ -106,6 +114,18 @@ def _with_paid(db: Reader, program_id: str, rows: list[dict[str, Any]]) -> list[
         if row["sale_id"] in paid and row["commission_status"] in PAYABLE:
             row["commission_status"] = "paid"
     return rows
+
+
+def sale_currencies(db: Reader, program_id: str) -> list[str]:
+    """The currencies a program's reconciled sales are in (a filter's choices)."""
+    if not db.table_exists("rc_sales"):
+        return []
+    found = db.rows(
+        "SELECT DISTINCT currency FROM rc_sales WHERE program_id = ? AND currency IS NOT NULL"
+        " ORDER BY currency",
+        [program_id],
+    )
+    return [str(row[0]) for row in found]
 
 
 def explain(db: Reader, program_id: str, transaction_id: str) -> dict[str, Any] | None:

@@ -5,14 +5,19 @@ the html's provenance line, which says when the loader built the report and from
 run, and whether the month is closed: see `FinanceReport.provenance`):
 
 - `json`: the contract's envelope, `{"data": ...}`; amounts are integer minor units.
-- `csv` (finance): one long table `section,row,currency,metric,value`. `section` is a key of the
-  JSON data (`report` for its scalar fields), `row` the 1-based index of the row in that JSON
-  array, `metric` a field of that row (every field but `currency`) and `value` its JSON value:
-  integers (minor units for money) as digits, booleans `true`/`false`, null empty. Grouping
-  the lines by (section, row) gives back the JSON rows exactly.
-- `csv` (double counting): one row per double count with the JSON fields as columns;
-  `connect_record_ids` space-separated, `occurred_at` RFC 3339, `partner_mismatch` true/false;
-  summing `distinct_amount` counts each sale seen twice once (reports/double_counting.py).
+Every CSV is in the one format of reports/csvcells.py (a BOM, CRLF, the JSON's values with money
+in minor units, and whole-unit `_decimal` twins of the money):
+
+- `csv` (finance): one long table `section,row,currency,metric,value,value_decimal`. `section`
+  is a key of the JSON data (`report` for its scalar fields), `row` the 1-based index of the row
+  in that JSON array, `metric` a field of that row (every field but `currency`) and `value` its
+  JSON value: integers (minor units for money) as digits, booleans `true`/`false`, null empty.
+  Grouping the lines by (section, row) gives back the JSON rows exactly. `value_decimal` is the
+  money of a money line in whole units of its currency, empty on every other line.
+- `csv` (double counting): one row per double count with the JSON fields as columns, then
+  `amount_decimal` and `distinct_amount_decimal`; `connect_record_ids` space-separated,
+  `occurred_at` RFC 3339, `partner_mismatch` true/false; summing `distinct_amount` counts each
+  sale seen twice once (reports/double_counting.py).
 - `xlsx` (finance): see reports/xlsx.py; amounts are whole currency units there, and the month's
   sales and commission lines (the `format=csv` line items) have sheets of their own.
 - `html` (finance): a standalone page with its charts inline (reports/html.py).
@@ -20,9 +25,9 @@ run, and whether the month is closed: see `FinanceReport.provenance`):
 
 from __future__ import annotations
 
-import io
 import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +36,7 @@ import polars as pl
 from reports import csvcells
 from reports.double_counting import DoubleCountingReport
 from reports.finance import FinanceReport
+from reports.labels import COUNT_CHECKS, is_money
 
 if TYPE_CHECKING:
     from reports.lineitems import LineItems
@@ -54,7 +60,8 @@ SECTIONS = {
     "double_counts": "double_counts",
     "checks": "checks",
 }
-CSV_HEADER = ("section", "row", "currency", "metric", "value")
+CSV_HEADER = ("section", "row", "currency", "metric", "value", "value_decimal")
+DOUBLE_COUNT_MONEY = ("amount", "distinct_amount")
 # The JSON's scalar fields, as the CSV's `report` rows.
 REPORT_FIELDS = ("program_id", "program_name", "period", "reconciled", "closed", "closed_at", "closed_by")
 
@@ -118,29 +125,44 @@ def csv_value(value: Any) -> str:
     return str(value)
 
 
-def finance_csv(report: FinanceReport) -> bytes:
-    out = io.StringIO()
-    writer = csvcells.writer(out)
-    writer.writerow(CSV_HEADER)
+def is_money_line(section: str, row: dict[str, Any], metric: str) -> bool:
+    """Whether a line of the finance CSV is money: an integer field that counts nothing (a
+    check's totals are money unless the check counts lines, reports/labels.py)."""
+    value = row[metric]
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    if section == "checks" and metric in ("expected", "actual"):
+        return row["name"] not in COUNT_CHECKS
+    return is_money(metric)
+
+
+def _finance_lines(report: FinanceReport) -> Iterator[tuple[Any, ...]]:
     data = finance_data(report)
     for metric in REPORT_FIELDS:
-        writer.writerow(("report", 1, "", metric, csv_value(data[metric])))
+        yield ("report", 1, "", metric, csv_value(data[metric]), "")
     for section in SECTIONS:
         for number, row in enumerate(data[section], start=1):
+            currency = row["currency"]
             for metric, value in row.items():
                 if metric != "currency":
-                    writer.writerow((section, number, row["currency"], metric, csv_value(value)))
-    return out.getvalue().encode()
+                    money = csvcells.decimal(value, currency) if is_money_line(section, row, metric) else ""
+                    yield (section, number, currency, metric, csv_value(value), money)
+
+
+def finance_csv(report: FinanceReport) -> bytes:
+    return csvcells.document(CSV_HEADER, _finance_lines(report))
 
 
 def double_counting_csv(report: DoubleCountingReport) -> bytes:
-    out = io.StringIO()
-    writer = csvcells.writer(out)
-    rows = _rows(report.rows)
-    writer.writerow(report.rows.columns)
-    for row in rows:
-        writer.writerow(csv_value(v) for v in row.values())
-    return out.getvalue().encode()
+    header = (*report.rows.columns, *csvcells.decimal_columns(DOUBLE_COUNT_MONEY))
+    return csvcells.document(
+        header,
+        (
+            [csv_value(v) for v in row.values()]
+            + [csvcells.decimal(row[m], row["currency"]) for m in DOUBLE_COUNT_MONEY]
+            for row in _rows(report.rows)
+        ),
+    )
 
 
 def _safe(name: str) -> str:

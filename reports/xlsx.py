@@ -4,14 +4,15 @@ Sheets: Summary (the figures per currency side by side, commissions by status, t
 By partner (with a native bar chart per currency), Adjustments, Unattributed, Double counts,
 and, when the line items are given, Sales and Commissions: the rows `format=csv` gives for the
 month (reports/lineitems.py), one line per row, headed by the CSV's column names, the header row
-frozen and filters on every column. A closed month's figures are its books as of the close; its
-line items are the rows as they stand (a commission line of a closed month never changes; a sale
-shows its refunds so far).
-Amounts are numbers in whole currency units (the JSON's minor units / 10^decimals, exact to the
-currency's decimals) with a number format naming the currency (each row its own); counts are
-integers; times are dates in UTC. Currencies sit in separate columns or rows and are never added
-together. The file's creation date is the first day of the period, so the same figures give the
-same bytes.
+frozen and filters on every column; as in the CSV, a money column holds integer minor units and
+its `_decimal` twin the whole-unit amount. A closed month's figures are its books as of the
+close; its line items are the rows as they stand (a commission line of a closed month never
+changes; a sale shows its refunds so far).
+Elsewhere (and in the line items' `_decimal` columns) amounts are numbers in whole currency
+units (the JSON's minor units / 10^decimals, exact to the currency's decimals) with a number
+format naming the currency (each row its own); counts are integers; times are dates in UTC.
+Currencies sit in separate columns or rows and are never added together. The file's creation
+date is the first day of the period, so the same figures give the same bytes.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import polars as pl
 import xlsxwriter
 
 from reports import reads
+from reports.csvcells import DECIMAL
 from reports.finance import FinanceReport
 from reports.labels import COLUMN_LABELS, COUNT_CHECKS, SUMMARY_LABELS, check_label, is_money
-from reports.lineitems import COMMISSION_MONEY, SALE_MONEY, LineItems
+from reports.lineitems import COMMISSION_MONEY, SALE_MONEY, LineItems, columns_of
 from reports.money import NO_CURRENCY, excel_format, units
 from reports.render import csv_value
 
@@ -78,19 +80,22 @@ class _Book:
         self, name: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequence[str]
     ) -> None:
         """A sheet of line items: the CSV's header (frozen, filters on every column), then one
-        row per line: money as numbers in the row's currency's format, times as UTC dates,
-        everything else as the CSV writes it (text stays text)."""
+        row per line: minor units and counts as integers, the `_decimal` twins as numbers in the
+        row's currency's format, times as UTC dates, everything else as the CSV writes it (text
+        stays text)."""
+        header = columns_of(columns, money)
         ws = self.wb.add_worksheet(name)
-        ws.set_column(0, len(columns) - 1, 16)
-        for col, column in enumerate(columns):
+        ws.set_column(0, len(header) - 1, 16)
+        for col, column in enumerate(header):
             ws.write_string(0, col, column, self.header)
         for i, row in enumerate(rows, start=1):
             currency = row.get("currency") or NO_CURRENCY
-            for col, column in enumerate(columns):
-                value = row.get(column)
+            for col, column in enumerate(header):
+                twin = column.removesuffix(DECIMAL) if column.endswith(DECIMAL) else None
+                value = row.get(column) if twin is None else row.get(twin)
                 if value is None:
                     continue
-                if column in money and isinstance(value, int) and not isinstance(value, bool):
+                if twin is not None and isinstance(value, int) and not isinstance(value, bool):
                     ws.write_number(i, col, float(units(value, currency)), self.money(currency))
                 elif isinstance(value, datetime):
                     ws.write_datetime(i, col, value.astimezone(UTC).replace(tzinfo=None), self.moment)
@@ -99,7 +104,7 @@ class _Book:
                 else:
                     ws.write_string(i, col, csv_value(value))
         ws.freeze_panes(1, 0)
-        ws.autofilter(0, 0, len(rows), len(columns) - 1)
+        ws.autofilter(0, 0, len(rows), len(header) - 1)
 
 
 def _provenance(book: _Book, ws: Any, report: FinanceReport) -> None:
@@ -136,12 +141,15 @@ def _summary(book: _Book, report: FinanceReport) -> None:
     ws.write(2, 0, "Period", book.bold)
     ws.write(2, 1, report.period)
     ws.write(3, 0, "Reconciled", book.bold)
-    ws.write(
-        3,
-        1,
-        "yes" if report.reconciled else "NO: see the failed checks",
-        None if report.reconciled else book.bad,
-    )
+    if report.checks.height == 0:  # an empty month passes no check: it has none
+        ws.write(3, 1, "nothing to check: no sales, refunds or commissions this month")
+    else:
+        ws.write(
+            3,
+            1,
+            "yes" if report.reconciled else "NO: see the failed checks",
+            None if report.reconciled else book.bad,
+        )
     _provenance(book, ws, report)
     ws.write(4, 0, "Amounts are in currency units; each currency has its own column and is never summed.")
     top = 6

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from starlette.testclient import TestClient
 
 from ingest.schema import RAW_EVENT_FIELDS
 from ingest.stripe import sign
+from reports.money import units
 from tests.conftest import WEBHOOK_SECRET, World
 from tests.stripe_fixtures import serialise
 
@@ -139,15 +141,20 @@ def settings_form(token: str, **changes: str) -> dict[str, str]:
 
 # -- the finance CSV ------------------------------------------------------------------------------
 def parse_finance_csv(text: str) -> dict[str, Any]:
-    """The documented layout read back: rows grouped by (section, row), values typed by the JSON."""
-    reader = csv.reader(io.StringIO(text))
-    assert next(reader) == ["section", "row", "currency", "metric", "value"]
+    """The documented layout read back: rows grouped by (section, row), values typed by the JSON.
+    Checks the one CSV format on the way (a BOM; `value_decimal`, where filled, is `value` in
+    whole units of the line's currency)."""
+    assert text.startswith("\ufeff"), "every CSV starts with a BOM"
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
+    assert next(reader) == ["section", "row", "currency", "metric", "value", "value_decimal"]
     sections: dict[str, dict[int, dict[str, str]]] = {}
-    for section, row, currency, metric, value in reader:
+    for section, row, currency, metric, value, value_decimal in reader:
         entry = sections.setdefault(section, {}).setdefault(int(row), {})
         if currency:
             entry["currency"] = currency
         entry[metric] = value
+        if value_decimal:
+            assert Decimal(value_decimal) == units(int(value), currency), (section, row, metric)
     return {name: [rows[i] for i in sorted(rows)] for name, rows in sections.items()}
 
 

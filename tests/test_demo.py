@@ -38,6 +38,8 @@ def test_demo_is_realistic_and_idempotent(live_server: LiveServer, tmp_path: Pat
     assert first.returncode == 0, first.stderr
     assert "/dashboard" in first.stdout
     saved = json.loads(state.read_text())
+    # the brand page with the browser script, for this program (tests/browser/test_pages.py clicks it)
+    assert f"{live_server.url}/demo/shop?program_id={saved['program_id']}&aff=alice" in first.stdout
     assert oct(state.stat().st_mode & 0o777) == "0o600"
     auth = {"Authorization": f"Bearer {saved['token']}"}
     sales = httpx.get(

@@ -4,6 +4,8 @@ Handlers are thin: check the session (and, on POST, the CSRF token), call the sa
 the JSON API (`ingest/control.py`, the store's reads, `reports/reads.py`), render a template.
 Without a session a page redirects (303) to the login form; errors are HTML pages that carry the
 contract's error code (a program of another workspace is a 404, a member's owner action a 403).
+The tracking log, sales and explain are in api/routes/dashboard_sales.py, the Payouts tab in
+api/routes/dashboard_payouts.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from markupsafe import Markup
 from starlette.requests import Request
@@ -27,15 +29,15 @@ from api.forms import (
     money_for_form,
     partner_data,
     problems,
-    query_int,
     read_form,
     settings_data,
     settings_problems,
 )
 from api.http import validate
 from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
-from api.pages import Viewer, error_page, render, stylesheet
+from api.pages import Viewer, error_page, render, script, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
+from api.routes.demo import DEMO_SHOP
 from api.routes.reports import (
     DOWNLOADS,
     PERIOD,
@@ -58,31 +60,27 @@ from api.session import (
     set_login_csrf_cookie,
     set_session_cookie,
 )
-from api.state import State, read_store, read_tables
+from api.settings import Settings
+from api.state import State
 from ingest import control
 from ingest.clock import utcnow
 from ingest.errors import (
     Conflict,
     ProgramNotFound,
     RateLimited,
-    SaleNotFound,
     StripeAccountInUse,
     TallyError,
     ValidationFailed,
 )
 from ingest.inputs import PartnerIn, SettingsPatch
-from ingest.records import Program
-from ingest.store import Reader
-from reports import load, reads
+from ingest.records import Partner, Program
+from reports import load
 from reports.html import REPORT_CSS, finance_body
 from reports.render import FINANCE_FORMATS
 
 Handler = Callable[[Request], Awaitable[Response]]
 HOME = "/dashboard"
 LOGIN = "/dashboard/login"
-LOG_PAGE_SIZE = 50
-SALES_PAGE_SIZE = 50
-MAX_PAGE = 10**9
 
 
 def page(handler: Handler) -> Handler:
@@ -200,6 +198,20 @@ def settings_values(view: dict[str, Any], form: dict[str, str] | None) -> dict[s
     }
 
 
+def integration(settings: Settings, program: Program, partners: list[Partner]) -> dict[str, Any]:
+    """What the checklist's how-to names: this server's address (`TALLY_BASE_URL`), a partner
+    code for the example link, the demo page for this program, and how many webhook signing
+    secrets the server has (never what they are)."""
+    code = partners[0].code if partners else None
+    query = urlencode({"program_id": program.program_id, **({"aff": code} if code else {})})
+    return {
+        "base_url": settings.base_url,
+        "partner_code": code,
+        "demo_url": f"{settings.base_url}{DEMO_SHOP}?{query}",
+        "webhook_secrets": len(settings.webhook_secrets()),
+    }
+
+
 def program_page(
     request: Request,
     who: Viewer,
@@ -208,13 +220,17 @@ def program_page(
     settings_form: dict[str, str] | None = None,
     **extra: Any,
 ) -> Response:
-    store = state(request).store
+    st = state(request)
+    store = st.store
     done = store.checklist(program.program_id)
     view = control.program_view(store, program)
+    partners = store.partners(program.program_id)
     return render(
         "program.html",
         status,
         who,
+        script=True,  # the checklist's copy buttons
+        integration=integration(st.settings, program, partners),
         program=view,
         settings=settings_values(view, settings_form),
         settings_labels=SETTINGS_LABELS,
@@ -224,7 +240,7 @@ def program_page(
         is_owner=who.is_owner(program.workspace_id),
         checklist=[(key, done.get(key)) for key in CHECKLIST_STEPS],
         key_generated="api_key_generated" in done,
-        partners=[control.partner_view(p) for p in store.partners(program.program_id)],
+        partners=[control.partner_view(p) for p in partners],
         **extra,
     )
 
@@ -300,65 +316,6 @@ async def update_settings(request: Request) -> Response:
     return RedirectResponse(program_url(program, "?saved=1#settings"), 303)
 
 
-# -- tracking log, sales, explain -----------------------------------------------------------------
-@page
-async def tracking_log(request: Request) -> Response:
-    who = viewer(request)
-    program = account_program(request, who.account)
-    before = query_int(request, "before")
-    st = state(request)
-    await st.writer.sync()
-    lines = await read_store(st.store.tracking_log, program.program_id, LOG_PAGE_SIZE, before)
-    next_before = lines[-1].log_id if len(lines) == LOG_PAGE_SIZE else None
-    view = control.program_view(st.store, program)
-    return render("log.html", viewer=who, program=view, lines=lines, before=before, next_before=next_before)
-
-
-@page
-async def sales(request: Request) -> Response:
-    who = viewer(request)
-    program = account_program(request, who.account)
-    number = query_int(request, "page") or 1
-    if number > MAX_PAGE:  # the offset must fit the database's integers
-        raise ValidationFailed(f"page must be at most {MAX_PAGE}")
-    shown = request.query_params.get("attributed", "")
-    flt = reads.SaleFilter(
-        attributed={"yes": True, "no": False}.get(shown),
-        limit=SALES_PAGE_SIZE + 1,  # one more tells whether there is a next page
-        offset=(number - 1) * SALES_PAGE_SIZE,
-    )
-    st = state(request)
-    reconciled, rows = await read_tables(st.store, _sales_page, program.program_id, flt)
-    return render(
-        "sales.html",
-        viewer=who,
-        program=control.program_view(st.store, program),
-        sales=rows[:SALES_PAGE_SIZE] if reconciled else None,
-        more=len(rows) > SALES_PAGE_SIZE,
-        page_number=number,
-        attributed=shown,
-    )
-
-
-def _sales_page(db: Reader, program_id: str, flt: reads.SaleFilter) -> tuple[bool, list[dict[str, Any]]]:
-    return db.table_exists("rc_sales"), reads.sales(db, program_id, flt)
-
-
-@page
-async def explain(request: Request) -> Response:
-    who = viewer(request)
-    program = account_program(request, who.account)
-    transaction_id = request.path_params["transaction_id"]
-    st = state(request)
-    found = await read_tables(st.store, reads.explain, program.program_id, transaction_id)
-    if found is None:
-        raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
-    view = control.program_view(st.store, program)
-    done = request.query_params.get("done")
-    notice = f"{done.capitalize()} recorded." if done in ("hold", "release", "void") else None
-    return render("explain.html", viewer=who, program=view, done=notice, **found)
-
-
 # -- finance report ---------------------------------------------------------------------------------
 def _report_body(st: State, program: Program, period: str) -> Markup:
     with st.store.reader() as db:
@@ -394,6 +351,11 @@ async def css(request: Request) -> Response:
     return Response(stylesheet(), media_type="text/css", headers=headers)
 
 
+async def js(request: Request) -> Response:
+    headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
+    return Response(script(), media_type="application/javascript", headers=headers)
+
+
 async def finance_css(request: Request) -> Response:
     headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
     return Response(REPORT_CSS, media_type="text/css", headers=headers)
@@ -403,6 +365,7 @@ PROGRAM = "/dashboard/programs/{program_id}"
 routes = [
     Route("/dashboard", programs, methods=["GET"]),
     Route("/dashboard/static/dashboard.css", css, methods=["GET"]),
+    Route("/dashboard/static/dashboard.js", js, methods=["GET"]),
     Route("/dashboard/static/finance.css", finance_css, methods=["GET"]),
     Route(LOGIN, login_form, methods=["GET"]),
     Route(LOGIN, login, methods=["POST"]),
@@ -412,9 +375,6 @@ routes = [
     Route(PROGRAM + "/api-key", confirm_regenerate, methods=["GET"]),
     Route(PROGRAM + "/api-key", regenerate_key, methods=["POST"]),
     Route(PROGRAM + "/partners", add_partner, methods=["POST"]),
-    Route(PROGRAM + "/log", tracking_log, methods=["GET"]),
-    Route(PROGRAM + "/sales", sales, methods=["GET"]),
-    Route(PROGRAM + "/sales/{transaction_id:path}", explain, methods=["GET"]),
     Route(PROGRAM + "/finance", finance, methods=["GET"]),
     Route(PROGRAM + "/finance/export", finance_export, methods=["GET"]),
 ]
@@ -452,6 +412,11 @@ document(
         css: Doc(
             "The dashboard stylesheet", "dashboard", content={"text/css": {"schema": {"type": "string"}}}
         ),
+        js: Doc(
+            "The dashboard's script (the copy buttons)",
+            "dashboard",
+            content={"application/javascript": {"schema": {"type": "string"}}},
+        ),
         finance_css: Doc(
             "The finance report stylesheet", "dashboard", content={"text/css": {"schema": {"type": "string"}}}
         ),
@@ -477,20 +442,6 @@ document(
         ),
         regenerate_key: _page("Generate or regenerate the program key", form=True, errors=(ProgramNotFound,)),
         add_partner: _page("Add a partner", form=True, errors=(ProgramNotFound,)),
-        tracking_log: _page(
-            "The tracking log",
-            params=(Param("before", {"type": "integer", "minimum": 1, "maximum": 2**62}),),
-            errors=(ProgramNotFound, ValidationFailed),
-        ),
-        sales: _page(
-            "Sales",
-            params=(
-                Param("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
-                Param("attributed", {"type": "string", "enum": ["", "yes", "no"]}),
-            ),
-            errors=(ProgramNotFound, ValidationFailed),
-        ),
-        explain: _page("Explain one sale", errors=(ProgramNotFound, SaleNotFound)),
         finance: _page(
             "The finance report of a month",
             params=(Param("period", PERIOD.schema, "YYYY-MM (default: this month)"),),

@@ -5,6 +5,7 @@ JSON API's own (api/routes/payouts.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -43,13 +44,44 @@ def _last_month_end() -> date:
     return utcnow().date().replace(day=1) - timedelta(days=1)
 
 
-def _overview(db: Reader, program_id: str, partners: dict[str, Any]) -> tuple[bool, list[Any], list[Any]]:
-    reconciled = db.table_exists("rc_commissions")
-    return (
-        reconciled,
-        payouts.due(db, program_id, utcnow(), partners),
-        payouts.batches(db, program_id, partners),
+@dataclass(frozen=True)
+class Overview:
+    """What the Payouts tab shows: whether anything was reconciled, what is due now, the
+    batches (newest first), who made and paid them (account id -> email), and how many lines a
+    batch with the default cut-off would take."""
+
+    reconciled: bool
+    due: list[dict[str, Any]]
+    batches: list[dict[str, Any]]
+    people: dict[str, str]
+    payable_by_default: int
+
+
+def _overview(db: Reader, program_id: str, partners: dict[str, Any], up_to: date) -> Overview:
+    now = utcnow()
+    batches = payouts.batches(db, program_id, partners)
+    actors = [b["created_by"] for b in batches] + [b["paid_by"] for b in batches]
+    return Overview(
+        reconciled=db.table_exists("rc_commissions"),
+        due=payouts.due(db, program_id, now, partners),
+        batches=batches,
+        people=payouts.people(db, actors),
+        payable_by_default=payouts.payable_lines(db, program_id, now, up_to),
     )
+
+
+def batch_refusal(view: Overview) -> str | None:
+    """Why the "Make a payout batch" button is off, or None when a batch would pay something:
+    nothing reconciled yet, or no approved line waiting (every line a batch could take is
+    counted in `due`, whatever the cut-off)."""
+    if not view.reconciled:
+        return "Nothing is reconciled yet: commissions appear after the reconciler's first run."
+    if not any(r["lines"] for r in view.due):
+        return (
+            "Nothing is due: no approved commission line is waiting to be paid (a line is approved "
+            "once its holding days have passed)."
+        )
+    return None
 
 
 @page
@@ -59,15 +91,20 @@ async def payouts_page(request: Request) -> Response:
     program = owned_program(request, who)
     st = state(request)
     partners = {p.code: p for p in st.store.partners(program.program_id)}
-    reconciled, due, batches = await read_tables(st.store, _overview, program.program_id, partners)
+    default_up_to = _last_month_end()
+    view = await read_tables(st.store, _overview, program.program_id, partners, default_up_to)
     return render(
         "payouts.html",
         viewer=who,
         program=control.program_view(st.store, program),
-        reconciled=reconciled,
-        due=due,
-        batches=batches,
-        up_to=request.query_params.get("up_to") or _last_month_end().isoformat(),
+        reconciled=view.reconciled,
+        due=view.due,
+        batches=view.batches,
+        people=view.people,
+        refusal=batch_refusal(view),
+        payable_by_default=view.payable_by_default,
+        default_up_to=default_up_to.isoformat(),
+        up_to=request.query_params.get("up_to") or default_up_to.isoformat(),
         made=request.query_params.get("made"),
         nothing=request.query_params.get("nothing"),
         paid=request.query_params.get("paid"),

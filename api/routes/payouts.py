@@ -301,9 +301,10 @@ document(
         get_payout: Doc(
             "One payout batch (json, csv or xlsx): one row per partner and currency",
             "payouts",
-            description=_OWNER + " csv: UTF-8 with a BOM, money as plain decimal numbers with the "
-            "currency in its own column (`amount` stays in minor units as in the JSON); xlsx: the "
-            "same rows, whole-unit money formatted in each row's currency.",
+            description=_OWNER + " csv: the JSON rows' fields (money in minor units, `amount_decimal` "
+            "in whole units), then `net_decimal`, `carried_in_decimal`, `carried_forward_decimal`; "
+            "UTF-8 with a BOM (the format of every CSV). xlsx: the same columns, whole-unit money "
+            "formatted in each row's currency.",
             auth=(ACCOUNT_TOKEN,),
             params=(
                 _PAYOUT_ID,

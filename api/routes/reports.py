@@ -15,9 +15,10 @@ from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
-from api.state import State, read_tables
+from api.state import State, read_store, read_tables
 from ingest import bounds
 from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
+from ingest.records import Program
 from reports import lineitems, load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
@@ -27,7 +28,7 @@ def _bad(field: str, message: str) -> ValidationFailed:
     return ValidationFailed(f"{field}: {message}", fields=[{"field": field, "message": message}])
 
 
-def _moment(request: Request, name: str, end: bool) -> datetime | None:
+def moment_param(request: Request, name: str, end: bool) -> datetime | None:
     """A query date (`YYYY-MM-DD`, whole day) or RFC 3339 time; `to` dates include their day.
     Years 1970..9999 (`ingest.bounds`)."""
     raw = request.query_params.get(name)
@@ -37,6 +38,16 @@ def _moment(request: Request, name: str, end: bool) -> datetime | None:
         return bounds.query_moment(raw, end)
     except ValueError as exc:
         raise _bad(name, str(exc)) from None
+
+
+def currency_param(request: Request, name: str = "currency") -> str | None:
+    """A currency filter: three letters, any case (sales are kept in lower case)."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not (len(raw) == 3 and raw.isascii() and raw.isalpha()):
+        raise _bad(name, "must be a three-letter currency code")
+    return raw.lower()
 
 
 def _bool(request: Request, name: str) -> bool | None:
@@ -77,9 +88,11 @@ async def list_sales(request: Request) -> Response:
     limit, offset = _page(request)
     flt = reads.SaleFilter(
         transaction_id=request.query_params.get("transaction_id") or None,
-        start=_moment(request, "from", end=False),
-        end=_moment(request, "to", end=True),
+        start=moment_param(request, "from", end=False),
+        end=moment_param(request, "to", end=True),
         attributed=_bool(request, "attributed"),
+        partner_code=request.query_params.get("partner_code") or None,
+        currency=currency_param(request),
         limit=limit,
         offset=offset,
     )
@@ -96,8 +109,38 @@ async def explain_sale(request: Request) -> Response:
     transaction_id = request.path_params["transaction_id"]
     found = await read_tables(state(request).store, reads.explain, program.program_id, transaction_id)
     if found is None:
-        raise SaleNotFound(f"no reconciled sale {transaction_id} in program {program.program_id}")
+        raise await sale_not_found(state(request), program, transaction_id)
     return ok(request, found)
+
+
+async def sale_not_found(st: State, program: Program, transaction_id: str) -> SaleNotFound:
+    """Why explain has no sale `transaction_id`: recorded in the log but not reconciled yet (a
+    sale since the last reconcile run: `recorded: true` and a hint saying when it will be), or
+    not recorded at all (`recorded: false`, a hint about which id a sale is known by). The code
+    stays `sale_not_found` (CONTRACT section 9); the rest is extra keys of `error`."""
+    await st.writer.sync()  # what was acknowledged so far is visible to the lookup
+    ledger = await read_store(st.store.sale, program.program_id, [transaction_id])
+    pid = program.program_id
+    if ledger is None:
+        return SaleNotFound(
+            f"no sale {transaction_id} in program {pid}",
+            recorded=False,
+            hint="No sale with this transaction id was recorded for this program. A connect sale is "
+            "known by its invoice id, else its payment intent id, else its checkout session id; a "
+            "self-hosted one by the transaction_id its track call sent.",
+        )
+    every = st.settings.reconcile_interval_seconds
+    when = (
+        f"the next scheduled reconcile run (every {every} s)"
+        if every
+        else "the next reconcile run (the schedule is off: TALLY_RECONCILE_INTERVAL_SECONDS=0)"
+    )
+    return SaleNotFound(
+        f"sale {transaction_id} is recorded in program {pid} but not reconciled yet: it shows after {when}",
+        recorded=True,
+        hint=f"The sale is in the log; attribution and commissions come with {when}. To see it "
+        "now, start a run: `tally reconcile` (operator token) or POST /api/v1/operator/reconcile.",
+    )
 
 
 async def list_commissions(request: Request) -> Response:
@@ -188,7 +231,8 @@ CSV = "text/csv; charset=utf-8"
 _LINE_FORMAT = Param(
     "format",
     {"type": "string", "enum": list(LINE_FORMATS), "default": "json"},
-    "csv: the same rows, money as decimal numbers with the currency in its own column, UTF-8 with a BOM",
+    "csv: the same rows and columns (money in minor units), then each money column's `_decimal` twin "
+    "in whole units of the row's currency; UTF-8 with a BOM (the format of every CSV)",
 )
 _PAGE = (
     Param("limit", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 100}),
@@ -242,6 +286,13 @@ document(
                     example="2026-01-31",
                 ),
                 Param("attributed", {"type": "string", "enum": ["true", "false"]}),
+                Param("partner_code", {"type": "string"}, "Sales attributed to this partner"),
+                Param(
+                    "currency",
+                    {"type": "string", "pattern": "^[A-Za-z]{3}$"},
+                    "Sales in this currency (any case)",
+                    example="usd",
+                ),
                 *_PAGE,
                 _LINE_FORMAT,
             ),

@@ -33,16 +33,20 @@ def _csv(client: TestClient, world: World, path: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(r.content.decode("utf-8-sig"))))
 
 
-def _cell_text(value: Any, number_format: str, currency: str) -> str:
-    """A cell as the CSV writes the same value: money in whole units with the currency's
-    decimals, times in RFC 3339 (UTC), text as it is, empty as ''."""
+def _cell_text(column: str, value: Any, number_format: str, currency: str) -> str:
+    """A cell as the CSV writes the same value: a money column's `_decimal` twin in whole units
+    with the currency's decimals (and its number format), other numbers (minor units, counts)
+    as integers, times in RFC 3339 (UTC), text as it is, empty as ''."""
     if value is None:
         return ""
     if isinstance(value, datetime):
         return value.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        assert number_format == excel_format(currency), (value, number_format)
-        return f"{Decimal(str(value)):.{exponent(currency)}f}"
+        if column.endswith("_decimal"):
+            assert number_format == excel_format(currency), (column, value, number_format)
+            return f"{Decimal(str(value)):.{exponent(currency)}f}"
+        assert isinstance(value, int) and number_format == "General", (column, value, number_format)
+        return str(value)
     return str(value)
 
 
@@ -119,7 +123,8 @@ def test_the_finance_xlsx_has_the_line_items_of_the_month(client: TestClient) ->
         for cells, line in zip(rows, expected, strict=True):
             currency = line["currency"]
             got = {
-                h: _cell_text(c.value, c.number_format, currency) for h, c in zip(header, cells, strict=True)
+                h: _cell_text(h, c.value, c.number_format, currency)
+                for h, c in zip(header, cells, strict=True)
             }
             assert got == line, name
 
@@ -130,17 +135,21 @@ def test_the_finance_xlsx_has_the_line_items_of_the_month(client: TestClient) ->
         "in_kwd",
         "in_lone",
     ]
-    money = {r[header.index("transaction_id")].value: r[header.index("amount")] for r in rows}
+    money = {r[header.index("transaction_id")].value: r[header.index("amount_decimal")] for r in rows}
     # numbers, not text, each in its currency's format: 123.45 USD, 90,000 JPY, 12.345 KWD
     assert [money[t].data_type for t in ("in_usd", "in_jpy", "in_kwd")] == ["n", "n", "n"]
     assert money["in_kwd"].number_format == '#,##0.000 "KWD";-#,##0.000 "KWD"'
     assert money["in_jpy"].number_format == '#,##0 "JPY";-#,##0 "JPY"'
     assert minor(Decimal(str(money["in_kwd"].value)), "kwd") == 12_345
     assert money["in_jpy"].value == 90_000
-    refunded = {r[header.index("transaction_id")].value: r[header.index("refunded")].value for r in rows}
+    refunded = {
+        r[header.index("transaction_id")].value: r[header.index("refunded_decimal")].value for r in rows
+    }
     assert refunded["in_usd"] == 3.45 and refunded["in_lone"] == 0
     ws, header, rows = _sheet(book, "Commissions")
-    got = sorted((r[header.index("transaction_id")].value, r[header.index("amount")].value) for r in rows)
+    got = sorted(
+        (r[header.index("transaction_id")].value, r[header.index("amount_decimal")].value) for r in rows
+    )
     # 25 %, half-even; in_usd's line was approved (March 2 + 30 days) before its refund arrived,
     # so it keeps 30.86 and the refund is a clawback line in the refund's own month
     assert got == [("in_jpy", 22_500), ("in_kwd", 3.086), ("in_usd", 30.86)]

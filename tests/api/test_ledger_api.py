@@ -400,6 +400,13 @@ def test_a_payout_exports_as_csv_and_xlsx_with_money_as_numbers(
         ("alice", "Alice", "usd", "3002", "1"),
     ]
     assert [Decimal(t["amount_decimal"]) for t in table] == [Decimal("3.704"), Decimal("30.02")]
+    # the JSON row's fields in its order (money in minor units), then the other money's twins
+    assert list(table[0]) == [
+        *("partner_code", "partner_name", "partner_email", "amount", "amount_decimal", "currency", "lines"),
+        *("net", "carried_in", "carried_forward"),
+        *("net_decimal", "carried_in_decimal", "carried_forward_decimal"),
+    ]
+    assert [(t["net"], t["net_decimal"]) for t in table] == [("3704", "3.704"), ("3002", "30.02")]
     r = client.get(f"{path}?format=xlsx", headers=world.owner)
     assert r.headers["content-type"] == XLSX
     sheet = openpyxl.load_workbook(io.BytesIO(r.content)).active

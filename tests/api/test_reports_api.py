@@ -316,8 +316,10 @@ def test_double_counting_report_lists_the_refused_duplicate(shop: World) -> None
         csv_r.headers["content-disposition"]
         == f'attachment; filename="double-counting-{shop.program_id}-2026-01.csv"'
     )
-    lines = csv_r.text.splitlines()
+    assert csv_r.text.startswith("\ufeff")  # the one CSV format (reports/csvcells.py)
+    lines = csv_r.text.removeprefix("\ufeff").splitlines()
     assert lines[0].split(",")[:3] == ["kind", "transaction_id", "sale_id"] and len(lines) == 2
+    assert lines[0].endswith(",amount_decimal,distinct_amount_decimal")
     assert (
         shop.client.get(doubles_url(shop, "period=2026-02"), headers=shop.owner).json()["data"][
             "double_counts"
@@ -448,27 +450,38 @@ def _csv_rows(r: httpx.Response) -> list[dict[str, str]]:
 
 
 def test_sales_and_commissions_as_csv_line_items(shop: World, client: TestClient) -> None:
-    """The same rows as the JSON reads, one per line, money as decimal numbers in whole units
-    beside the currency (the EUR checkout sale keeps its cents)."""
+    """The same rows as the JSON reads, one per line, with the JSON's columns and values (money
+    in minor units), then each money column in whole units beside the currency (`_decimal`: the
+    EUR checkout sale keeps its cents)."""
     base = f"/api/v1/programs/{shop.program_id}"
     sales = client.get(f"{base}/sales", headers=shop.owner).json()["data"]
     rows = _csv_rows(client.get(f"{base}/sales?format=csv", headers=shop.owner))
     assert [r["transaction_id"] for r in rows] == [s["transaction_id"] or "" for s in sales]
     by_txn = {r["transaction_id"]: r for r in rows}
-    assert (by_txn["in_1"]["amount"], by_txn["in_1"]["currency"]) == ("100.00", "usd")
-    assert (by_txn["in_1"]["commission"], by_txn["in_1"]["refunded"]) == ("22.50", "25.00")
-    assert (by_txn["in_1"]["partner_code"], by_txn["in_1"]["test_mode"]) == ("alice", "false")
+    in_1 = by_txn["in_1"]
+    assert (in_1["amount"], in_1["amount_decimal"], in_1["currency"]) == ("10000", "100.00", "usd")
+    assert (in_1["commission"], in_1["commission_decimal"]) == ("2250", "22.50")
+    assert (in_1["refunded"], in_1["refunded_decimal"]) == ("2500", "25.00")
+    assert (in_1["partner_code"], in_1["test_mode"]) == ("alice", "false")
     assert by_txn["in_2"]["partner_code"] == ""
     (eur,) = [r for r in rows if r["currency"] == "eur"]
-    assert (eur["gross_amount"], eur["tax"], eur["amount"]) == ("9.99", "0.65", "9.34")
-    assert (eur["commission"], eur["platform_fee"]) == ("2.80", "0.93")
+    assert (eur["gross_amount_decimal"], eur["tax_decimal"], eur["amount_decimal"]) == (
+        "9.99",
+        "0.65",
+        "9.34",
+    )
+    assert (eur["gross_amount"], eur["tax"], eur["amount"]) == ("999", "65", "934")
+    assert (eur["commission_decimal"], eur["platform_fee_decimal"]) == ("2.80", "0.93")
 
     lines = client.get(f"{base}/commissions?period=2026-01", headers=shop.owner).json()["data"]
     rows = _csv_rows(client.get(f"{base}/commissions?period=2026-01&format=csv", headers=shop.owner))
     assert len(rows) == len(lines) > 0
-    assert list(rows[0]) == list(lines[0])  # the JSON row's columns, in its order
+    money = ["amount", "gross", "reversed", "platform_fee"]
+    # the JSON row's columns, in its order, then the money's whole-unit twins
+    assert list(rows[0]) == [*lines[0], *(f"{m}_decimal" for m in money)]
     for row, line in zip(rows, lines, strict=True):
-        assert minor(Decimal(row["amount"]), row["currency"]) == line["amount"], (row, line)
+        assert int(row["amount"]) == line["amount"], (row, line)
+        assert minor(Decimal(row["amount_decimal"]), row["currency"]) == line["amount"], (row, line)
         assert row["currency"] == line["currency"] and row["status"] == line["status"]
 
     r = client.get(f"{base}/sales?format=xlsx", headers=shop.owner)
@@ -485,7 +498,13 @@ def test_line_item_money_follows_the_currency_decimals() -> None:
         {"amount": 7, "currency": None, "when": None},
     ]
     text = to_csv(rows, ("amount", "currency", "when"), ("amount",)).decode("utf-8-sig")
-    assert text.splitlines() == ["amount,currency,when", "1500,jpy,", "12.345,kwd,", "-2.50,usd,", "7,,"]
+    assert text.splitlines() == [
+        "amount,currency,when,amount_decimal",
+        "1500,jpy,,1500",
+        "12345,kwd,,12.345",
+        "-250,usd,,-2.50",
+        "7,,,7",
+    ]
 
 
 def test_commissions_are_paginated_like_sales(world: World, client: TestClient) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from decimal import Decimal
 
 import polars as pl
 import pytest
 
 from reports.double_counting import DoubleCountingReport, build_double_counting
 from reports.load import month_bounds
+from reports.money import units
 from reports.render import UnknownFormat, render
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
@@ -62,10 +64,14 @@ def test_csv_parses_back_to_the_json() -> None:
     assert data["double_counts"][1]["occurred_at"] == "2026-01-18T12:00:00Z"
     body, content_type, filename = render(report, "csv")
     assert (content_type, filename) == ("text/csv; charset=utf-8", f"double-counting-{PROGRAM}.csv")
-    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    assert body.startswith("\ufeff".encode())  # the one CSV format (reports/csvcells.py)
+    rows = list(csv.DictReader(io.StringIO(body.decode("utf-8-sig"))))
     assert len(rows) == len(data["double_counts"]) == 3
     for row, expected in zip(rows, data["double_counts"], strict=True):
-        assert list(row) == list(expected)
+        # the JSON's fields in its order, then the money's whole-unit twins
+        assert list(row) == [*expected, "amount_decimal", "distinct_amount_decimal"]
+        for money in ("amount", "distinct_amount"):
+            assert Decimal(row[f"{money}_decimal"]) == units(expected[money], expected["currency"])
         for key, value in expected.items():
             if isinstance(value, list):
                 assert row[key].split() == value

@@ -21,7 +21,7 @@ from reports import charts, reads
 from reports.finance import FinanceReport, from_result, rechecked
 from reports.html import DOCUMENT_CSP, STYLESHEET
 from reports.labels import COLUMN_LABELS, SUMMARY_LABELS, check_label, is_money
-from reports.lineitems import LineItems
+from reports.lineitems import COMMISSION_MONEY, LineItems, columns_of
 from reports.money import excel_format, minor
 from reports.render import REPORT_FIELDS, SECTIONS, finance_data, render
 from tests.helpers import as_cell, parse_finance_csv
@@ -271,11 +271,14 @@ def test_xlsx_line_item_sheets_keep_text_as_text_and_filter_an_empty_month() -> 
     row = dict(zip(columns, sales[2], strict=True))
     assert (row["transaction_id"].value, row["transaction_id"].data_type) == ("=1+1", "s")
     assert row["warnings"].value == "click_not_found metadata_fixed" and row["test_mode"].value == "false"
-    assert (row["amount"].value, row["amount"].number_format) == (12.5, excel_format("eur"))
+    # minor units as in the CSV, and the whole-unit twin in the currency's format
+    assert (row["amount"].value, row["amount"].number_format) == (1_250, "General")
+    assert (row["amount_decimal"].value, row["amount_decimal"].number_format) == (12.5, excel_format("eur"))
     # a time is a date cell, in UTC (a spreadsheet has no time zones)
     assert row["occurred_at"].value.replace(tzinfo=UTC) == sale["occurred_at"]
     assert row["partner_code"].value is None
     empty = book["Commissions"]
-    assert [c.value for c in empty[1]] == list(reads.COMMISSION_FIELDS) and empty.max_row == 1
+    assert [c.value for c in empty[1]] == list(columns_of(reads.COMMISSION_FIELDS, COMMISSION_MONEY))
+    assert empty.max_row == 1
     assert empty.freeze_panes == "A2" and empty.auto_filter.ref.endswith("1")
     assert "Sales" not in openpyxl.load_workbook(io.BytesIO(render(_february(), "xlsx")[0])).sheetnames
