@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 
 from api.http import read_body
-from ingest.errors import TallyError, ValidationFailed
+from ingest.domain.errors import TallyError, ValidationFailed
 from reports.money import exponent, minor, units
 
 MAX_FORM_FIELDS = 50

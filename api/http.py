@@ -16,10 +16,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ingest.clock import rfc3339, utcnow
-from ingest.errors import InvalidJson, PayloadTooLarge, RequestTimeout, ValidationFailed
-from ingest.records import Credential
-from ingest.tokens import new_id
+from ingest.domain.clock import rfc3339, utcnow
+from ingest.domain.errors import InvalidJson, PayloadTooLarge, RequestTimeout, ValidationFailed
+from ingest.domain.records import Credential
+from ingest.domain.tokens import new_id
 
 MAX_BODY = 1024 * 1024
 M = TypeVar("M", bound=BaseModel)

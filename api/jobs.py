@@ -26,13 +26,15 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from ingest import engineering, lockfile
-from ingest.clock import utcnow
-from ingest.errors import DatabaseUnavailable, ReconcileRunning
-from ingest.store import Store, Tx
+from ingest import actions as engineering
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import DatabaseUnavailable, ReconcileRunning
+from ingest.storage import lockfile
+from ingest.storage.contract import Store, Tx
 from ingest.writer import Writer
-from reconcile import backfill, job, source, unroutable
+from reconcile import backfill, unroutable
 from reconcile.backfill import BackfillDiff
+from reconcile.run import job, source
 
 if TYPE_CHECKING:
     from api.observability import Observer

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ingest.records import ProgramSettings
+from ingest.domain.records import ProgramSettings
 
 
 class _Out(BaseModel):

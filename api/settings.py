@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.proxies import parse_networks
-from ingest.backend import DEFAULT_DATABASE, describe
+from ingest.storage.factory import DEFAULT_DATABASE, describe
 
 
 class SettingsError(Exception):

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from api.http import dumps
-from ingest.errors import TallyError
+from ingest.domain.errors import TallyError
 
 Progress = Callable[[str, int, int], None]
 

@@ -33,10 +33,10 @@ import polars as pl
 
 from bench import rawgen
 from bench.harness import save
-from ingest import engineering
-from ingest.duckdb_store import DuckReader
-from ingest.store import Reader
-from reconcile import job
+from ingest import actions as engineering
+from ingest.storage.contract import Reader
+from ingest.storage.duckdb.store import DuckReader
+from reconcile.run import job
 from reports import load, payouts
 
 

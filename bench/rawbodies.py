@@ -20,7 +20,7 @@ import re
 
 import polars as pl
 
-from ingest.schema import RAW_EVENT_FIELDS
+from ingest.storage.schema import RAW_EVENT_FIELDS
 
 _EVENT_HEAD = (
     '{"id":<<q:event_id>>,"object":"event","account":<<q:stripe_account>>,'

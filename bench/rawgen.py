@@ -48,8 +48,8 @@ import numpy as np
 import polars as pl
 
 from bench.rawbodies import render
-from ingest import migrations
-from ingest.schema import RAW_EVENT_COLUMNS
+from ingest.storage import migrations
+from ingest.storage.schema import RAW_EVENT_COLUMNS
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 END = datetime(2026, 2, 1, tzinfo=UTC)

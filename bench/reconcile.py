@@ -153,7 +153,7 @@ def step_run(db: Path, *, full: bool = False) -> dict[str, Any]:
     import duckdb
 
     from bench import rawgen
-    from reconcile import job
+    from reconcile.run import job
 
     marks: list[tuple[str, int, int, float]] = []
     resident: list[float] = []  # RSS (GiB) at each progress report: growth from chunk to chunk
@@ -204,8 +204,8 @@ def step_reference(size: int) -> dict[str, Any]:
     from polars.testing import assert_frame_equal
 
     from bench import rawgen
-    from reconcile import job
     from reconcile.pipeline import reconcile
+    from reconcile.run import job
     from tests.reconcile.compare import TABLES, reference_frames
 
     with tempfile.TemporaryDirectory(prefix="tally-bench-ref-") as tmp:

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest import engineering
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest import actions as engineering
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     Conflict,
     NotFound,
     OwnerRequired,
@@ -21,7 +21,7 @@ from ingest.errors import (
     StripeAccountInUse,
     ValidationFailed,
 )
-from ingest.inputs import (
+from ingest.domain.inputs import (
     AccountIn,
     AgentKeyIn,
     MemberIn,
@@ -29,9 +29,8 @@ from ingest.inputs import (
     ProgramCreateIn,
     SettingsPatch,
 )
-from ingest.records import Credential, Partner, Program, ProgramSettings
-from ingest.store import Store, Tx
-from ingest.tokens import (
+from ingest.domain.records import Credential, Partner, Program, ProgramSettings
+from ingest.domain.tokens import (
     ACCOUNT_TOKEN_PREFIX,
     AGENT_KEY_PREFIX,
     PROGRAM_KEY_PREFIX,
@@ -40,6 +39,7 @@ from ingest.tokens import (
     new_token,
     token_hash,
 )
+from ingest.storage.contract import Store, Tx
 from ingest.writer import Writer
 
 

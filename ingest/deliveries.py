@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
-from ingest.hotkeys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
-from ingest.records import Program
+from ingest.domain.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
+from ingest.domain.records import Program
 from ingest.refusals import note
-from ingest.store import Needs, Store, Tx
+from ingest.storage.contract import Needs, Store, Tx
+from ingest.storage.duckdb.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
 from ingest.stripe import KNOWN_EVENTS, Problems, extract, parse_event, read, verify_signature
 from ingest.writer import Writer
 

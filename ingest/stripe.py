@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
-from ingest.errors import InvalidJson, InvalidSignature
+from ingest.domain.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
+from ingest.domain.errors import InvalidJson, InvalidSignature
 
 CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
 INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ingest.errors import (
+from ingest.domain.errors import (
     DuplicateRefund,
     DuplicateTransaction,
     PartnerNotFound,
@@ -17,11 +17,11 @@ from ingest.errors import (
     TallyError,
     ValidationFailed,
 )
-from ingest.hotkeys import refund_claim
-from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
-from ingest.records import Program
-from ingest.store import KeyRead, Needs, Store, Tx
-from ingest.tokens import new_id
+from ingest.domain.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
+from ingest.domain.records import Program
+from ingest.domain.tokens import new_id
+from ingest.storage.contract import KeyRead, Needs, Store, Tx
+from ingest.storage.duckdb.keys import refund_claim
 from ingest.writer import Writer
 
 

@@ -26,8 +26,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ingest.errors import DatabaseUnavailable, ServiceUnavailable, TallyError
-from ingest.store import Needs, Store, Tx
+from ingest.domain.errors import DatabaseUnavailable, ServiceUnavailable, TallyError
+from ingest.storage.contract import Needs, Store, Tx
 
 T = TypeVar("T")
 log = logging.getLogger("tally.writer")

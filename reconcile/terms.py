@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ingest.records import MONEY_TERMS
+from ingest.domain.records import MONEY_TERMS
 from reconcile.schema import ENGINE, INT, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, STR, UTC
 
 KIND = "program_terms"

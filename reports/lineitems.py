@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.store import Reader
+from ingest.storage.contract import Reader
 from reports import csvcells, load, reads
 from reports.finance import FinanceReport
 from reports.money import NO_CURRENCY, units

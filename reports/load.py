@@ -12,8 +12,8 @@ from typing import Any
 
 import polars as pl
 
-from ingest.clock import utcnow
-from ingest.store import Reader
+from ingest.domain.clock import utcnow
+from ingest.storage.contract import Reader
 from reconcile.pipeline import reconcile
 from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
 from reports.finance import (

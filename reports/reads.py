@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.store import Reader
+from ingest.storage.contract import Reader
 
 SALE_FIELDS = (
     "sale_id",

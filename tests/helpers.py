@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from starlette.testclient import TestClient
 
-from ingest.schema import RAW_EVENT_FIELDS
+from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.stripe import sign
 from tests.conftest import WEBHOOK_SECRET, World
 from tests.stripe_fixtures import serialise

@@ -15,9 +15,11 @@ from api import schemas
 from api.auth import account_program, bearer, is_operator, require_account, state
 from api.http import body_model, ok
 from api.openapi import ACCOUNT_TOKEN, OPERATOR_TOKEN, Doc, Param, document
-from ingest import bounds, control, engineering
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest import actions as engineering
+from ingest import control
+from ingest.domain import bounds
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     MissingCredentials,
     NotFound,
     OwnerRequired,
@@ -25,8 +27,8 @@ from ingest.errors import (
     ReconcileRunning,
     ValidationFailed,
 )
-from ingest.inputs import BackfillIn, MetadataFixesIn
-from ingest.records import Program
+from ingest.domain.inputs import BackfillIn, MetadataFixesIn
+from ingest.domain.records import Program
 from reconcile.backfill import BackfillDiff
 
 

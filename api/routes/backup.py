@@ -19,9 +19,9 @@ from api.http import body_model, ok
 from api.openapi import OPERATOR_TOKEN, Doc, document
 from api.state import State
 from api.streaming import Progress, progress_stream, summary_view
-from ingest.backup import BackupSummary
-from ingest.errors import ValidationFailed
-from ingest.inputs import Strict
+from ingest.domain.errors import ValidationFailed
+from ingest.domain.inputs import Strict
+from ingest.storage.duckdb.backup import BackupSummary
 
 
 class BackupIn(Strict):

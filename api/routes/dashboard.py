@@ -60,8 +60,8 @@ from api.session import (
 )
 from api.state import State, read_store, read_tables
 from ingest import control
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     Conflict,
     ProgramNotFound,
     RateLimited,
@@ -70,9 +70,9 @@ from ingest.errors import (
     TallyError,
     ValidationFailed,
 )
-from ingest.inputs import PartnerIn, SettingsPatch
-from ingest.records import Program
-from ingest.store import Reader
+from ingest.domain.inputs import PartnerIn, SettingsPatch
+from ingest.domain.records import Program
+from ingest.storage.contract import Reader
 from reports import load, reads
 from reports.html import REPORT_CSS, finance_body
 from reports.render import FINANCE_FORMATS

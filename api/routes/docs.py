@@ -15,7 +15,7 @@ from api.auth import state
 from api.http import ok
 from api.openapi import HTML, JSON, Doc, document
 from api.templating import templates
-from ingest.errors import ALL_ERRORS, DatabaseUnavailable, ServiceUnavailable
+from ingest.domain.errors import ALL_ERRORS, DatabaseUnavailable, ServiceUnavailable
 
 WARNING_CODES: dict[str, str] = {
     "api_key_rotation_required": "The program API key is flagged for mandatory rotation. Before the "

@@ -19,8 +19,9 @@ from api.http import body_model, ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.routes.reports import format_param, report_response
 from api.state import State, read_tables
-from ingest import control, engineering
-from ingest.errors import (
+from ingest import actions as engineering
+from ingest import control
+from ingest.domain.errors import (
     InvalidTransition,
     LinePaid,
     NotFound,
@@ -30,9 +31,9 @@ from ingest.errors import (
     SaleNotFound,
     ValidationFailed,
 )
-from ingest.inputs import CommissionActionIn, PayoutIn
-from ingest.records import Partner, Program
-from ingest.store import Reader
+from ingest.domain.inputs import CommissionActionIn, PayoutIn
+from ingest.domain.records import Partner, Program
+from ingest.storage.contract import Reader
 from reports import payouts
 
 

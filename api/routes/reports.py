@@ -16,8 +16,8 @@ from api.auth import account_program, require_account, state
 from api.http import ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.state import State, read_tables
-from ingest import bounds
-from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
+from ingest.domain import bounds
+from ingest.domain.errors import ProgramNotFound, SaleNotFound, ValidationFailed
 from reports import lineitems, load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render

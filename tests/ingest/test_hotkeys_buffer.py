@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest import hotkeys
-from ingest.hotkeys import KeyIndex, claims_of
-from ingest.store import Needs
+from ingest.storage.contract import Needs
+from ingest.storage.duckdb import keys as hotkeys
+from ingest.storage.duckdb.keys import KeyIndex, claims_of
 from tests.helpers import STORE_AT
 from tests.hypothesis_profiles import examples
 

@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import load_settings
 from api.state import State
-from ingest.store import Reader
-from reconcile import job
+from ingest.storage.contract import Reader
+from reconcile.run import job
 from reconcile.schema import EXPLAIN_SCHEMA, UNROUTABLE_SCHEMA
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, bearer
 from tests.reconcile.compare import checked

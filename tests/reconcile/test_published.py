@@ -20,8 +20,8 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import load_settings
-from ingest.store import Reader
-from reconcile import job
+from ingest.storage.contract import Reader
+from reconcile.run import job
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET
 from tests.pg import Server
 from tests.reconcile.apps import app_with, assert_reference, assert_same, published, stream_rows, tables
@@ -126,7 +126,7 @@ def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: 
     of the previous publish); a full run when every line has moved replaces the tables whole; and a
     replica whose previous run is not the one published (another replica published since) replaces
     them too, whatever it changed itself."""
-    from ingest.postgres_store import PgStore
+    from ingest.storage.postgres.store import PgStore
     from tests.reconcile import builders as b
 
     rows: list[dict[str, object]] = []

@@ -25,17 +25,23 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import psycopg
 
-from ingest import postgres_keys as keys
-from ingest.errors import DatabaseUnavailable, ValidationFailed
-from ingest.hotkeys import LINK_TYPES, PROCESSOR_ID_FIELDS
-from ingest.postgres_conn import resource_fault
-from ingest.postgres_control import BY_ACCOUNT, CREDENTIALS_AND_PROGRAMS, PROGRAM, credential_row, program_row
-from ingest.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
-from ingest.schema import RAW_EVENT_FIELDS, storable
-from ingest.store import KeyRead, Needs, ProgramKey, gather, sale_partner
+from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
+from ingest.domain.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
+from ingest.storage.contract import KeyRead, Needs, ProgramKey, gather, sale_partner
+from ingest.storage.duckdb.keys import LINK_TYPES, PROCESSOR_ID_FIELDS
+from ingest.storage.postgres import keys
+from ingest.storage.postgres.conn import resource_fault
+from ingest.storage.postgres.control import (
+    BY_ACCOUNT,
+    CREDENTIALS_AND_PROGRAMS,
+    PROGRAM,
+    credential_row,
+    program_row,
+)
+from ingest.storage.schema import RAW_EVENT_FIELDS, storable
 
 if TYPE_CHECKING:
-    from ingest.postgres_store import PgStore
+    from ingest.storage.postgres.store import PgStore
 
 Connection = psycopg.Connection[Any]
 

@@ -38,10 +38,12 @@ from typing import Protocol
 import duckdb
 import polars as pl
 
-from reconcile import explain, incremental, terms
-from reconcile import mirror as mirror_module
-from reconcile.mirror import Mirror
+from reconcile import explain, terms
 from reconcile.pipeline import Result, reconcile
+from reconcile.run import incremental
+from reconcile.run import mirror as mirror_module
+from reconcile.run.mirror import Mirror
+from reconcile.run.source import control_plane, raw_chunk, read_rows
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
@@ -51,7 +53,6 @@ from reconcile.schema import (
     SALES_SCHEMA,
     UNIQUE_STRINGS,
 )
-from reconcile.source import control_plane, raw_chunk, read_rows
 
 Progress = Callable[[str, int, int], None]
 

@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from ingest.records import ProgramSettings
+from ingest.domain.records import ProgramSettings
 from reconcile import bookings, payouts, terms, unroutable
 from reconcile.schema import (
     PARTNER_SCHEMA,

@@ -18,9 +18,9 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
 
-from ingest import migrations
-from ingest.errors import DatabaseUnavailable
-from ingest.sql import PgExecutor
+from ingest.domain.errors import DatabaseUnavailable
+from ingest.storage import migrations
+from ingest.storage.sql import PgExecutor
 
 log = logging.getLogger("tally.store")
 

@@ -46,8 +46,8 @@ import duckdb
 import polars as pl
 import polars.selectors as cs
 
+from reconcile.run.source import raw_chunk, read_rows, stray_rows, unroutable_table
 from reconcile.schema import ENGINE, RAW_SCHEMA, READ_COLUMNS
-from reconcile.source import raw_chunk, read_rows, stray_rows, unroutable_table
 
 SEGMENT_ROWS = 2_500_000
 MIN_ROWS = 250_000

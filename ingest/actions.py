@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
-from ingest.clock import utcnow
 from ingest.deliveries import CHECKLIST_STEP
-from ingest.hotkeys import processor_sale_keys
-from ingest.inputs import MetadataFixesIn
-from ingest.records import MONEY_TERMS, Program, ProgramSettings
-from ingest.store import Tx
-from ingest.tokens import new_id
+from ingest.domain.clock import utcnow
+from ingest.domain.inputs import MetadataFixesIn
+from ingest.domain.records import MONEY_TERMS, Program, ProgramSettings
+from ingest.domain.tokens import new_id
+from ingest.storage.contract import Tx
+from ingest.storage.duckdb.keys import processor_sale_keys
 from ingest.writer import Writer
 
 BACKFILL_ENDPOINT = "backfill"

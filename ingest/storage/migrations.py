@@ -30,9 +30,9 @@ from pathlib import Path
 
 import duckdb
 
-from ingest.clock import utcnow
-from ingest.schema import CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
-from ingest.sql import DuckExecutor, Executor
+from ingest.domain.clock import utcnow
+from ingest.storage.schema import CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
+from ingest.storage.sql import DuckExecutor, Executor
 
 log = logging.getLogger("tally")
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 
-from ingest.hotkeys import PROCESSOR_ID_FIELDS, link_keys, processor_sale_keys
-from ingest.records import Binding, SaleLedger
+from ingest.domain.records import Binding, SaleLedger
+from ingest.storage.duckdb.keys import PROCESSOR_ID_FIELDS, link_keys, processor_sale_keys
 
 Cursor = psycopg.Cursor[Any]
 # Runs a write whose result nobody reads (the writer queues them: ingest/postgres_store.py).

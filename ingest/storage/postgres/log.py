@@ -24,12 +24,12 @@ import psycopg
 import pyarrow as pa
 from psycopg.types.numeric import NumericLoader
 
-from ingest.schema import RAW_EVENT_FIELDS
-from ingest.sql import Dialect, pyformat
-from ingest.store import Changes, RunRecord
+from ingest.storage.contract import Changes, RunRecord
+from ingest.storage.schema import RAW_EVENT_FIELDS
+from ingest.storage.sql import Dialect, pyformat
 
 if TYPE_CHECKING:
-    from ingest.postgres_store import PgStore
+    from ingest.storage.postgres.store import PgStore
 
 TRACK_KINDS = ("click", "lead", "sale", "refund", "stripe")
 PULL_WINDOW = 500_000  # raw rows per query while the working copy catches up
@@ -131,7 +131,7 @@ class PgReader:
     def log(
         self, program_id: str | None = None, before_seq: int | None = None
     ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        from reconcile.engine import read_log  # reconcile reads through ingest, not the other way
+        from reconcile.run.engine import read_log  # reconcile reads through ingest, not the other way
 
         return read_log(PgLogSource(self._store), program_id, before_seq)
 

@@ -34,9 +34,9 @@ if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its a
     import polars as pl
     import pyarrow as pa
 
-    from ingest.backup import BackupSummary
+    from ingest.storage.duckdb.backup import BackupSummary
 
-from ingest.records import (
+from ingest.domain.records import (
     Binding,
     Credential,
     LogLine,

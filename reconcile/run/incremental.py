@@ -43,10 +43,11 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from reconcile import closure, terms, unroutable
+from reconcile import terms, unroutable
 from reconcile.pipeline import Result, reconcile
+from reconcile.run import closure
+from reconcile.run.source import ENGINEER_KINDS, read_rows, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
-from reconcile.source import ENGINEER_KINDS, read_rows, unroutable_rows
 
 ENGINE_VERSION = "8"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ingest.bounds import SETTING_RANGES, Bps, FlatCommission, HoldingDays, Id, RecurringMonths
+from ingest.domain.bounds import SETTING_RANGES, Bps, FlatCommission, HoldingDays, Id, RecurringMonths
 
 log = logging.getLogger("tally.ingest")
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ingest.records import Credential, Program, ProgramSettings
+from ingest.domain.records import Credential, Program, ProgramSettings
 
 
 def credential_row(r: Sequence[Any]) -> Credential:

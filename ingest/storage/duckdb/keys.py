@@ -40,8 +40,8 @@ from typing import Any
 
 import orjson
 
-from ingest.records import Binding, SaleLedger
-from ingest.store import Needs, gather
+from ingest.domain.records import Binding, SaleLedger
+from ingest.storage.contract import Needs, gather
 
 log = logging.getLogger("tally.store")
 

@@ -36,13 +36,9 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from ingest import bounds, lockfile, migrations, private
-from ingest.errors import DatabaseUnavailable, ValidationFailed
-from ingest.hotkeys import FORMAT as KEYS_FORMAT
-from ingest.hotkeys import OBSERVED, KeyIndex, Progress, anchor_of
-from ingest.index import Index, Undo
-from ingest.journal import Journal
-from ingest.records import (
+from ingest.domain import bounds
+from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
+from ingest.domain.records import (
     LOG_PAGE_COLUMNS,
     LOG_PAGE_MAX,
     Binding,
@@ -56,14 +52,19 @@ from ingest.records import (
     StoredSession,
     credential_values,
 )
-from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
-from ingest.store import KeyRead, Needs, sale_partner
+from ingest.storage import lockfile, migrations, private
+from ingest.storage.contract import KeyRead, Needs, sale_partner
+from ingest.storage.duckdb.control import Index, Undo
+from ingest.storage.duckdb.journal import Journal
+from ingest.storage.duckdb.keys import FORMAT as KEYS_FORMAT
+from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, Progress, anchor_of
+from ingest.storage.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
     import polars as pl
 
-    from ingest.backup import BackupSummary
-    from ingest.backup import Progress as BackupProgress
+    from ingest.storage.duckdb.backup import BackupSummary
+    from ingest.storage.duckdb.backup import Progress as BackupProgress
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),
@@ -303,7 +304,7 @@ class DuckReader:
     def log(
         self, program_id: str | None = None, before_seq: int | None = None
     ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        from reconcile import job  # reconcile reads through ingest; not the other way at import
+        from reconcile.run import job  # reconcile reads through ingest; not the other way at import
 
         return job.read(self._cur, program_id=program_id, before_seq=before_seq)
 
@@ -1033,13 +1034,13 @@ class DuckStore:
             yield DuckEngine(cur)
 
     def check_backup(self, path: str) -> None:
-        from ingest.backup import check_target
+        from ingest.storage.duckdb.backup import check_target
 
         check_target(path, self.path)
 
     def backup(self, path: str, sync: Callable[[], None], progress: BackupProgress) -> BackupSummary:
         """A consistent copy at `path` (ingest/backup.py), made while the server runs."""
-        from ingest.backup import check_target, copy_database, set_aside_count
+        from ingest.storage.duckdb.backup import check_target, copy_database, set_aside_count
 
         target = check_target(path, self.path)
         with self._cursor() as cur:

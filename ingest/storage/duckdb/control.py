@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from ingest.records import Credential, Partner, Program, Role
+from ingest.domain.records import Credential, Partner, Program, Role
 
 Undo = list[Callable[[], None]]
 K = TypeVar("K")

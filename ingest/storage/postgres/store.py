@@ -47,29 +47,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ingest import migrations
-from ingest import postgres_keys as keys
-from ingest.errors import DatabaseUnavailable
-from ingest.postgres_conn import (
-    CONNECT_TIMEOUT_SECONDS,
-    Health,
-    conninfo,
-    describe,
-    first_line,
-    resource_fault,
-    stale,
-)
-from ingest.postgres_control import (
-    BY_ACCOUNT,
-    CREDENTIAL,
-    CREDENTIAL_AND_PROGRAM,
-    PROGRAM,
-    credential_row,
-    program_row,
-)
-from ingest.postgres_log import PgLogSource, PgReader, PgResultSink, reader_types
-from ingest.postgres_tx import Connection, PgTx
-from ingest.records import (
+from ingest.domain.errors import DatabaseUnavailable
+from ingest.domain.records import (
     LOG_PAGE_COLUMNS,
     LOG_PAGE_MAX,
     Binding,
@@ -81,12 +60,33 @@ from ingest.records import (
     SaleLedger,
     StoredSession,
 )
-from ingest.sql import PgExecutor
-from ingest.store import KeyRead
+from ingest.storage import migrations
+from ingest.storage.contract import KeyRead
+from ingest.storage.postgres import keys
+from ingest.storage.postgres.conn import (
+    CONNECT_TIMEOUT_SECONDS,
+    Health,
+    conninfo,
+    describe,
+    first_line,
+    resource_fault,
+    stale,
+)
+from ingest.storage.postgres.control import (
+    BY_ACCOUNT,
+    CREDENTIAL,
+    CREDENTIAL_AND_PROGRAM,
+    PROGRAM,
+    credential_row,
+    program_row,
+)
+from ingest.storage.postgres.log import PgLogSource, PgReader, PgResultSink, reader_types
+from ingest.storage.postgres.tx import Connection, PgTx
+from ingest.storage.sql import PgExecutor
 
 if TYPE_CHECKING:
-    from ingest.backup import BackupSummary
-    from ingest.store import Engine, Progress
+    from ingest.storage.contract import Engine, Progress
+    from ingest.storage.duckdb.backup import BackupSummary
 
 POOL_MAX = 10  # pooled connections per replica (reads, reports)
 POOL_WAIT_SECONDS = 5.0  # longest wait for a pooled connection while the database is up
@@ -377,7 +377,7 @@ class PgStore:
     def engine(self) -> Iterator[Engine]:
         """The reconciler's working copy (reconcile/engine.py), brought up to the watermark;
         one at a time in this process."""
-        from reconcile.engine import LocalEngine  # reconcile reads through ingest, not the other way
+        from reconcile.run.engine import LocalEngine  # reconcile reads through ingest, not the other way
 
         with self._engine_lock:
             if self._engine is None:
@@ -388,7 +388,7 @@ class PgStore:
                 yield session
 
     def check_backup(self, path: str) -> None:
-        from ingest.backup import BackupTargetUnusable
+        from ingest.storage.duckdb.backup import BackupTargetUnusable
 
         raise BackupTargetUnusable(
             "this server's database is PostgreSQL: back it up with pg_dump (docs/operations.md);"

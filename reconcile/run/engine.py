@@ -38,10 +38,11 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from ingest import lockfile, migrations, private
-from ingest.schema import CONTROL_PLANE_DDL, raw_events_ddl
-from ingest.store import Changes, LogSource, ResultSink, RunRecord
-from reconcile import closure, explain, incremental, job, terms
+from ingest.storage import lockfile, migrations, private
+from ingest.storage.contract import Changes, LogSource, ResultSink, RunRecord
+from ingest.storage.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from reconcile import explain, terms
+from reconcile.run import closure, incremental, job
 
 log = logging.getLogger("tally.reconcile")
 

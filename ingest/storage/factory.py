@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.duckdb_store import DatabaseInUse, DuckStore, index_keys
-from ingest.hotkeys import Progress
-from ingest.store import Store
+from ingest.storage.contract import Store
+from ingest.storage.duckdb.keys import Progress
+from ingest.storage.duckdb.store import DatabaseInUse, DuckStore, index_keys
 
 DEFAULT_DATABASE = "./tally.duckdb"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -27,7 +27,7 @@ def is_shared(database: str | Path) -> bool:
 def describe(database: str | Path) -> str:
     """`database` as messages and logs may show it: a URL without its password."""
     if is_shared(database):
-        from ingest.postgres_conn import describe as describe_url
+        from ingest.storage.postgres.conn import describe as describe_url
 
         return describe_url(str(database))
     return str(database)
@@ -48,7 +48,7 @@ def open_store(
     lives in `engine_dir` (a temporary directory when None), bounded by `memory_mb`, and the
     track endpoints keep up to `credential_cache` program keys in memory."""
     if is_shared(database):
-        from ingest.postgres_store import PgStore
+        from ingest.storage.postgres.store import PgStore
 
         return PgStore(
             str(database), memory_mb=memory_mb, engine_dir=engine_dir, credential_cache=credential_cache

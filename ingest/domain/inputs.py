@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from ingest.bounds import (
+from ingest.domain.bounds import (
     MAX_ID,
     Amount,
     Bps,
@@ -35,7 +35,7 @@ from ingest.bounds import (
     Text,
     Url,
 )
-from ingest.records import ProgramSettings
+from ingest.domain.records import ProgramSettings
 
 _CURRENCY = re.compile(r"^[A-Za-z]{3}$")
 _CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

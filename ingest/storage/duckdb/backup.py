@@ -37,8 +37,8 @@ from pathlib import Path
 
 import duckdb
 
-from ingest.errors import TallyError, ValidationFailed
-from ingest.private import FILE_MODE, restrict_umask
+from ingest.domain.errors import TallyError, ValidationFailed
+from ingest.storage.private import FILE_MODE, restrict_umask
 
 Progress = Callable[[str, int, int], None]
 
@@ -292,7 +292,7 @@ def backup_offline(database: str, output: str, progress: Progress) -> BackupSumm
     first, as `tally serve`'s start-up does, then the copy is made as above. Raises
     `BackupTargetUnusable`, or `SourceUnavailable` when the file cannot be opened (a server
     holds it)."""
-    from ingest.duckdb_store import DatabaseInUse, DuckStore
+    from ingest.storage.duckdb.store import DatabaseInUse, DuckStore
 
     if database.startswith(("postgresql://", "postgres://")):
         raise SourceUnavailable(
