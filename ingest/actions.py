@@ -20,10 +20,10 @@ from typing import Any
 from ingest.deliveries import CHECKLIST_STEP
 from ingest.domain.clock import utcnow
 from ingest.domain.inputs import MetadataFixesIn
+from ingest.domain.keys import processor_sale_keys
 from ingest.domain.records import MONEY_TERMS, Program, ProgramSettings
 from ingest.domain.tokens import new_id
 from ingest.storage.contract import Tx
-from ingest.storage.duckdb.keys import processor_sale_keys
 from ingest.writer import Writer
 
 BACKFILL_ENDPOINT = "backfill"

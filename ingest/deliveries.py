@@ -29,11 +29,12 @@ from datetime import datetime
 from typing import Any
 
 from ingest.domain.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
+from ingest.domain.events import KNOWN_EVENTS
+from ingest.domain.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
 from ingest.domain.records import Program
 from ingest.refusals import note
 from ingest.storage.contract import Needs, Store, Tx
-from ingest.storage.duckdb.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
-from ingest.stripe import KNOWN_EVENTS, Problems, extract, parse_event, read, verify_signature
+from ingest.stripe import Problems, extract, parse_event, read, verify_signature
 from ingest.writer import Writer
 
 ENDPOINT = "webhooks/stripe"

@@ -19,16 +19,13 @@ from typing import Any
 
 from ingest.domain.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
 from ingest.domain.errors import InvalidJson, InvalidSignature
-
-CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
-INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})
-REFUND_EVENTS = frozenset({"charge.refunded"})
-SUBSCRIPTION_EVENTS = frozenset({"customer.subscription.created", "customer.subscription.updated"})
-# An `InvoicePayment` (API 2025-03-31+): links an invoice to the payment intent (or charge) that
-# paid it, since such an invoice names neither (reconcile/refunds.py `links`).
-LINK_EVENTS = frozenset({"invoice_payment.paid"})
-# The event types the contract names (section 5): the only ones a refused delivery's note names.
-KNOWN_EVENTS = CHECKOUT_EVENTS | INVOICE_EVENTS | REFUND_EVENTS | SUBSCRIPTION_EVENTS | LINK_EVENTS
+from ingest.domain.events import (
+    CHECKOUT_EVENTS,
+    INVOICE_EVENTS,
+    LINK_EVENTS,
+    REFUND_EVENTS,
+    SUBSCRIPTION_EVENTS,
+)
 
 META_CLICK_ID = "svc_click_id"
 META_CUSTOMER_KEY = "svc_customer_key"

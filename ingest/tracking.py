@@ -18,10 +18,10 @@ from ingest.domain.errors import (
     ValidationFailed,
 )
 from ingest.domain.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
+from ingest.domain.keys import refund_claim
 from ingest.domain.records import Program
 from ingest.domain.tokens import new_id
 from ingest.storage.contract import KeyRead, Needs, Store, Tx
-from ingest.storage.duckdb.keys import refund_claim
 from ingest.writer import Writer
 
 

@@ -44,11 +44,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ingest.domain.events import CHECKOUT_EVENTS
+from ingest.domain.events import INVOICE_EVENTS as INVOICES
 from reconcile.lookup import lookup
 from reconcile.schema import ENGINE
 
-SESSION_EVENTS = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
-INVOICE_EVENTS = ("invoice.payment_succeeded", "invoice.paid")
+# The processor's event types (ingest/domain/events.py), as lists for polars.
+SESSION_EVENTS = sorted(CHECKOUT_EVENTS)
+INVOICE_EVENTS = sorted(INVOICES)
 SALE_MODES = ("payment", "subscription")
 RECURRING_REASONS = ("subscription_cycle", "subscription_update", "subscription_threshold")
 

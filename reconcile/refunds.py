@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ingest.domain.events import LINK_EVENTS as LINKS
 from reconcile.lookup import lookup
 from reconcile.money import pro_rata
 from reconcile.schema import ENGINE, period_of
@@ -85,7 +86,7 @@ def track_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-LINK_EVENTS = ("invoice_payment.paid",)
+LINK_EVENTS = sorted(LINKS)  # (ingest/domain/events.py, as a list for polars)
 
 
 def links(raw: pl.LazyFrame) -> pl.LazyFrame:

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from ingest.domain.keys import claims_of
 from ingest.domain.records import SaleLedger
 from ingest.storage.contract import Needs
 from ingest.storage.duckdb import keys as hotkeys
-from ingest.storage.duckdb.keys import KeyIndex, claims_of
+from ingest.storage.duckdb.keys import KeyIndex
 from ingest.storage.duckdb.store import DuckStore, index_keys
 from tests.helpers import STORE_AT
 

@@ -40,6 +40,20 @@ from typing import Any
 
 import orjson
 
+from ingest.domain.keys import (
+    AddRefunded,
+    Bind,
+    Effect,
+    Link,
+    ProcessorRefund,
+    Provisional,
+    PutClick,
+    Sale,
+    SeeEvent,
+    SeeRefund,
+    claims_of,
+    effects,
+)
 from ingest.domain.records import Binding, SaleLedger
 from ingest.storage.contract import Needs, gather
 
@@ -96,72 +110,9 @@ OBSERVED = (
     "lead_status",
 )
 
-PROCESSOR_SALE_TYPES = frozenset(
-    {
-        "checkout.session.completed",
-        "checkout.session.async_payment_succeeded",
-        "invoice.payment_succeeded",
-        "invoice.paid",
-    }
-)
-
-PROCESSOR_ID_FIELDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
-# `invoice_payment.paid`: an invoice and the payment intent (or charge) that paid it, one sale.
-LINK_TYPES = frozenset({"invoice_payment.paid"})
-
 
 def _either(value: object, other: object) -> object:
     return other if value is None else value
-
-
-def link_keys(row: Mapping[str, object]) -> tuple[str, str] | None:
-    """(invoice id, payment intent or charge id) an `invoice_payment.paid` links, else None."""
-    if row.get("event_type") not in LINK_TYPES:
-        return None
-    invoice = row.get("invoice_id")
-    payment = row.get("payment_intent_id") or row.get("charge_id")
-    if isinstance(invoice, str) and isinstance(payment, str) and invoice and payment:
-        return invoice, payment
-    return None
-
-
-def processor_sale_keys(fields: Mapping[str, object]) -> list[str]:
-    """The ids a live processor sale is known by: none for other events, test events or zero
-    amounts. A self-hosted sale with any of these transaction ids is the same sale."""
-    amount = fields.get("amount")
-    if fields.get("test_mode") or fields.get("event_type") not in PROCESSOR_SALE_TYPES:
-        return []
-    if not isinstance(amount, int) or amount <= 0:
-        return []
-    return list(dict.fromkeys(v for name in PROCESSOR_ID_FIELDS if isinstance(v := fields.get(name), str)))
-
-
-EVENT_KEY_SPACE = "*"  # program id under which processor event ids are claimed
-
-
-def refund_claim(refund_id: str) -> str:
-    """The idempotency key a track refund claims in its program."""
-    return f"refund:{refund_id}"
-
-
-def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
-    """The (program, key) claims ingest made when it accepted `row` (ingest/tracking.py,
-    ingest/deliveries.py): what a rebuilt index must hold for a claim alone to refuse a
-    duplicate."""
-    outcome, kind, program = row.get("outcome"), row.get("kind"), row.get("program_id")
-    if kind == "stripe" and outcome in ("accepted", "unroutable"):
-        event_id = row.get("event_id")
-        claims = [(EVENT_KEY_SPACE, event_id)] if isinstance(event_id, str) else []
-        if outcome == "accepted" and isinstance(program, str):
-            claims += [(program, key) for key in processor_sale_keys(row)]
-        return claims
-    if outcome != "accepted" or not isinstance(program, str):
-        return []
-    if kind == "sale" and not row.get("test_mode") and isinstance(txn := row.get("transaction_id"), str):
-        return [(program, txn)]
-    if kind == "refund" and isinstance(refund := row.get("refund_id"), str):
-        return [(program, refund_claim(refund))]
-    return []
 
 
 def anchor_of(received_at: object) -> str:
@@ -643,50 +594,47 @@ class KeyIndex:
             self._put(name, key, row)
 
     def observe(self, row: Mapping[str, object]) -> None:
-        """Apply one accepted raw-log row: one code path for live ingest and for catching up."""
-        if row.get("outcome") in ("duplicate", "unusable"):
-            return
-        kind = row["kind"]
-        program_id = row.get("program_id")
-        if kind == "stripe":
-            event_id = row.get("event_id")
-            if isinstance(event_id, str):
+        """Apply one raw-log row (its `effects`): one code path for live ingest and for
+        catching up."""
+        for effect in effects(row):
+            self._apply(effect)
+
+    def _apply(self, effect: Effect) -> None:
+        """One effect, as ingest/domain/keys.py says it changes the tables."""
+        match effect:
+            case SeeEvent(event_id):
                 self._insert_absent("events", (event_id,), ())
-        if not isinstance(program_id, str):
-            return
-        if kind == "click":
-            self._put("clicks", (program_id, str(row["click_id"])), (str(row["partner_code"]),))
-        elif kind == "lead":
-            self._observe_lead(program_id, row)
-        elif kind == "sale" and not row.get("test_mode"):
-            self._observe_sale(program_id, row, [row.get("transaction_id")])
-        elif kind == "refund":
-            self._insert_absent("refunds", (program_id, str(row["refund_id"])), ())
-            ledger = self._ledger_id(program_id, [str(row.get("transaction_id"))])
-            amount = row.get("amount")
-            if ledger is not None and isinstance(amount, int):
-                self._refunded(ledger, lambda refunded: refunded + amount)
-        elif kind == "stripe" and not row.get("test_mode"):
-            self._observe_processor(program_id, row)
+            case PutClick(program_id, click_id, partner_code):
+                self._put("clicks", (program_id, click_id), (partner_code,))
+            case Bind(program_id, customer, lead_event_id, click):
+                if self.binding(program_id, customer) is None:
+                    partner = self.click_partner(program_id, click) if click else None
+                    self._put("bindings", (program_id, customer), (lead_event_id, click, partner))
+                if self._get("provisional", (program_id, customer)) is not None:
+                    self._put("provisional", (program_id, customer), None)
+            case Provisional(program_id, customer, click):
+                if self.binding(program_id, customer) is None:
+                    self._insert_absent("provisional", (program_id, customer), (click,))
+            case SeeRefund(program_id, refund_id):
+                self._insert_absent("refunds", (program_id, refund_id), ())
+            case AddRefunded(program_id, key, added):
+                if (ledger := self._ledger_id(program_id, [key])) is not None:
+                    self._refunded(ledger, lambda refunded: refunded + added)
+            case Sale(program_id, keys, amount, currency):
+                self._sale(program_id, keys, amount, currency)
+            case ProcessorRefund(program_id, keys, total, currency):
+                if (ledger := self._ledger_id(program_id, keys)) is not None:
+                    self._refunded(ledger, lambda refunded: max(refunded, total))
+                else:
+                    self._sale(program_id, keys, None, currency, refunded=total)
+            case Link(program_id, invoice, payment):
+                self._link(program_id, invoice, payment)
 
     def _refunded(self, ledger: int, change: Callable[[int], int]) -> None:
         found = self._get("ledgers", (ledger,))
         if found is not None:
             amount, currency, refunded = found
             self._put("ledgers", (ledger,), (amount, currency, change(int(refunded))))
-
-    def _observe_lead(self, program_id: str, row: Mapping[str, object]) -> None:
-        customer = str(row["customer_key"])
-        click_id = row.get("click_id")
-        click = click_id if isinstance(click_id, str) else None
-        if row.get("lead_status") == "settled":
-            if self.binding(program_id, customer) is None:
-                partner = self.click_partner(program_id, click) if click else None
-                self._put("bindings", (program_id, customer), (str(row["event_id"]), click, partner))
-            if self._get("provisional", (program_id, customer)) is not None:
-                self._put("provisional", (program_id, customer), None)
-        elif self.binding(program_id, customer) is None:
-            self._insert_absent("provisional", (program_id, customer), (click,))
 
     def _new_ledger(self) -> int:
         if self._next_ledger is None:
@@ -696,17 +644,14 @@ class KeyIndex:
         self._next_ledger += 1
         return ledger
 
-    def _observe_sale(
-        self, program_id: str, row: Mapping[str, object], ids: list[object], refunded: int = 0
+    def _sale(
+        self,
+        program_id: str,
+        keys: Sequence[str],
+        amount: int | None,
+        currency: str | None,
+        refunded: int = 0,
     ) -> None:
-        """Every id of a sale points at one ledger: the one an id already has, else a new one.
-        A ledger of no amount yet (a refund or a link seen before its sale) takes the sale's."""
-        keys = [k for k in ids if isinstance(k, str) and k]
-        if not keys:
-            return
-        amount, currency = row.get("amount"), row.get("currency")
-        amount = amount if isinstance(amount, int) else None
-        currency = currency if isinstance(currency, str) else None
         ledger = self._ledger_id(program_id, keys)
         if ledger is None:
             ledger = self._new_ledger()
@@ -716,28 +661,11 @@ class KeyIndex:
         for key in keys:
             self._insert_absent("sale_keys", (program_id, key), (ledger,))
 
-    def _observe_processor(self, program_id: str, row: Mapping[str, object]) -> None:
-        keys = processor_sale_keys(row)
-        if keys:
-            self._observe_sale(program_id, row, list(keys))
-        elif row.get("event_type") == "charge.refunded" and isinstance(amount := row.get("amount"), int):
-            ids = [row.get(name) for name in (*PROCESSOR_ID_FIELDS, "transaction_id")]
-            ledger = self._ledger_id(program_id, [k for k in ids if isinstance(k, str)])
-            if ledger is not None:
-                self._refunded(ledger, lambda refunded: max(refunded, amount))
-            else:  # its sale is not known yet: what was refunded waits under the charge's ids
-                self._observe_sale(program_id, {"currency": row.get("currency")}, ids, refunded=amount)
-        elif (link := link_keys(row)) is not None:
-            self._observe_link(program_id, *link)
-
-    def _observe_link(self, program_id: str, invoice: str, payment: str) -> None:
-        """An invoice and the payment that paid it become one sale's ids. When each already has
-        a ledger (the payment's refund arrived before the link), the invoice's keeps the larger
-        refunded amount (a charge's refunds are cumulative) and the payment points at it."""
+    def _link(self, program_id: str, invoice: str, payment: str) -> None:
         by_invoice = self._ledger_id(program_id, [invoice])
         by_payment = self._ledger_id(program_id, [payment])
         if by_invoice is None or by_payment is None or by_invoice == by_payment:
-            self._observe_sale(program_id, {}, [invoice, payment])
+            self._sale(program_id, (invoice, payment), None, None)
             return
         kept, gone = self._get("ledgers", (by_invoice,)), self._get("ledgers", (by_payment,))
         if kept is not None and gone is not None:

@@ -1,6 +1,7 @@
-"""What ingest decides from, on PostgreSQL: the `key_*` tables (ingest/schema.py POSTGRES_LOG_DDL).
+"""What ingest decides from, on PostgreSQL: the `key_*` tables (ingest/storage/schema.py
+POSTGRES_LOG_DDL).
 
-The same rules as the embedded key index (ingest/hotkeys.py `KeyIndex.observe`), written as
+The effects of ingest/domain/keys.py (the rule the embedded key index applies too), written as
 statements on the writer's transaction: each accepted raw row is applied as it is appended, so
 the operations after it in the same group commit see it, and a replica that wants a key another
 replica's open transaction just wrote waits for that transaction and then sees its outcome (the
@@ -12,13 +13,24 @@ a pooled one (seeing what was committed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
+from ingest.domain.keys import (
+    AddRefunded,
+    Bind,
+    Effect,
+    Link,
+    ProcessorRefund,
+    Provisional,
+    PutClick,
+    Sale,
+    SeeEvent,
+    SeeRefund,
+)
 from ingest.domain.records import Binding, SaleLedger
-from ingest.storage.duckdb.keys import PROCESSOR_ID_FIELDS, link_keys, processor_sale_keys
 
 Cursor = psycopg.Cursor[Any]
 # Runs a write whose result nobody reads (the writer queues them: ingest/postgres_store.py).
@@ -116,60 +128,61 @@ def claim_sale(
     return str(row[1] or "")
 
 
-def observe(write: Write, row: Mapping[str, Any]) -> None:
-    """Apply one raw-log row being appended (the rules of `KeyIndex.observe`), through `write`."""
-    if row.get("outcome") in ("duplicate", "unusable"):
-        return
-    kind = row["kind"]
-    program_id = row.get("program_id")
-    if kind == "stripe" and isinstance(event_id := row.get("event_id"), str):
-        write(b"INSERT INTO key_events VALUES (%s) ON CONFLICT DO NOTHING", (event_id,))
-    if not isinstance(program_id, str):
-        return
-    if kind == "click":
-        write(
-            b"INSERT INTO key_clicks VALUES (%s, %s, %s) ON CONFLICT (program_id, click_id)"
-            b" DO UPDATE SET partner_code = EXCLUDED.partner_code",
-            (program_id, str(row["click_id"]), str(row["partner_code"])),
-        )
-    elif kind == "lead":
-        _lead(write, program_id, row)
-    elif kind == "sale" and not row.get("test_mode"):
-        _sale(write, program_id, row, [row.get("transaction_id")])
-    elif kind == "refund":
-        write(
-            b"INSERT INTO key_refunds VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            (program_id, str(row["refund_id"])),
-        )
-        amount = row.get("amount")
-        if isinstance(amount, int):
+def apply(write: Write, effect: Effect) -> None:
+    """One effect of a raw row being appended (`effects`), as ingest/domain/keys.py says it
+    changes the tables, as statements sent through `write`."""
+    match effect:
+        case SeeEvent(event_id):
+            write(b"INSERT INTO key_events VALUES (%s) ON CONFLICT DO NOTHING", (event_id,))
+        case PutClick(program_id, click_id, partner_code):
+            write(
+                b"INSERT INTO key_clicks VALUES (%s, %s, %s) ON CONFLICT (program_id, click_id)"
+                b" DO UPDATE SET partner_code = EXCLUDED.partner_code",
+                (program_id, click_id, partner_code),
+            )
+        case Bind(program_id, customer, lead_event_id, click):
+            write(
+                b"INSERT INTO key_bindings SELECT %s, %s, %s, %s::varchar,"
+                b" (SELECT partner_code FROM key_clicks WHERE program_id = %s AND click_id = %s::varchar)"
+                b" ON CONFLICT DO NOTHING",
+                (program_id, customer, lead_event_id, click, program_id, click),
+            )
+            write(
+                b"DELETE FROM key_provisional WHERE program_id = %s AND customer = %s", (program_id, customer)
+            )
+        case Provisional(program_id, customer, click):
+            write(
+                b"INSERT INTO key_provisional SELECT %s, %s, %s::varchar WHERE NOT EXISTS"
+                b" (SELECT 1 FROM key_bindings WHERE program_id = %s AND customer = %s)"
+                b" ON CONFLICT DO NOTHING",
+                (program_id, customer, click, program_id, customer),
+            )
+        case SeeRefund(program_id, refund_id):
+            write(b"INSERT INTO key_refunds VALUES (%s, %s) ON CONFLICT DO NOTHING", (program_id, refund_id))
+        case AddRefunded(program_id, key, amount):
             write(
                 b"UPDATE key_ledgers SET refunded = refunded + %s WHERE id ="
                 b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = %s)",
-                (amount, program_id, str(row.get("transaction_id"))),
+                (amount, program_id, key),
             )
-    elif kind == "stripe" and not row.get("test_mode"):
-        _processor(write, program_id, row)
-
-
-def _lead(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
-    customer = str(row["customer_key"])
-    click = row.get("click_id") if isinstance(row.get("click_id"), str) else None
-    if row.get("lead_status") == "settled":
-        # The first settled lead binds the customer; later ones do not rebind.
-        write(
-            b"INSERT INTO key_bindings SELECT %s, %s, %s, %s::varchar,"
-            b" (SELECT partner_code FROM key_clicks WHERE program_id = %s AND click_id = %s::varchar)"
-            b" ON CONFLICT DO NOTHING",
-            (program_id, customer, str(row["event_id"]), click, program_id, click),
-        )
-        write(b"DELETE FROM key_provisional WHERE program_id = %s AND customer = %s", (program_id, customer))
-    else:
-        write(
-            b"INSERT INTO key_provisional SELECT %s, %s, %s::varchar WHERE NOT EXISTS"
-            b" (SELECT 1 FROM key_bindings WHERE program_id = %s AND customer = %s) ON CONFLICT DO NOTHING",
-            (program_id, customer, click, program_id, customer),
-        )
+        case Sale(program_id, keys, amount, currency):
+            _sale(write, program_id, keys, amount, currency)
+        case ProcessorRefund(program_id, keys, amount, currency):
+            write(
+                b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
+                b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
+                b" raised AS (UPDATE key_ledgers SET refunded = greatest(refunded, %(a)s)"
+                b"   WHERE id = (SELECT ledger FROM found)),"
+                b" made AS (INSERT INTO key_ledgers (amount, currency, refunded)"
+                b"   SELECT NULL::bigint, %(c)s::varchar, %(a)s WHERE NOT EXISTS (SELECT 1 FROM found)"
+                b"   RETURNING id)"
+                b" INSERT INTO key_sales (program_id, key, ledger)"
+                b" SELECT %(p)s, k, made.id FROM unnest(%(k)s::varchar[]) AS k CROSS JOIN made"
+                b" ON CONFLICT DO NOTHING",
+                {"p": program_id, "k": list(keys), "a": amount, "c": currency},
+            )
+        case Link(program_id, invoice, payment):
+            _link(write, program_id, invoice, payment)
 
 
 # A track sale's ledger (one id): `write(ONE_SALE, (program, id, amount, currency))`. The writer
@@ -197,19 +210,13 @@ def sales(one_sales: Sequence[tuple[str, str, int | None, str | None]]) -> tuple
     return SALES, tuple(list(column) for column in zip(*one_sales, strict=True))
 
 
-def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[object]) -> None:
-    """Every id of a sale points at one ledger: the one an id already has, else a new one. A
-    ledger of no amount yet (a refund or a link seen before its sale) takes the sale's."""
-    keys = list(dict.fromkeys(k for k in ids if isinstance(k, str) and k))
-    if not keys:
-        return
-    amount, currency = row.get("amount"), row.get("currency")
-    amount = amount if isinstance(amount, int) else None
-    currency = currency if isinstance(currency, str) else None
+def _sale(
+    write: Write, program_id: str, keys: Sequence[str], amount: int | None, currency: str | None
+) -> None:
     if len(keys) == 1:  # a track sale: the writer sends consecutive ones as one statement
         write(ONE_SALE, (program_id, keys[0], amount, currency))
         return
-    params = {"p": program_id, "k": keys, "a": amount, "c": currency}
+    params = {"p": program_id, "k": list(keys), "a": amount, "c": currency}
     if amount is not None:
         write(
             b"UPDATE key_ledgers SET amount = %(a)s, currency = coalesce(currency, %(c)s::varchar)"
@@ -229,41 +236,10 @@ def _sale(write: Write, program_id: str, row: Mapping[str, Any], ids: list[objec
     )
 
 
-def _processor(write: Write, program_id: str, row: Mapping[str, Any]) -> None:
-    keys = processor_sale_keys(row)
-    if keys:
-        _sale(write, program_id, row, list(keys))
-    elif row.get("event_type") == "charge.refunded" and isinstance(amount := row.get("amount"), int):
-        ids = list(
-            dict.fromkeys(
-                v for name in (*PROCESSOR_ID_FIELDS, "transaction_id") if isinstance(v := row.get(name), str)
-            )
-        )
-        if ids:
-            # The sale's ledger keeps the larger cumulative amount; a sale not known yet gets a
-            # ledger of no amount under the charge's ids, where what was refunded waits.
-            currency = row.get("currency") if isinstance(row.get("currency"), str) else None
-            write(
-                b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
-                b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
-                b" raised AS (UPDATE key_ledgers SET refunded = greatest(refunded, %(a)s)"
-                b"   WHERE id = (SELECT ledger FROM found)),"
-                b" made AS (INSERT INTO key_ledgers (amount, currency, refunded)"
-                b"   SELECT NULL::bigint, %(c)s::varchar, %(a)s WHERE NOT EXISTS (SELECT 1 FROM found)"
-                b"   RETURNING id)"
-                b" INSERT INTO key_sales (program_id, key, ledger)"
-                b" SELECT %(p)s, k, made.id FROM unnest(%(k)s::varchar[]) AS k CROSS JOIN made"
-                b" ON CONFLICT DO NOTHING",
-                {"p": program_id, "k": ids, "a": amount, "c": currency},
-            )
-    elif (link := link_keys(row)) is not None:
-        _link(write, program_id, *link)
-
-
 def _link(write: Write, program_id: str, invoice: str, payment: str) -> None:
-    """An invoice and the payment that paid it become one sale's ids (`KeyIndex._observe_link`):
-    when each has a ledger, the invoice's keeps the larger refunded amount and the payment
-    points at it; otherwise the one either has (or a new one) takes both."""
+    """`Link`: when each id has a ledger of its own, the invoice's takes the payment's and the
+    payment points at it; then both ids are a sale of no amount (nothing more where they are
+    one ledger already)."""
     params = {"p": program_id, "i": invoice, "k": payment}
     write(
         b"UPDATE key_ledgers l SET amount = coalesce(l.amount, g.amount),"
@@ -279,4 +255,4 @@ def _link(write: Write, program_id: str, invoice: str, payment: str) -> None:
         b" AND key_sales.program_id = %(p)s AND key_sales.key = %(k)s AND key_sales.ledger <> i.ledger",
         params,
     )
-    _sale(write, program_id, {}, [invoice, payment])
+    _sale(write, program_id, (invoice, payment), None, None)

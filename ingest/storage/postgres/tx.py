@@ -26,9 +26,21 @@ import orjson
 import psycopg
 
 from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
+from ingest.domain.keys import (
+    AddRefunded,
+    Bind,
+    Effect,
+    Link,
+    ProcessorRefund,
+    Provisional,
+    PutClick,
+    Sale,
+    SeeEvent,
+    SeeRefund,
+    effects,
+)
 from ingest.domain.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.storage.contract import KeyRead, Needs, ProgramKey, gather, sale_partner
-from ingest.storage.duckdb.keys import LINK_TYPES, PROCESSOR_ID_FIELDS
 from ingest.storage.postgres import keys
 from ingest.storage.postgres.conn import resource_fault
 from ingest.storage.postgres.control import (
@@ -288,27 +300,28 @@ class PgTx:
             return _UNKNOWN
         return self._known[name].get(key, _UNKNOWN)
 
-    def _touch(self, row: Mapping[str, Any]) -> None:
+    def _touch(self, changes: Sequence[Effect]) -> None:
         """The lookups an appended row's key writes may change: answered by the database from now
         on in this group (after those writes)."""
-        kind, program = row.get("kind"), row.get("program_id")
         touched = self._touched
-        if kind == "stripe" and isinstance(row.get("event_id"), str):
-            touched["events"].add((row["event_id"],))
-        if not isinstance(program, str):
-            return
-        if kind == "click":
-            touched["clicks"].add((program, row.get("click_id")))
-        elif kind == "lead":
-            touched["bindings"].add((program, row.get("customer_key")))
-            touched["provisional"].add((program, row.get("customer_key")))
-        elif kind == "refund":
-            touched["refunds"].add((program, row.get("refund_id")))
-        elif kind == "stripe" and row.get("event_type") in ("charge.refunded", *LINK_TYPES):
-            # a processor refund or a link may change the ledger of ids it does not name
-            self._known["sales"].clear()
-        ids = [row.get(n) for n in ("transaction_id", *PROCESSOR_ID_FIELDS)]
-        touched["sales"].update((program, k) for k in ids if isinstance(k, str))
+        for effect in changes:
+            match effect:
+                case SeeEvent(event_id):
+                    touched["events"].add((event_id,))
+                case PutClick(program_id, click_id, _):
+                    touched["clicks"].add((program_id, click_id))
+                case Bind(program_id, customer, _, _) | Provisional(program_id, customer, _):
+                    touched["bindings"].add((program_id, customer))
+                    touched["provisional"].add((program_id, customer))
+                case SeeRefund(program_id, refund_id):
+                    touched["refunds"].add((program_id, refund_id))
+                case AddRefunded(program_id, key, _):
+                    touched["sales"].add((program_id, key))
+                case Sale(program_id, ids, _, _):
+                    touched["sales"].update((program_id, k) for k in ids)
+                case ProcessorRefund() | Link():
+                    # a processor refund or a link may change the ledger of ids it does not name
+                    self._known["sales"].clear()
 
     def mark(self) -> Mark:
         self._marked = self._numbered
@@ -390,8 +403,10 @@ class PgTx:
         values = [full.get(name) for name in RAW_EVENT_FIELDS]
         values[_SEQ] = stand_in
         self._raw.append(values)
-        keys.observe(self._write, full)
-        self._touch(full)
+        changes = effects(full)
+        for effect in changes:
+            keys.apply(self._write, effect)
+        self._touch(changes)
         return stand_in
 
     def _take(self, key: ProgramKey) -> bool | None:
