@@ -95,6 +95,7 @@ def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
     from bench import rawgen
     from ingest.storage.postgres.store import PgStore
     from reconcile.run import job
+    from reconcile.run.engine import open_engine
 
     stages: dict[str, float] = {}
     last = [time.perf_counter(), "pull"]
@@ -109,7 +110,7 @@ def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
     )
     try:
         cpu, started = time.process_time(), time.perf_counter()
-        with store.engine() as engine:
+        with open_engine(store) as engine:
             summary = job.run(engine.cursor, rawgen.NOW, progress, full=full, publish=engine.publish)
             published = engine.publish.mode
         wall = time.perf_counter() - started

@@ -15,6 +15,7 @@ import polars as pl
 from ingest.domain.clock import utcnow
 from ingest.storage.contract import Reader
 from reconcile.pipeline import reconcile
+from reconcile.run.engine import books
 from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
 from reports.finance import (
     DOUBLE_INPUT,
@@ -60,7 +61,7 @@ def finance(db: Reader, program_id: str, period: str, program_name: str | None =
         close_seq, closed_at = closed
         run_id, finished_at = latest_run(db)
         closed_by = next((str(row["actor"]) for row in db.raw_rows([close_seq]) if row.get("actor")), None)
-        raw, programs, partners = db.log(program_id=program_id, before_seq=close_seq)
+        raw, programs, partners = books(db, program_id, close_seq)
         result = reconcile(raw, programs, partners, closed_at)
         report = from_result(result, program_id, period, program_name)
         provenance = Provenance(generated_at, run_id, finished_at, closed_at, closed_by)

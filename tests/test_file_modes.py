@@ -106,7 +106,7 @@ def test_an_older_releases_files_are_made_private_when_the_store_opens(
     finally:
         store.close()
 
-    from reconcile.run.engine import LocalEngine
+    from ingest.storage.postgres.copy import WorkingCopy as LocalEngine
 
     engine_dir = tmp_path / "engine"
     engine_dir.mkdir(mode=0o755)

@@ -13,11 +13,12 @@ The seams:
   lookups that see the transaction's own writes, control-plane writes.
 - `Reader`: reports, reads and the dashboard: the materialised tables, the latest run, period
   closes, and the raw log for books as of a close.
-- `Engine` (`Store.engine()`): the reconciler's DuckDB connection over the log for one run, and
-  where its results are published besides. The embedded database is its own engine; a shared
+- `LogDatabase` (`Store.log_database()`): the DuckDB database the reconciler runs in for one
+  run, and where its results are published besides. The embedded database is its own; a shared
   database feeds a working copy through a `LogSource` (chunks of the log by sequence range
   below a watermark, the control plane) and receives the results through a `ResultSink`
-  (tables replaced or patched, and the run recorded, in one transaction).
+  (tables replaced or patched, and the run recorded, in one transaction). The reconciler's
+  engine on it is reconcile/run/engine.py's: nothing here knows the reconciler.
 
 Reads may be called from any thread; `begin()` and everything on `Tx` only from the writer thread.
 """
@@ -31,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
+    import duckdb
     import polars as pl
     import pyarrow as pa
 
@@ -80,11 +82,14 @@ class Reader(Protocol):
         """(seq, time) of the first accepted close of `period` (YYYY-MM) in the program's raw
         log, or None while the month is open."""
 
-    def log(
-        self, program_id: str | None = None, before_seq: int | None = None
-    ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        """The raw log (of one program and/or before a sequence number), the programs and the
-        partners, on one snapshot: the reconciler's input for books as of a period close."""
+    def log_database(
+        self, program_id: str | None, before_seq: int | None, later_kinds: Sequence[str] = ()
+    ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """A DuckDB connection over the raw log (at least that of `program_id` before
+        `before_seq`, when given, and the rows of `later_kinds` after it) and the control plane,
+        on one snapshot: what the books as of a period close are read from (reconcile/run/engine.py
+        `books`). The embedded database's own cursor; on a shared database, those rows copied
+        into an in-memory database."""
 
 
 ProgramKey = tuple[str, str]  # (program id, key)
@@ -298,13 +303,15 @@ class ResultSink(Protocol):
         """Apply an incremental run's changes and record the run, in one transaction."""
 
 
-class Engine(Protocol):
-    """The reconciler's engine for one run: `cursor`, a DuckDB connection over the log
-    (`reconcile/job.py` runs on it), and `publish`, what to do with a run's results besides
-    (None where the engine's database is the store's own; reconcile.engine.Publisher)."""
+@dataclass(frozen=True)
+class LogDatabase:
+    """The DuckDB database the reconciler runs in, for one run (`Store.log_database`): `cursor`
+    over the raw log and the control plane, where the reconciler keeps its tables, and `sink`,
+    where it publishes them for every process, or None where `cursor` is on the store's own
+    database (the embedded file: its tables are the ones every read sees)."""
 
-    cursor: Any
-    publish: Any
+    cursor: duckdb.DuckDBPyConnection
+    sink: ResultSink | None
 
 
 Progress = Callable[[str, int, int], None]
@@ -326,9 +333,12 @@ class Store(Protocol):
     def reader(self) -> AbstractContextManager[Reader]:
         """A `Reader` on a fresh snapshot, for one thread, closed when the block ends."""
 
-    def engine(self) -> AbstractContextManager[Engine]:
-        """The reconciler's engine, brought up to the watermark, for the block (one at a time:
-        callers hold the reconcile lease)."""
+    def log_database(self) -> AbstractContextManager[LogDatabase]:
+        """The reconciler's database, brought up to the watermark, for the block (one at a time:
+        callers hold the reconcile lease): the embedded file itself, on a fresh cursor; for a
+        shared database, its working copy on this machine (ingest/storage/postgres/copy.py), fed
+        by its `LogSource`, with its `ResultSink`. reconcile/run/engine.py opens the reconciler's
+        engine on it."""
 
     def check_backup(self, path: str) -> None:
         """Raises `ValidationFailed` when a backup cannot be written to `path` (before any work)."""

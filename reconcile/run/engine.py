@@ -1,46 +1,33 @@
-"""The reconciler's working copy of a shared log: how a PostgreSQL replica reconciles.
+"""The reconciler's engine for a store, and how a run is published.
 
-The reconcile job (reconcile/job.py) runs on DuckDB: its chunked reads, its column mirror and its
-incremental runs are DuckDB's. On the embedded backend the database is that engine. A replica of
-a shared database keeps a DuckDB file of its own instead (`LocalEngine`, in `TALLY_ENGINE_DIR`,
-by default a temporary directory of the process): a copy of the log's rows, derived and
-disposable, which every session first brings up to the source's watermark (`LogSource`: the rows
-after the last one copied, a window of sequence numbers at a time, as Arrow; the control plane
-whole). The job then runs on the copy exactly as on an embedded database, and its final
-transaction publishes the run (`Publisher`, through the `ResultSink`) before it commits. When
-the published tables are those of the run this one built on (no other replica reconciled
-meanwhile), only changes are sent: an incremental run's (rows deleted by key and inserted,
-statuses refreshed), or what a full run's tables differ in from the ones they replace, compared
-in the copy (`_changes`: the rows of each changed key); otherwise, or when a full run changed
-more than `CHANGES_SHARE` of the rows, the published tables are replaced whole. A publish that
-fails rolls the local run back too, so copy and published tables never disagree on which run is
-current.
+The reconcile job (reconcile/run/job.py) runs on DuckDB. `open_engine` asks the store for the
+database to run in (`Store.log_database`): the embedded database is that engine itself; a
+PostgreSQL replica runs in its working copy of the shared log (ingest/storage/postgres/copy.py),
+brought up to the watermark, and the job's final transaction publishes the run (`Publisher`,
+through the store's `ResultSink`) before it commits. When the published tables are those of the
+run this one built on (no other replica reconciled meanwhile), only changes are sent: an
+incremental run's (rows deleted by key and inserted, statuses refreshed), or what a full run's
+tables differ in from the ones they replace, compared in the copy (`_changes`: the rows of each
+changed key); otherwise, or when a full run changed more than `CHANGES_SHARE` of the rows, the
+published tables are replaced whole. A publish that fails rolls the local run back too, so copy
+and published tables never disagree on which run is current.
 
-A working copy of another database (or of one restored to an earlier point) is thrown away and
-rebuilt from the start.
+`books` reads the log as of a period close for the reports, on either backend.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 
-from ingest.storage import lockfile, migrations, private
-from ingest.storage.contract import Changes, LogSource, ResultSink, RunRecord
-from ingest.storage.schema import CONTROL_PLANE_DDL, raw_events_ddl
+from ingest.storage.contract import Changes, Reader, ResultSink, RunRecord, Store
 from reconcile import explain, terms
 from reconcile.run import closure, incremental, job
 
@@ -57,21 +44,11 @@ PUBLISHED_INDEXES: dict[str, tuple[tuple[str, ...], ...]] = {
     "rc_double_counts": (("program_id", "occurred_at"),),
     "rc_evidence": (("program_id", "sale_id"),),
 }
-STATE_DDL = "CREATE TABLE IF NOT EXISTS engine_state (identity VARCHAR NOT NULL, pulled_seq BIGINT NOT NULL)"
 ARROW_BATCH_ROWS = 262_144
 # A full run whose rows differ from the published ones by more than this share of them
 # replaces the published tables instead of sending its changes (which are held in memory,
 # where a replace streams: 10 % of a 10M-event log's result rows is about a million rows).
 CHANGES_SHARE = 0.1
-
-
-class IncompleteCopy(Exception):
-    """Raised by `LocalEngine.pull` when the log source gave fewer rows than its watermark says
-    exist below it."""
-
-
-class EngineInUse(Exception):
-    """Another process works in the same engine directory (each replica needs its own)."""
 
 
 def _arrow(frame: pl.DataFrame) -> pa.Table:
@@ -156,7 +133,7 @@ def _changes(con: duckdb.DuckDBPyConnection) -> Changes | None:
 
 
 class Publisher:
-    """`reconcile.job.Publish` to a `ResultSink`."""
+    """`job.Publish` to a `ResultSink`."""
 
     def __init__(self, sink: ResultSink, previous: RunRecord | None) -> None:
         self._sink = sink
@@ -212,157 +189,33 @@ class Publisher:
         self.mode = "patch"
 
 
-@dataclass
-class Session:
-    """`ingest.store.Engine` of a working copy: the job runs on `cursor` and publishes through
-    `publish`."""
+@dataclass(frozen=True)
+class Engine:
+    """The reconciler's engine for one run: `cursor`, a DuckDB connection over the log that
+    reconcile/run/job.py runs on, and `publish`, where the run's results go besides (None where
+    the engine's database is the store's own: the embedded file)."""
 
     cursor: duckdb.DuckDBPyConnection
-    publish: Publisher
+    publish: Publisher | None
 
 
-class LocalEngine:
-    """The working copy (see the module docstring) in `directory`."""
-
-    def __init__(self, directory: str | None, memory_mb: int = 512) -> None:
-        self._scratch = directory is None
-        private.restrict_umask()  # DuckDB creates the copy's files (and its WAL, again and again)
-        self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="tally-engine-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
-        private.make_private(self.directory)  # a folder made by hand, or an older release's files
-        self.path = self.directory / "reconcile.duckdb"
-        self._memory_mb = memory_mb
-        self._lock_fd = self._claim()
-        self._con: duckdb.DuckDBPyConnection | None = None
-
-    def _claim(self) -> int:
-        try:
-            return lockfile.hold(self.directory / "engine.lock")
-        except lockfile.Held as held:
-            raise EngineInUse(
-                f"the reconcile working copy in {self.directory} is in use by process {held.holder};"
-                " give each replica its own TALLY_ENGINE_DIR"
-            ) from None
-
-    def _open(self) -> duckdb.DuckDBPyConnection:
-        if self._con is None:
-            con = duckdb.connect(str(self.path), config={"memory_limit": f"{self._memory_mb}MB"})
-            con.execute("SET GLOBAL TimeZone = 'UTC'")
-            migrations.apply(con)
-            con.execute(STATE_DDL)
-            self._con = con
-        return self._con
-
-    def _wipe(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-        for path in (self.path, Path(f"{self.path}.wal")):
-            path.unlink(missing_ok=True)
-        shutil.rmtree(f"{self.path}.mirror", ignore_errors=True)
-
-    def pull(self, source: LogSource) -> tuple[int, int]:
-        """Bring the copy up to the source's watermark; (rows copied, watermark)."""
-        identity = source.identity()
-        watermark = source.watermark()
-        con = self._open()
-        state = con.execute("SELECT identity, pulled_seq FROM engine_state").fetchone()
-        if state is not None and (state[0] != identity or int(state[1]) > watermark):
-            log.warning("the reconcile working copy is of another log (or one ahead of it); rebuilding it")
-            self._wipe()
-            con = self._open()
-            state = None
-        pulled = int(state[1]) if state else 0
-        # The rows are stored in any order, so DuckDB writes each batch on every thread: a first
-        # pull of 1M events 6.6 to 7.1 -> 5.5 to 5.8 s on 2 cores (alternating runs), with the
-        # same reconciled tables (docs/scaling.md).
-        with job.unordered_inserts(con):
-            copied = self._copy(con, source, identity, pulled, watermark)
-        return copied, watermark
-
-    @staticmethod
-    def _copy(
-        con: duckdb.DuckDBPyConnection, source: LogSource, identity: str, pulled: int, watermark: int
-    ) -> int:
-        """In one transaction: the rows after `pulled` up to `watermark`, the control plane, the
-        copy's new state; the number of rows copied."""
-        copied = 0
-        con.execute("BEGIN TRANSACTION")
-        # Sequence numbers are handed out without gaps (ingest/postgres_tx.py): a copy short of
-        # rows would reconcile a log with holes, so it is refused (the run fails, results stay).
-        try:
-            for batch in source.raw(pulled, watermark):
-                con.register("_engine_pull", batch)
-                try:
-                    con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _engine_pull")
-                finally:
-                    con.unregister("_engine_pull")
-                copied += batch.num_rows
-            if copied != watermark - pulled:
-                raise IncompleteCopy(
-                    f"the log gave {copied} rows for seqs {pulled + 1}..{watermark}; the working copy"
-                    " keeps what it had and this run stops"
-                )
-            programs, partners = source.control()
-            for name, table in (("programs", programs), ("partners", partners)):
-                con.execute(f"DELETE FROM {name}")
-                con.register("_engine_control", table)
-                try:
-                    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _engine_control")
-                finally:
-                    con.unregister("_engine_control")
-            con.execute("DELETE FROM engine_state")
-            con.execute("INSERT INTO engine_state VALUES (?, ?)", [identity, watermark])
-            con.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            raise
-        return copied
-
-    @contextmanager
-    def session(self, source: LogSource, sink: ResultSink) -> Iterator[Session]:
-        """The copy at the watermark, and a publisher to `sink`, for one run (or preview)."""
-        self.pull(source)
-        con = self._open()
-        previous = _latest(con)
-        cur = con.cursor()
-        try:
-            yield Session(cur, Publisher(sink, previous))
-        finally:
-            cur.close()
-
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-        os.close(self._lock_fd)
-        if self._scratch:
-            shutil.rmtree(self.directory, ignore_errors=True)
+@contextmanager
+def open_engine(store: Store) -> Iterator[Engine]:
+    """The engine for `store`'s log, brought up to its watermark, for the block (one at a time:
+    callers hold the reconcile lease): the embedded database itself, or a shared database's
+    working copy on this machine, publishing to the shared database (`Store.log_database`)."""
+    with store.log_database() as db:
+        yield Engine(db.cursor, None if db.sink is None else Publisher(db.sink, _latest(db.cursor)))
 
 
-def read_log(
-    source: LogSource, program_id: str | None, before_seq: int | None
+def books(
+    db: Reader, program_id: str | None, before_seq: int | None
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """`job.read` over the source's rows (of one program, before a seq): the books as of a
-    period close, on a replica of a shared log (in an in-memory DuckDB)."""
-    upto = source.watermark() if before_seq is None else min(before_seq - 1, source.watermark())
-    with duckdb.connect() as con:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(raw_events_ddl())
-        for ddl in CONTROL_PLANE_DDL:
-            con.execute(ddl)
-        # Before the seq, every row; after it, the changes of terms (job.read wants them too).
-        later = source.raw(upto, source.watermark(), program_id, (terms.KIND,)) if before_seq else iter(())
-        for batch in itertools.chain(source.raw(0, upto, program_id), later):
-            con.register("_log", batch)
-            con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _log")
-            con.unregister("_log")
-        for name, table in zip(("programs", "partners"), source.control(), strict=True):
-            con.register("_control", table)
-            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _control")
-            con.unregister("_control")
+    """`job.read` of the log as `db` sees it (of one program, before a seq; the changes of terms
+    after it too, which `job.read` wants): the books as of a period close."""
+    later = (terms.KIND,) if before_seq else ()
+    with db.log_database(program_id, before_seq, later) as con:
         return job.read(con, program_id=program_id, before_seq=before_seq)
 
 
-__all__ = ["EngineInUse", "IncompleteCopy", "LocalEngine", "Publisher", "Session", "read_log"]
+__all__ = ["Engine", "Publisher", "books", "open_engine"]

@@ -51,8 +51,8 @@ def test_no_code_path_updates_or_deletes_raw_rows() -> None:
     )
     assert inserts == [
         "ingest/storage/duckdb/store.py",
+        "ingest/storage/postgres/copy.py",
         "ingest/storage/postgres/tx.py",
-        "reconcile/run/engine.py",
     ]
 
 

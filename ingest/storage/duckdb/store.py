@@ -53,7 +53,7 @@ from ingest.domain.records import (
     credential_values,
 )
 from ingest.storage import lockfile, migrations, private
-from ingest.storage.contract import KeyRead, Needs, sale_partner
+from ingest.storage.contract import KeyRead, LogDatabase, Needs, sale_partner
 from ingest.storage.duckdb.control import Index, Undo
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.keys import FORMAT as KEYS_FORMAT
@@ -301,20 +301,12 @@ class DuckReader:
         row = self.one("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1")
         return (str(row[0]), row[1]) if row else None
 
-    def log(
-        self, program_id: str | None = None, before_seq: int | None = None
-    ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        from reconcile.run import job  # reconcile reads through ingest; not the other way at import
-
-        return job.read(self._cur, program_id=program_id, before_seq=before_seq)
-
-
-@dataclass
-class DuckEngine:
-    """`ingest.store.Engine` of the embedded database: the job runs on the database itself."""
-
-    cursor: duckdb.DuckDBPyConnection
-    publish: None = None
+    @contextmanager
+    def log_database(
+        self, program_id: str | None, before_seq: int | None, later_kinds: Sequence[str] = ()
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """This reader's own cursor: the database holds the whole log."""
+        yield self._cur
 
 
 class DuckTx:
@@ -1027,11 +1019,11 @@ class DuckStore:
             cur.close()
 
     @contextmanager
-    def engine(self) -> Iterator[DuckEngine]:
-        """The embedded database is the reconciler's engine itself: the job reads the log and
-        writes its tables on a fresh cursor, and publishes nothing elsewhere."""
+    def log_database(self) -> Iterator[LogDatabase]:
+        """The embedded database is the reconciler's own: it reads the log and writes its tables
+        on a fresh cursor, and publishes nothing elsewhere."""
         with self._cursor() as cur:
-            yield DuckEngine(cur)
+            yield LogDatabase(cur, None)
 
     def check_backup(self, path: str) -> None:
         from ingest.storage.duckdb.backup import check_target

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import adbc_driver_postgresql.dbapi as adbc
 import psycopg
 import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -137,6 +138,16 @@ def stale(con: psycopg.Connection[Any]) -> bool:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextmanager
+def adbc_connection(info: str) -> Iterator[adbc.Connection]:
+    """An ADBC connection (Arrow in and out, binary COPY), closed when the block ends."""
+    con = adbc.connect(info)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 @contextmanager

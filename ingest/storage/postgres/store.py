@@ -61,7 +61,7 @@ from ingest.domain.records import (
     StoredSession,
 )
 from ingest.storage import migrations
-from ingest.storage.contract import KeyRead
+from ingest.storage.contract import KeyRead, LogDatabase
 from ingest.storage.postgres import keys
 from ingest.storage.postgres.conn import (
     CONNECT_TIMEOUT_SECONDS,
@@ -80,12 +80,15 @@ from ingest.storage.postgres.control import (
     credential_row,
     program_row,
 )
-from ingest.storage.postgres.log import PgLogSource, PgReader, PgResultSink, reader_types
+from ingest.storage.postgres.copy import WorkingCopy
+from ingest.storage.postgres.reader import PgReader, reader_types
+from ingest.storage.postgres.sink import PgResultSink
+from ingest.storage.postgres.source import PgLogSource
 from ingest.storage.postgres.tx import Connection, PgTx
 from ingest.storage.sql import PgExecutor
 
 if TYPE_CHECKING:
-    from ingest.storage.contract import Engine, Progress
+    from ingest.storage.contract import Progress
     from ingest.storage.duckdb.backup import BackupSummary
 
 POOL_MAX = 10  # pooled connections per replica (reads, reports)
@@ -122,7 +125,7 @@ class PgStore:
         self._stale_writer = False  # set when the database came back: the writer reconnects
         self._leases: dict[tuple[str, str], Connection] = {}  # (name, holder) -> the lock's session
         self._leases_lock = threading.Lock()
-        self._engine: Any = None
+        self._engine: WorkingCopy | None = None
         self._engine_lock = threading.Lock()
         self._keys: dict[str, KeyRead] = {}  # token hash -> key, program
         self._keys_size = credential_cache
@@ -374,18 +377,14 @@ class PgStore:
             yield PgReader(con, self)
 
     @contextmanager
-    def engine(self) -> Iterator[Engine]:
-        """The reconciler's working copy (reconcile/engine.py), brought up to the watermark;
-        one at a time in this process."""
-        from reconcile.run.engine import LocalEngine  # reconcile reads through ingest, not the other way
-
+    def log_database(self) -> Iterator[LogDatabase]:
+        """The reconciler's working copy (ingest/storage/postgres/copy.py), made on first use and
+        brought up to the watermark, publishing to this database; one at a time in this process."""
         with self._engine_lock:
             if self._engine is None:
-                self._engine = LocalEngine(self.engine_dir, self.memory_mb)
-            engine: LocalEngine = self._engine
-            source, sink = PgLogSource(self), PgResultSink(self)
-            with engine.session(source, sink) as session:
-                yield session
+                self._engine = WorkingCopy(self.engine_dir, self.memory_mb)
+            with self._engine.cursor(PgLogSource(self)) as cur:
+                yield LogDatabase(cur, PgResultSink(self))
 
     def check_backup(self, path: str) -> None:
         from ingest.storage.duckdb.backup import BackupTargetUnusable
