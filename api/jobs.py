@@ -29,6 +29,7 @@ import reconcile.run
 from ingest import actions
 from ingest.domain.clock import utcnow
 from ingest.domain.errors import DatabaseUnavailable, ReconcileRunning
+from ingest.progress import Progress
 from ingest.storage import lockfile
 from ingest.storage.contract import Store, Tx
 from ingest.writer import Writer
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tally.reconcile")
 
-Progress = Callable[[str, int, int], None]
 
 LEASE = "reconcile"
 LEASE_TTL = timedelta(minutes=10)  # renewed at each progress step of a run

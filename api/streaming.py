@@ -11,8 +11,7 @@ from starlette.responses import StreamingResponse
 
 from api.http import dumps
 from ingest.domain.errors import TallyError
-
-Progress = Callable[[str, int, int], None]
+from ingest.progress import Progress
 
 
 def summary_view(summary: Any) -> dict[str, Any]:

@@ -39,3 +39,15 @@ class Writer:
 
 def writer(out: TextIO) -> Writer:
     return Writer(out)
+
+
+def value(cell: Any) -> str:
+    """A JSON value as a CSV cell: null empty, booleans `true`/`false`, a list space-separated,
+    anything else as its text (reports/render.py says where each is used)."""
+    if cell is None:
+        return ""
+    if isinstance(cell, bool):
+        return "true" if cell else "false"
+    if isinstance(cell, list):
+        return " ".join(str(v) for v in cell)
+    return str(cell)

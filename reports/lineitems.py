@@ -24,7 +24,6 @@ from ingest.storage.contract import Reader
 from reports import csvcells, load, reads
 from reports.finance import FinanceReport
 from reports.money import NO_CURRENCY, units
-from reports.render import csv_value
 
 BOM = "\ufeff"
 SALE_MONEY = ("amount", "gross_amount", "tax", "commission", "platform_fee", "refunded")
@@ -34,7 +33,7 @@ COMMISSION_MONEY = ("amount", "gross", "reversed", "platform_fee")
 def _cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
-    return csv_value(value)
+    return csvcells.value(value)
 
 
 def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], money: Sequence[str]) -> bytes:

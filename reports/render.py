@@ -31,6 +31,8 @@ import polars as pl
 from reports import csvcells
 from reports.double_counting import DoubleCountingReport
 from reports.finance import FinanceReport
+from reports.html import finance_document
+from reports.xlsx import finance_xlsx
 
 if TYPE_CHECKING:
     from reports.lineitems import LineItems
@@ -107,29 +109,18 @@ def _json(data: dict[str, Any]) -> bytes:
     return json.dumps({"data": data}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def csv_value(value: Any) -> str:
-    """A JSON value as a CSV cell (see the module docstring)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return str(value)
-
-
 def finance_csv(report: FinanceReport) -> bytes:
     out = io.StringIO()
     writer = csvcells.writer(out)
     writer.writerow(CSV_HEADER)
     data = finance_data(report)
     for metric in REPORT_FIELDS:
-        writer.writerow(("report", 1, "", metric, csv_value(data[metric])))
+        writer.writerow(("report", 1, "", metric, csvcells.value(data[metric])))
     for section in SECTIONS:
         for number, row in enumerate(data[section], start=1):
             for metric, value in row.items():
                 if metric != "currency":
-                    writer.writerow((section, number, row["currency"], metric, csv_value(value)))
+                    writer.writerow((section, number, row["currency"], metric, csvcells.value(value)))
     return out.getvalue().encode()
 
 
@@ -139,7 +130,7 @@ def double_counting_csv(report: DoubleCountingReport) -> bytes:
     rows = _rows(report.rows)
     writer.writerow(report.rows.columns)
     for row in rows:
-        writer.writerow(csv_value(v) for v in row.values())
+        writer.writerow(csvcells.value(v) for v in row.values())
     return out.getvalue().encode()
 
 
@@ -172,12 +163,8 @@ def render(
     elif fmt == "csv":
         body = finance_csv(report)
     elif fmt == "xlsx":
-        from reports.xlsx import finance_xlsx
-
         body = finance_xlsx(report, lines)
     elif fmt == "html":
-        from reports.html import finance_document
-
         body = finance_document(report).encode()
     else:
         raise UnknownFormat(f"the finance report has no {fmt} format")

@@ -18,10 +18,11 @@ from api.auth import require_operator, state
 from api.http import body_model, ok
 from api.openapi import OPERATOR_TOKEN, Doc, document
 from api.state import State
-from api.streaming import Progress, progress_stream, summary_view
+from api.streaming import progress_stream, summary_view
 from ingest.domain.errors import ValidationFailed
 from ingest.domain.inputs import Strict
-from ingest.storage.duckdb.backup import BackupSummary
+from ingest.progress import Progress
+from ingest.storage.contract import BackupSummary
 
 
 class BackupIn(Strict):

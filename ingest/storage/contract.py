@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its a
     import polars as pl
     import pyarrow as pa
 
-    from ingest.storage.duckdb.backup import BackupSummary
 
+from ingest.domain.errors import ValidationFailed
 from ingest.domain.records import (
     Binding,
     Credential,
@@ -48,6 +48,7 @@ from ingest.domain.records import (
     SaleLedger,
     StoredSession,
 )
+from ingest.progress import Progress
 
 
 class Reader(Protocol):
@@ -243,6 +244,29 @@ class Tx(Protocol):
     def rollback(self) -> None: ...
 
 
+@dataclass
+class BackupSummary:
+    """What `Store.backup` copied: where, its size, its tables and rows, how far the log and
+    the journal reach in it, journal batches set aside (not in the copy), how long it took."""
+
+    path: str
+    bytes: int
+    tables: int
+    rows: dict[str, int] = field(default_factory=dict)
+    last_seq: int = 0
+    last_batch: int = 0
+    set_aside: int = 0
+    duration_ms: int = 0
+
+
+class BackupTargetUnusable(ValidationFailed):
+    """Raised by `Store.check_backup` and `Store.backup` when the output path cannot take the
+    copy, or the backend is backed up by its own tools (422 `validation_error` naming `path`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fields=[{"field": "path", "message": message}])
+
+
 RunRecord = Mapping[str, Any]  # one `rc_runs` row: {column: value}
 
 
@@ -312,9 +336,6 @@ class LogDatabase:
 
     cursor: duckdb.DuckDBPyConnection
     sink: ResultSink | None
-
-
-Progress = Callable[[str, int, int], None]
 
 
 class Store(Protocol):

@@ -9,14 +9,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.storage.contract import Store
-from ingest.storage.duckdb.keys import Progress
+import duckdb
+
+from ingest.progress import Progress, RowsApplied
+from ingest.storage.contract import BackupSummary, Store
+from ingest.storage.duckdb.backup import check_target
 from ingest.storage.duckdb.store import DatabaseInUse, DuckStore, index_keys
 
 DEFAULT_DATABASE = "./tally.duckdb"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
-__all__ = ["DEFAULT_DATABASE", "DatabaseInUse", "describe", "is_shared", "open_store", "prepare"]
+__all__ = [
+    "DEFAULT_DATABASE",
+    "DatabaseInUse",
+    "SourceUnavailable",
+    "backup_offline",
+    "describe",
+    "is_shared",
+    "open_store",
+    "prepare",
+]
 
 
 def is_shared(database: str | Path) -> bool:
@@ -37,7 +49,7 @@ def open_store(
     database: str | Path,
     key_cache_mb: int = 64,
     memory_mb: int = 512,
-    on_progress: Progress | None = None,
+    on_progress: RowsApplied | None = None,
     engine_dir: str | None = None,
     credential_cache: int = 4096,
 ) -> Store:
@@ -56,10 +68,36 @@ def open_store(
     return DuckStore(database, key_cache_mb, on_progress, memory_mb)
 
 
-def prepare(database: str | Path, on_progress: Progress | None = None) -> int:
+def prepare(database: str | Path, on_progress: RowsApplied | None = None) -> int:
     """`tally migrate`'s second half: bring what the backend derives from the log up to date
     offline (the embedded key index; a shared database keeps its keyed tables as it goes),
     so that `tally serve` starts at once. Returns the raw rows applied."""
     if is_shared(database):
         return 0
     return index_keys(database, on_progress)
+
+
+class SourceUnavailable(Exception):
+    """Raised by `backup_offline` when the database to copy cannot be opened (a server holds it,
+    it is not a database, or it is PostgreSQL's to back up)."""
+
+
+def backup_offline(database: str, output: str, progress: Progress) -> BackupSummary:
+    """`tally backup` without a server: copy a database no server has open (`database` must
+    exist); its journal is replayed first, as `tally serve`'s start-up does, then the copy is
+    made as ingest/storage/duckdb/backup.py says. Raises `BackupTargetUnusable`, or
+    `SourceUnavailable` when the file cannot be opened (a server holds it)."""
+    if is_shared(database):
+        raise SourceUnavailable(
+            "a PostgreSQL database is backed up with pg_dump (docs/operations.md); tally backup copies"
+            " the embedded database only"
+        )
+    target = check_target(output, database)
+    try:
+        store = DuckStore(database)
+    except (duckdb.Error, DatabaseInUse) as exc:
+        raise SourceUnavailable(f"cannot open {database} ({str(exc).splitlines()[0]})") from exc
+    try:
+        return store.backup(str(target), lambda: None, progress)
+    finally:
+        store.close()

@@ -16,17 +16,15 @@ The server schedules runs and holds the run lock (api/jobs.py); nothing here tak
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 
 import polars as pl
 
+from ingest.progress import Progress
 from ingest.storage.contract import Store
 from reconcile.run import job, source
 from reconcile.run.engine import Engine, books, open_engine
 from reconcile.run.job import ReconcileFailed, RunSummary
-
-Progress = Callable[[str, int, int], None]
 
 
 def run(

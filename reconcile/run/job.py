@@ -37,6 +37,7 @@ from typing import Protocol
 import duckdb
 import polars as pl
 
+from ingest.progress import Progress
 from ingest.storage.sql import unordered_inserts
 from reconcile import explain, terms
 from reconcile.pipeline import Result, reconcile
@@ -53,8 +54,6 @@ from reconcile.schema import (
     SALES_SCHEMA,
     UNIQUE_STRINGS,
 )
-
-Progress = Callable[[str, int, int], None]
 
 # Materialised table -> (Result attribute, schema).
 TABLES: dict[str, tuple[str, dict[str, pl.DataType]]] = {

@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,7 @@ import duckdb
 import polars as pl
 import polars.selectors as cs
 
+from ingest.progress import Progress
 from reconcile.run.source import raw_chunk, read_rows, stray_rows, unroutable_table
 from reconcile.schema import ENGINE, RAW_SCHEMA, READ_COLUMNS
 
@@ -62,8 +63,6 @@ REGISTRY_DDL = """CREATE TABLE IF NOT EXISTS rc_mirror (
     after_seq BIGINT NOT NULL,
     upto_seq BIGINT NOT NULL,
     rows BIGINT NOT NULL)"""
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)

@@ -32,41 +32,21 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
-from ingest.domain.errors import TallyError, ValidationFailed
+from ingest.domain.errors import TallyError
+from ingest.progress import Progress
+from ingest.storage.contract import BackupSummary, BackupTargetUnusable
 from ingest.storage.private import FILE_MODE, restrict_umask
-
-Progress = Callable[[str, int, int], None]
 
 _counter = itertools.count(1)
 _one_at_a_time = threading.Lock()
 
 
-class BackupTargetUnusable(ValidationFailed):
-    """The output path cannot take the copy (422 `validation_error` naming `path`)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, fields=[{"field": "path", "message": message}])
-
-
 class _NotOurs(Exception):
     """Raised by `copy_database` when the copy file could not be created: nothing of it is ours."""
-
-
-@dataclass
-class BackupSummary:
-    path: str
-    bytes: int
-    tables: int
-    rows: dict[str, int] = field(default_factory=dict)
-    last_seq: int = 0
-    last_batch: int = 0
-    set_aside: int = 0
-    duration_ms: int = 0
 
 
 # The longest name the copy is written under: `<name>.partial`, and DuckDB's `.wal` beside it.
@@ -281,30 +261,3 @@ def copy_database(
 def set_aside_count(database: str) -> int:
     """Journal batches the database refused, kept in `<database>.journal/set-aside/`."""
     return len(list(Path(f"{database}.journal/set-aside").glob("*.json")))
-
-
-class SourceUnavailable(Exception):
-    """The database to copy cannot be opened (a server holds it, or it is not a database)."""
-
-
-def backup_offline(database: str, output: str, progress: Progress) -> BackupSummary:
-    """Copy a database no server has open (`database` must exist): its journal is replayed
-    first, as `tally serve`'s start-up does, then the copy is made as above. Raises
-    `BackupTargetUnusable`, or `SourceUnavailable` when the file cannot be opened (a server
-    holds it)."""
-    from ingest.storage.duckdb.store import DatabaseInUse, DuckStore
-
-    if database.startswith(("postgresql://", "postgres://")):
-        raise SourceUnavailable(
-            "a PostgreSQL database is backed up with pg_dump (docs/operations.md); tally backup copies"
-            " the embedded database only"
-        )
-    target = check_target(output, database)
-    try:
-        store = DuckStore(database)
-    except (duckdb.Error, DatabaseInUse) as exc:
-        raise SourceUnavailable(f"cannot open {database} ({str(exc).splitlines()[0]})") from exc
-    try:
-        return store.backup(str(target), lambda: None, progress)
-    finally:
-        store.close()

@@ -55,6 +55,7 @@ from ingest.domain.keys import (
     effects,
 )
 from ingest.domain.records import Binding, SaleLedger
+from ingest.progress import RowsApplied
 from ingest.storage.contract import Needs, gather
 
 log = logging.getLogger("tally.store")
@@ -120,9 +121,6 @@ def anchor_of(received_at: object) -> str:
     if isinstance(received_at, datetime):
         return received_at.astimezone(UTC).isoformat()
     return str(received_at)
-
-
-Progress = Callable[[int, int], None]
 
 
 # The index's tables as the buffer and `prefetch` see them: name -> (table, key columns, value
@@ -300,7 +298,7 @@ class KeyIndex:
         return int(seq) if seq else 0, self._meta("anchor") or "", self._meta("format")
 
     def rebuild(
-        self, rows: Iterable[Mapping[str, Any]], total: int = 0, on_progress: Progress | None = None
+        self, rows: Iterable[Mapping[str, Any]], total: int = 0, on_progress: RowsApplied | None = None
     ) -> int:
         """Replace the index with one built from `rows` (the whole raw log, in order). Built in
         a file of its own without a journal and with a large cache (a rebuild of 10M rows is
@@ -678,7 +676,7 @@ class KeyIndex:
         self,
         rows: Iterable[Mapping[str, Any]],
         total: int = 0,
-        on_progress: Progress | None = None,
+        on_progress: RowsApplied | None = None,
         commit_every: int = 20_000,
     ) -> int:
         """Apply raw-log rows (in `seq` order, after `position()`), committing them with the

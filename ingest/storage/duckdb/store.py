@@ -52,19 +52,19 @@ from ingest.domain.records import (
     StoredSession,
     credential_values,
 )
+from ingest.progress import Progress, RowsApplied
 from ingest.storage import lockfile, migrations, private
-from ingest.storage.contract import KeyRead, LogDatabase, Needs, sale_partner
+from ingest.storage.contract import BackupSummary, KeyRead, LogDatabase, Needs, sale_partner
+from ingest.storage.duckdb.backup import check_target, copy_database, set_aside_count
 from ingest.storage.duckdb.control import Index, Undo
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.keys import FORMAT as KEYS_FORMAT
-from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, Progress, anchor_of
+from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, anchor_of
 from ingest.storage.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
     import polars as pl
 
-    from ingest.storage.duckdb.backup import BackupSummary
-    from ingest.storage.duckdb.backup import Progress as BackupProgress
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),
@@ -566,7 +566,7 @@ class DuckStore:
         self,
         path: str | Path,
         key_cache_mb: int = 64,
-        on_progress: Progress | None = None,
+        on_progress: RowsApplied | None = None,
         memory_mb: int = 512,
     ) -> None:
         """Open (and migrate) the database at `path`; `key_cache_mb` bounds the key index's page
@@ -1026,14 +1026,10 @@ class DuckStore:
             yield LogDatabase(cur, None)
 
     def check_backup(self, path: str) -> None:
-        from ingest.storage.duckdb.backup import check_target
-
         check_target(path, self.path)
 
-    def backup(self, path: str, sync: Callable[[], None], progress: BackupProgress) -> BackupSummary:
+    def backup(self, path: str, sync: Callable[[], None], progress: Progress) -> BackupSummary:
         """A consistent copy at `path` (ingest/backup.py), made while the server runs."""
-        from ingest.storage.duckdb.backup import check_target, copy_database, set_aside_count
-
         target = check_target(path, self.path)
         with self._cursor() as cur:
             return copy_database(cur, target, sync, progress, set_aside_count(self.path))
@@ -1105,7 +1101,7 @@ class DuckStore:
             idx.put_checklist(r[0], r[1], r[2], undo)
 
     # -- the key index: caught up with the raw log at start ------------------------------------
-    def sync_keys(self, on_progress: Progress | None = None) -> int:
+    def sync_keys(self, on_progress: RowsApplied | None = None) -> int:
         """Bring the key index level with the raw log: replay the rows after its position, or
         rebuild it from the whole log when it is of another format, ahead of the log or from
         another history. Returns the rows applied."""
@@ -1264,7 +1260,7 @@ class DuckStore:
         return [LogLine(*r) for r in cur.execute(page, [program_id, ids[-1], ids[0]]).fetchall()]
 
 
-def index_keys(path: str | Path, on_progress: Progress | None = None) -> int:
+def index_keys(path: str | Path, on_progress: RowsApplied | None = None) -> int:
     """Open the database at `path` (no server may hold it), bring its key index up to date and
     close it; returns the raw rows applied (0 when it was current)."""
     applied = 0

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -60,8 +60,9 @@ from ingest.domain.records import (
     SaleLedger,
     StoredSession,
 )
+from ingest.progress import Progress
 from ingest.storage import migrations
-from ingest.storage.contract import KeyRead, LogDatabase
+from ingest.storage.contract import BackupSummary, BackupTargetUnusable, KeyRead, LogDatabase
 from ingest.storage.postgres import keys
 from ingest.storage.postgres.conn import (
     CONNECT_TIMEOUT_SECONDS,
@@ -86,10 +87,6 @@ from ingest.storage.postgres.sink import PgResultSink
 from ingest.storage.postgres.source import PgLogSource
 from ingest.storage.postgres.tx import Connection, PgTx
 from ingest.storage.sql import PgExecutor
-
-if TYPE_CHECKING:
-    from ingest.storage.contract import Progress
-    from ingest.storage.duckdb.backup import BackupSummary
 
 POOL_MAX = 10  # pooled connections per replica (reads, reports)
 POOL_WAIT_SECONDS = 5.0  # longest wait for a pooled connection while the database is up
@@ -387,8 +384,6 @@ class PgStore:
                 yield LogDatabase(cur, PgResultSink(self))
 
     def check_backup(self, path: str) -> None:
-        from ingest.storage.duckdb.backup import BackupTargetUnusable
-
         raise BackupTargetUnusable(
             "this server's database is PostgreSQL: back it up with pg_dump (docs/operations.md);"
             " tally backup copies the embedded database only"
