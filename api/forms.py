@@ -6,7 +6,7 @@ as percent (`30`, `12.5`, at most two decimals: `commission_percent` -> `commiss
 flat commission as money in a chosen currency (`12.50` USD, `1.250` KWD, `500` JPY ->
 `commission_flat` in minor units, by the currency's decimals in reports/money.py). What is
 stored and what the JSON API takes stay basis points and minor units. A value that cannot be
-converted is refused with a field message; bounds are the services' (ingest/inputs.py)."""
+converted is refused with a field message; bounds are the services' (ingest/domain/inputs.py)."""
 
 from __future__ import annotations
 

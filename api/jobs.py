@@ -1,9 +1,9 @@
 """The reconcile job inside the server: on a schedule (APScheduler) and on demand.
 
 One run at a time, among every process that shares the database: a run holds the `reconcile`
-lease (ingest/store.py), renewed while it lasts; a holder that dies frees it at once (its
+lease (ingest/storage/contract.py), renewed while it lasts; a holder that dies frees it at once (its
 connection's advisory lock on PostgreSQL; on the embedded file the lease names its process,
-`ingest.lockfile.identity()`, and a process that no longer runs holds nothing). A call that
+`ingest.storage.lockfile.identity()`, and a process that no longer runs holds nothing). A call that
 needs the lock while a run holds it is answered at once, 409 `reconcile_running` with
 `Retry-After` (`ReconcileRunning`): no thread ever waits for the lock, so a long run cannot use
 up the threads the reads and `/readyz` need. Journaled raw rows are first made visible (the

@@ -121,7 +121,7 @@ TRACK_HEADERS = (
     '{"content-type":"application/json","user-agent":"tally-python/0.4.0 CPython/3.12",'
     '"x-request-id":"req_<<h:seq>>"}'
 )
-ENGINEER_HEADERS = "{}"  # what ingest/engineering.py writes
+ENGINEER_HEADERS = "{}"  # what ingest/actions.py writes
 
 # tpl -> (body template, headers template); "engineer" rows bring their own body.
 TEMPLATES: dict[str, tuple[str | None, str]] = {

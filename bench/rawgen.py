@@ -650,7 +650,7 @@ def _partners() -> pl.DataFrame:
 
 
 def write_db(path: Path, log: Log, chunk_rows: int = 500_000) -> None:
-    """A database file with the schema of ingest/schema.py holding `log`."""
+    """A database file with the schema of ingest/storage/schema.py holding `log`."""
     con = duckdb.connect(str(path))
     try:
         migrations.apply(con)

@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 
 from bench.harness import save
-from ingest.storage.duckdb.store import DuckReader
+from ingest.storage.duckdb.reader import DuckReader
 from ingest.storage.schema import raw_events_ddl
 from reports import load
 from reports.render import render

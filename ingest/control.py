@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest import actions as engineering
+from ingest import actions
 from ingest.domain.clock import utcnow
 from ingest.domain.errors import (
     Conflict,
@@ -175,12 +175,12 @@ async def update_program(
     store: Store, writer: Writer, program: Program, inp: SettingsPatch, actor: str
 ) -> Program:
     """Save new settings; a change of the money terms is also appended to the raw log
-    (engineering.terms_row): sales that occur from then on are valued with the new terms."""
+    (actions.terms_row): sales that occur from then on are valued with the new terms."""
     settings = _settings(inp, program.settings)
     updated = replace(program, settings=settings, name=inp.name or program.name, updated_at=utcnow())
     # A program keeps the account it has (even one shared across workspaces before this check).
     claims = settings.stripe_account_id != program.settings.stripe_account_id
-    change = engineering.terms_row(program, program.settings, settings, actor)
+    change = actions.terms_row(program, program.settings, settings, actor)
 
     def op(tx: Tx) -> None:
         if claims:

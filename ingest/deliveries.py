@@ -9,7 +9,7 @@ verbatim, whatever it holds: a repeated event id as `duplicate`, an event matchi
 `unroutable` (program NULL), anything else as `accepted`. The duplicate check runs inside the
 writer operation, so two concurrent deliveries of one event cannot both be accepted.
 
-A delivery with an amount or a time out of bounds (`ingest/bounds.py`) is `unusable`: stored
+A delivery with an amount or a time out of bounds (`ingest/domain/bounds.py`) is `unusable`: stored
 verbatim with those typed fields NULL (routed to its program when it has one, with a
 tracking-log line), claiming no idempotency key, so each retry of it is stored as unusable again;
 it is answered 422 `validation_error` naming the payload paths, with `"stored": true`. The

@@ -1,9 +1,9 @@
 """Stripe webhook deliveries: signature checks, body parsing and typed-field extraction.
 
 Pure functions: no I/O and no clock (`now` is a parameter). `extract` follows the column meanings
-documented in `ingest/schema.py` and never raises: a signed but oddly shaped payload is still
+documented in `ingest/storage/schema.py` and never raises: a signed but oddly shaped payload is still
 stored verbatim, with NULL typed fields where a value is missing or of an unexpected type.
-`read` also names the values that are present but out of bounds (`ingest/bounds.py`: amounts
+`read` also names the values that are present but out of bounds (`ingest/domain/bounds.py`: amounts
 0..10^12, times 1970-01-01..9999-12-30 UTC), each by its payload path; their typed fields are
 NULL, and the delivery is unusable (see `ingest/deliveries.py`).
 """

@@ -193,7 +193,7 @@ def _require_real_sale(inp: SaleIn) -> tuple[str, str, int]:
         problems.append({"field": "transaction_id", "message": "required for a real sale"})
     if inp.customer_external_id is None:
         problems.append({"field": "customer_external_id", "message": "required for a real sale"})
-    if inp.amount is None:  # its bounds (1..10^12) are the model's, `ingest.bounds.Amount`
+    if inp.amount is None:  # its bounds (1..10^12) are the model's, `ingest.domain.bounds.Amount`
         problems.append({"field": "amount", "message": "required for a real sale"})
     if problems:
         raise ValidationFailed("the sale is not valid", fields=problems)

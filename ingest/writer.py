@@ -137,7 +137,7 @@ class Writer:
 
     async def run(self, op: Callable[[Tx], T], flush: bool = False, needs: Needs | None = None) -> T:
         """Run `op` in the writer and wait (without blocking the event loop) until it is durable.
-        With `flush`, also wait until the store's reads (`query`) see it. `needs` says what it
+        With `flush`, also wait until the store's reads (`Store.reader()`) see it. `needs` says what it
         will claim and look up: the group commit reads that for all its operations at once.
 
         Jobs from one turn of the event loop are handed to the writer together (one queue put,

@@ -1,4 +1,5 @@
-"""Reading the report inputs of one program from the materialised tables (a `Reader`, ingest/store.py).
+"""Reading the report inputs of one program from the materialised tables (a `Reader`,
+ingest/storage/contract.py).
 
 Only the columns the builders use are read, straight into Arrow and Polars. Before the first
 reconcile run the tables do not exist: the inputs are empty and so is the report.

@@ -1,6 +1,6 @@
 """`POST /api/v1/operator/backup` (an addition to the contract's operator endpoints): a
 consistent copy of the database, written by the running server to a path on its machine
-(see ingest/backup.py). With `Accept: application/x-ndjson` it streams progress lines, as
+(see ingest/storage/duckdb/backup.py). With `Accept: application/x-ndjson` it streams progress lines, as
 `POST /api/v1/operator/reconcile` does; a path that cannot take the copy is refused with 422
 `validation_error` before any work starts."""
 

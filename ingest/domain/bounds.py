@@ -2,8 +2,8 @@
 
 Every number, string and time tally takes in is bounded here, so nothing it acknowledges can
 later fail to fit the raw log (DuckDB BIGINT, TIMESTAMPTZ), the reconciler (Polars Int64 and
-month arithmetic) or a report. The request models (`ingest/inputs.py`), the stored program
-settings (`ingest/records.py`), the query parameters of the reads and the processor payload
+month arithmetic) or a report. The request models (`ingest/domain/inputs.py`), the stored program
+settings (`ingest/domain/records.py`), the query parameters of the reads and the processor payload
 reader (`ingest/stripe.py`) all use the constants and types below.
 
 - Amounts: integers, 1..10^12 minor units in our own inputs; processor amounts 0..10^12

@@ -15,7 +15,7 @@ def utcnow() -> datetime:
 def rfc3339(moment: datetime) -> str:
     """Format a datetime as RFC 3339 UTC with a `Z` suffix (second precision), always four year
     digits. A naive datetime is taken to be UTC already (tally never makes one; a Polars frame
-    without a time zone may). Inputs are bounded (`ingest/bounds.py`), so a time whose UTC value
+    without a time zone may). Inputs are bounded (`ingest/domain/bounds.py`), so a time whose UTC value
     falls outside years 1..9999 can only be an old stored one: it is shown as the nearest
     representable second rather than failing the response."""
     if moment.tzinfo is None:

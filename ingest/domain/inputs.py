@@ -1,5 +1,5 @@
 """Our own request bodies: strict pydantic models (frozen, unknown fields refused), every
-number, string and time bounded by the types of `ingest/bounds.py`.
+number, string and time bounded by the types of `ingest/domain/bounds.py`.
 
 Processor payloads are not modelled here: they are read tolerantly by `ingest/stripe.py`.
 """

@@ -18,7 +18,7 @@ CredentialKind = Literal["program", "agent", "account"]
 Role = Literal["owner", "member"]
 
 
-# The settings that decide what a sale earns: a change of them is logged (ingest/engineering.py
+# The settings that decide what a sale earns: a change of them is logged (ingest/actions.py
 # `terms_row`) and applies to sales after it (reconcile/terms.py).
 MONEY_TERMS = (
     "commission_type",
@@ -32,7 +32,7 @@ MONEY_TERMS = (
 
 class ProgramSettings(BaseModel):
     """Commission and integration settings of a program (CONTRACT section 6), bounded by
-    `ingest/bounds.py` whichever way they arrive."""
+    `ingest/domain/bounds.py` whichever way they arrive."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

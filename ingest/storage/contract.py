@@ -1,8 +1,8 @@
 """The storage contract: what the services, the API and the reconciler need from a backend.
 
-Two backends satisfy it, picked from `TALLY_DATABASE` by `ingest.backend.open_store`, the only
-place that names one: the embedded DuckDB file (`ingest/duckdb_store.py`, one process) and
-PostgreSQL (`ingest/postgres_store.py`, several replicas). `tests/ingest/test_store_contract.py`
+Two backends satisfy it, picked from `TALLY_DATABASE` by `ingest.storage.factory.open_store`, the only
+place that names one: the embedded DuckDB file (`ingest/storage/duckdb/store.py`, one process) and
+PostgreSQL (`ingest/storage/postgres/store.py`, several replicas). `tests/ingest/test_store_contract.py`
 is the specification both pass.
 
 The seams:
@@ -347,8 +347,12 @@ class Store(Protocol):
         """Make everything committed visible to reads (writer thread only); a no-op where
         commits go straight to the database."""
 
-    schema_version: int  # the database's schema version (ingest/migrations.py)
-    set_aside: int  # journal batches the database refused since start (0 where there is no journal)
+    schema_version: int  # the database's schema version (ingest/storage/migrations.py)
+
+    @property
+    def set_aside(self) -> int:
+        """Journal batches the database refused since start (0 where there is no journal)."""
+
     ingested: dict[tuple[str, str], int]  # raw rows appended by this process, by (kind, outcome)
 
     def reader(self) -> AbstractContextManager[Reader]:
@@ -412,7 +416,7 @@ class Store(Protocol):
         `now + ttl`; False while another holder's lease is unexpired. Decided in the database,
         so it binds every process sharing it; never waits. A holder that dies frees it at once:
         on PostgreSQL the lock is its connection's (an advisory lock), on the embedded file a
-        holder named by its process (`ingest.lockfile.identity()`) that no longer runs holds
+        holder named by its process (`ingest.storage.lockfile.identity()`) that no longer runs holds
         nothing (tests/ingest/test_store_contract.py)."""
 
     def release_lease(self, name: str, holder: str) -> None:

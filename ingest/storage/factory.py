@@ -1,6 +1,6 @@
 """The one factory that turns `TALLY_DATABASE` into a storage backend.
 
-Nothing else names a backend class: `api/` and `reports/` see the protocols of ingest/store.py.
+Nothing else names a backend class: `api/` and `reports/` see the protocols of ingest/storage/contract.py.
 A file path is the embedded DuckDB database (one `tally serve`); a `postgresql://` URL (with
 libpq's environment for what it leaves out) is the shared PostgreSQL database (several replicas).
 """

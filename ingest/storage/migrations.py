@@ -10,7 +10,7 @@ A database made before migrations were versioned (no `schema_version` table, but
 present) is taken as version 0: migration 1 creates the baseline with `CREATE ... IF NOT EXISTS`,
 so it adopts those tables as they are, every row kept, and records version 1.
 
-Both backends take the same list (each step runs on an `ingest.sql.Executor` and asks its
+Both backends take the same list (each step runs on an `ingest.storage.sql.Executor` and asks its
 `dialect` where the two differ): a DuckDB file and a PostgreSQL database at the same version hold
 the same tables. On PostgreSQL, where several replicas may start at once, `apply` holds an
 advisory lock while it migrates, so one of them migrates and the others find it done.
@@ -81,7 +81,7 @@ RUNS_DDL = """CREATE TABLE IF NOT EXISTS rc_runs (
 
 
 def _runs(con: Executor) -> None:
-    """The reconciler's record of its runs (reconcile/job.py), which it used to create and widen
+    """The reconciler's record of its runs (reconcile/run/job.py), which it used to create and widen
     on every run: `mode` full | incremental; `fingerprint` of the engine and control plane a run
     used (NULL for results no incremental run may build on). Databases older than 0.1 lack the
     last two columns."""
@@ -118,9 +118,9 @@ def _leases(con: Executor) -> None:
 
 def _shared_log(con: Executor) -> None:
     """PostgreSQL, where several replicas share the log: the log head (sequence numbers handed
-    out in commit order, ingest/postgres_store.py), the keyed tables ingest decides from
+    out in commit order, ingest/storage/postgres/store.py), the keyed tables ingest decides from
     (duplicates, refund ceilings, claims, clicks, bindings: the embedded backend keeps them in
-    its key index file beside the database, ingest/hotkeys.py), the indexes the hot path looks
+    its key index file beside the database, ingest/storage/duckdb/keys.py), the indexes the hot path looks
     up by, the database's identity (for the reconciler's working copy), and the raw log made
     append-only by the database itself. Nothing changes in an embedded database."""
     if con.dialect != "postgresql":

@@ -232,9 +232,9 @@ def raw_events_ddl() -> str:
 # - `log_head`: the last raw `seq` and tracking-log id handed out. A group commit takes its
 #   numbers by updating this one row as its last step, so the row's lock orders commits: seqs
 #   become visible in order, and no lower seq can appear after a higher one was read (the
-#   reconciler's watermark, ingest/postgres_store.py).
+#   reconciler's watermark, ingest/storage/postgres/store.py).
 # - `key_*`: what ingest decides from, kept by the database's own unique keys (the embedded
-#   backend keeps the same tables in its key index file, ingest/hotkeys.py).
+#   backend keeps the same tables in its key index file, ingest/storage/duckdb/keys.py).
 # - `tally_meta`: the database's identity, which the reconciler's working copy is tied to;
 #   `rc_runs.run_no`: the order runs were published in.
 # - triggers that refuse UPDATE, DELETE and TRUNCATE on `raw_events`: the log is append-only in

@@ -1,7 +1,7 @@
 """One way to run SQL on either backend's driver: `?` parameters, whatever the driver wants.
 
-The schema migrations (ingest/migrations.py) and the reads of the materialised tables
-(`Reader`, ingest/store.py) are written once, in the SQL both DuckDB and PostgreSQL speak, with
+The schema migrations (ingest/storage/migrations.py) and the reads of the materialised tables
+(`Reader`, ingest/storage/contract.py) are written once, in the SQL both DuckDB and PostgreSQL speak, with
 `?` placeholders; `Executor` runs them on a DuckDB connection or a psycopg connection, which
 takes `%s`. Where the two dialects differ, the caller asks `dialect`.
 """

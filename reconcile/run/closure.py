@@ -19,7 +19,7 @@ rows arrive only the components that hold one of them can change:
   refund row and a double-count row are keyed by the event id of their own row. Every one of
   those values belongs to the closure, and no row outside it carries one (it would be linked).
 
-The caller (reconcile/incremental.py) deletes the stale rows and inserts what `reconcile`
+The caller (reconcile/run/incremental.py) deletes the stale rows and inserts what `reconcile`
 computes on the closure: exactly the tables a full run gives (tests/reconcile/test_incremental.py).
 That holds for closed months too: the snapshot of a program's log before a close is, again, the
 union of its components' snapshots, and a closed month's lines are composed key by key.
@@ -89,7 +89,7 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = F
     in force when it occurred (table `_rc_holding(program_id, since, until, holding_days)`,
     reconcile/terms.py `holding`; else schema.PROGRAM_DEFAULTS), in
     microseconds so that no session time zone takes part. `dialect` duckdb or postgresql (the
-    published tables of a shared database, ingest/postgres_log.py). `forward`: `now` is not
+    published tables of a shared database, ingest/storage/postgres/sink.py). `forward`: `now` is not
     before the time the statuses were last brought up to, so only pending rows can change
     (approval only ever comes with time): the statements visit those alone."""
 

@@ -19,7 +19,7 @@ union of its components' ledgers. Reconciling the closure with every engineer ac
 included) therefore gives its components' frozen lines and adjustments exactly as a full run does.
 
 The patch: the rows added since the previous run (`seq` above its high water mark) seed a
-closure (reconcile/closure.py) over every routed non-click row of the log, found on their link
+closure (reconcile/run/closure.py) over every routed non-click row of the log, found on their link
 hashes alone (`_reached`: ids hashed inside DuckDB, 13 integers a row of the log); the closure's
 rows (then read by seq), the clicks it reaches and the programs' engineer actions are reconciled
 (reconcile/pipeline.py) as one small log; the previous rows of those components are deleted

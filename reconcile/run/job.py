@@ -1,13 +1,13 @@
 """The reconcile job: read the raw log, reconcile, replace the materialised tables atomically.
 
-`run` is called by the server's single writer thread (scheduled, and on
-`POST /api/v1/operator/reconcile`), which owns the DuckDB connection and passes it in. A run is
-ONE transaction, so it works on one snapshot of `raw_events`, `programs` and `partners`, and
-readers see either the previous run's tables or this run's, never a mix. A run that can build on
-the previous one patches the tables instead (reconcile/incremental.py says when and how); a full
-run goes:
+`run` is called on the engine's connection (reconcile/run/engine.py `open_engine`; the server
+runs it through `reconcile.run.run`, scheduled and on `POST /api/v1/operator/reconcile`, holding
+the run lock, api/jobs.py). A run is ONE transaction, so it works on one snapshot of
+`raw_events`, `programs` and `partners`, and readers see either the previous run's tables or this
+run's, never a mix. A run that can build on the previous one patches the tables instead
+(reconcile/run/incremental.py says when and how); a full run goes:
 
-1. the log's column mirror (reconcile/mirror.py) takes in the rows it lacks, as Parquet segments;
+1. the log's column mirror (reconcile/run/mirror.py) takes in the rows it lacks, as Parquet segments;
 2. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows (a bigger program is a
    chunk of its own; `schedule` says in which order they run). Every reconcile rule is per
    program, so reconciling chunk by chunk gives exactly the result of reconciling the whole log
@@ -65,7 +65,7 @@ TABLES: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "rc_payouts": ("payouts", PAYOUTS_SCHEMA),
 }
 
-# rc_runs, the record of every run, is made by the schema migrations (ingest/migrations.py).
+# rc_runs, the record of every run, is made by the schema migrations (ingest/storage/migrations.py).
 
 # Each chunk costs one scan of the log per group of rows (DuckDB decompresses the columns of every
 # row group whatever the filter), so fewer, larger chunks read less; 2.5M events peak under 5 GiB.
@@ -357,7 +357,7 @@ def write(
 
 
 class Publish(Protocol):
-    """Where a run's results go besides the engine's own tables (reconcile/engine.py): called
+    """Where a run's results go besides the engine's own tables (reconcile/run/engine.py): called
     inside the run's final transaction, after its tables and record are in place, so that a
     failure to publish rolls the run back. During `full` the tables the run replaces are still
     there, renamed (`previous`), so that only what changed need be sent."""
@@ -378,12 +378,12 @@ def run(
     """Reconcile everything in `raw_events` as of `now` and materialise the results.
 
     Reads go through a cursor holding one read transaction (one snapshot of the log). When the
-    previous run can be built on (reconcile/incremental.py says when), only what the rows added
+    previous run can be built on (reconcile/run/incremental.py says when), only what the rows added
     since then can change is recomputed and patched into the rc_* tables in one transaction.
     Otherwise (a full run) each chunk's rows are written to this run's staging tables
     (`rc_sales__<run_id>`, ...) and a final short transaction swaps them in for the rc_* tables.
     `full` forces a full run. A full run reads the log through its column mirror
-    (reconcile/mirror.py), extending it first, and registers the segments it wrote in its final
+    (reconcile/run/mirror.py), extending it first, and registers the segments it wrote in its final
     transaction. Either way the run is recorded in `rc_runs` in that same transaction, so
     readers see the previous run or this one, never a mix. On failure nothing changes (staging tables are
     dropped). `rc_runs.started_at` is `now`; `finished_at` is `now` plus the measured duration

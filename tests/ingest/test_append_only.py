@@ -50,7 +50,7 @@ def test_no_code_path_updates_or_deletes_raw_rows() -> None:
         if re.search(r"(INSERT\s+INTO|COPY)\s+raw_events|\"raw_events\",\s*\"raw\"", p.read_text())
     )
     assert inserts == [
-        "ingest/storage/duckdb/store.py",
+        "ingest/storage/duckdb/copier.py",
         "ingest/storage/postgres/copy.py",
         "ingest/storage/postgres/tx.py",
     ]

@@ -15,8 +15,9 @@ import pytest
 
 from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
 from ingest.storage.contract import Tx
+from ingest.storage.duckdb.copier import Batch as _Batch
 from ingest.storage.duckdb.journal import Journal
-from ingest.storage.duckdb.store import DuckStore, _Batch
+from ingest.storage.duckdb.store import DuckStore
 from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.writer import Writer
 from tests.conftest import fill

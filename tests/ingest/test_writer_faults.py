@@ -34,6 +34,7 @@ from ingest.domain.errors import DatabaseUnavailable, DuplicateTransaction, Tall
 from ingest.domain.inputs import SaleIn
 from ingest.domain.records import Program, ProgramSettings
 from ingest.storage.duckdb import keys as hotkeys
+from ingest.storage.duckdb.copier import Copier
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.keys import KeyIndex
 from ingest.storage.duckdb.store import DuckStore
@@ -51,7 +52,7 @@ STEPS: dict[str, tuple[type, str, tuple[Callable[[], Exception], ...]]] = {
     "prefetch": (KeyIndex, "prefetch", (lambda: sqlite3.OperationalError("disk I/O error"), RuntimeError)),
     "claim": (KeyIndex, "claim", (lambda: sqlite3.OperationalError("disk I/O error"), RuntimeError)),
     "journal": (Journal, "append", (lambda: OSError(28, "No space left on device"), RuntimeError)),
-    "copy": (DuckStore, "_copy_in_transaction", (lambda: duckdb.IOException("I/O error"), OSError)),
+    "copy": (Copier, "_copy_in_transaction", (lambda: duckdb.IOException("I/O error"), OSError)),
     "index flush": (KeyIndex, "_flush", (lambda: sqlite3.OperationalError("disk I/O error"), RuntimeError)),
 }
 

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from ingest.storage import migrations
-from ingest.storage.duckdb.store import DuckReader
+from ingest.storage.duckdb.reader import DuckReader
 from reconcile.run import job
 from reports import load
 from reports.finance import FinanceReport, from_result, rechecked

@@ -21,6 +21,14 @@ progress).
 
 One connection writes (the writer thread); other threads read through their own connections
 (WAL mode), after the committed writes not yet in the file.
+
+What a row changes is the rule of ingest/domain/keys.py (`effects`); `KeyIndex._apply` is how
+this index applies each effect.
+
+Why one module of about 700 lines: `KeyIndex` is one state machine (a transaction's buffer, the
+sealed writes, the rows read, the file and its position) whose lookups, writes, flushes and
+catch-up each read and change all of it; split across modules, each part would reach into the
+others' fields.
 """
 
 from __future__ import annotations

@@ -1,43 +1,37 @@
-"""The embedded backend: one DuckDB file, owned by one process.
+"""The embedded backend: one DuckDB file, owned by one process (`Store` of
+ingest/storage/contract.py).
 
-Writes happen only on the writer thread through `DuckTx`; raw-log, tracking-log, idempotency and
-checklist rows are buffered per transaction and inserted in bulk (Arrow) at commit, which is what
-makes group commit cheap. What the log decides on the hot path (duplicates, refund ceilings,
-claims, clicks, bindings) is answered by the key index on disk (`ingest/hotkeys.py`), committed
-with each batch; the control plane is a small in-memory copy (`ingest/index.py`), kept exact
-because this process is the only writer.
+Opening it reads as its steps: claim the file (`<database>.lock`: one store per database),
+connect, migrate, recover (copy what the journal holds beyond the database), load the control
+plane's in-memory copy, and bring the key index level with the log. Its parts, a module each:
 
-Faults: every raw row is checked against the column types before it is buffered (a value DuckDB
-cannot hold is refused there, as a 422, never acknowledged). A full disk or an I/O error while
-committing is `DatabaseUnavailable` (503, nothing acknowledged) and makes `readiness()` report
-the fault until a write or a probe succeeds again. The copier tells the database's refusals of a
-batch (which checked rows should never meet) from resource faults: a refused batch is set aside
-in `<database>.journal/set-aside/` with a loud error, so the rows behind it keep flowing and
-start-up never fails on it; a resource fault keeps every batch for the next attempt.
+- tx.py: the writer's group commits (`DuckTx`);
+- copier.py: the write-ahead journal's batches on their way into DuckDB (journal.py: the
+  segment files), and the batches the database refuses set aside;
+- keys.py: the key index the hot path decides from (SQLite beside the file);
+- control.py: the control plane's in-memory copy, exact because this process is the only writer;
+- reader.py: reports' and the dashboard's reads; sessions.py: dashboard sessions, values shown
+  once and leases; backup.py: a consistent copy while the server runs; faults.py: data faults
+  against resource faults.
+
+A full disk or an I/O error while committing is `DatabaseUnavailable` (503, nothing
+acknowledged) and makes `readiness()` report the fault until a write or a probe succeeds again.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
-import orjson
-import pyarrow as pa
 
-from ingest.domain import bounds
-from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
+from ingest.domain.errors import DatabaseUnavailable
 from ingest.domain.records import (
     LOG_PAGE_COLUMNS,
     LOG_PAGE_MAX,
@@ -46,148 +40,25 @@ from ingest.domain.records import (
     LogLine,
     Partner,
     Program,
-    ProgramSettings,
     Role,
     SaleLedger,
     StoredSession,
-    credential_values,
 )
 from ingest.progress import Progress, RowsApplied
 from ingest.storage import lockfile, migrations, private
-from ingest.storage.contract import BackupSummary, KeyRead, LogDatabase, Needs, sale_partner
+from ingest.storage.contract import BackupSummary, KeyRead, LogDatabase
+from ingest.storage.duckdb import faults, sessions
 from ingest.storage.duckdb.backup import check_target, copy_database, set_aside_count
-from ingest.storage.duckdb.control import Index, Undo
+from ingest.storage.duckdb.control import ControlCache
+from ingest.storage.duckdb.copier import Batch, Copier
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.keys import FORMAT as KEYS_FORMAT
 from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, anchor_of
-from ingest.storage.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS, storable
-
-if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
-    import polars as pl
-
-
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "BIGINT": pa.int64(),
-    "INTEGER": pa.int32(),
-    "VARCHAR": pa.string(),
-    "BOOLEAN": pa.bool_(),
-    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
-}
-
-
-def _schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
-    return pa.schema(
-        [pa.field(name, _ARROW_TYPES[typ.split()[0]], "NOT NULL" not in typ) for name, typ in columns]
-    )
-
+from ingest.storage.duckdb.reader import DuckReader
+from ingest.storage.duckdb.tx import DuckTx
+from ingest.storage.schema import RAW_EVENT_FIELDS
 
 log = logging.getLogger("tally.store")
-
-RAW_SCHEMA = _schema(RAW_EVENT_COLUMNS)
-_KIND, _OUTCOME = RAW_EVENT_FIELDS.index("kind"), RAW_EVENT_FIELDS.index("outcome")
-LOG_SCHEMA = _schema(
-    (
-        ("log_id", "BIGINT NOT NULL"),
-        ("program_id", "VARCHAR NOT NULL"),
-        ("logged_at", "TIMESTAMPTZ NOT NULL"),
-        ("endpoint", "VARCHAR NOT NULL"),
-        ("status", "INTEGER NOT NULL"),
-        ("outcome", "VARCHAR NOT NULL"),
-        ("detail", "VARCHAR NOT NULL"),
-        ("request_id", "VARCHAR"),
-        ("raw_seq", "BIGINT"),
-    )
-)
-KEY_SCHEMA = _schema(
-    (
-        ("program_id", "VARCHAR NOT NULL"),
-        ("key", "VARCHAR NOT NULL"),
-        ("raw_seq", "BIGINT NOT NULL"),
-    )
-)
-CHECK_SCHEMA = _schema(
-    (
-        ("program_id", "VARCHAR NOT NULL"),
-        ("step", "VARCHAR NOT NULL"),
-        ("done_at", "TIMESTAMPTZ NOT NULL"),
-    )
-)
-
-
-# The database's refusals of the data itself; anything else while copying (I/O, a full disk,
-# memory) is a resource fault and the batch is kept for the next attempt.
-_DATA_FAULTS: tuple[type[BaseException], ...] = (
-    duckdb.ConversionException,
-    duckdb.ConstraintException,
-    duckdb.InvalidInputException,
-    duckdb.OutOfRangeException,
-    duckdb.TypeMismatchException,
-    duckdb.InvalidTypeException,
-    pa.ArrowException,
-    OverflowError,
-    TypeError,
-    ValueError,
-    UnicodeError,
-)
-
-
-_RESOURCE_FAULTS = (OSError, duckdb.IOException, duckdb.OutOfMemoryException, sqlite3.OperationalError)
-
-
-def _resource_fault(exc: BaseException) -> bool:
-    return not isinstance(exc, _DATA_FAULTS)
-
-
-def _bulk_insert(
-    cur: duckdb.DuckDBPyConnection, table: str, rows: list[tuple[Any, ...]], schema: pa.Schema
-) -> None:
-    if not rows:
-        return
-    columns = list(zip(*rows, strict=True))
-    batch = pa.table(
-        [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
-        schema=schema,
-    )
-    cur.register("_tally_batch", batch)
-    try:
-        cur.execute(f"INSERT INTO {table} SELECT * FROM _tally_batch")
-    except BaseException:
-        # The refusal aborted the caller's transaction: unregistering in it raises "Current
-        # transaction is aborted" over the refusal (a copy refused for its data would pass for
-        # a resource fault and be retried for ever). The caller's ROLLBACK drops the view.
-        with contextlib.suppress(duckdb.Error):
-            cur.unregister("_tally_batch")
-        raise
-    cur.unregister("_tally_batch")
-
-
-def _revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ...]]:
-    """Journaled rows back to what was journaled: ISO strings in timestamp columns to datetimes."""
-    stamps = [i for i, f in enumerate(schema) if pa.types.is_timestamp(f.type)]
-    out = []
-    for row in rows:
-        for i in stamps:
-            if isinstance(row[i], str):
-                row[i] = datetime.fromisoformat(row[i])
-        out.append(tuple(row))
-    return out
-
-
-def _stored_time(value: Any) -> datetime | None:
-    """A stored time in UTC (`datetime.UTC`, whatever zone object DuckDB hands back), within
-    today's bounds: one saved before them beyond year 9999 comes back from DuckDB as text and is
-    read as the latest time tally accepts."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.astimezone(UTC)
-    log.warning("a stored time %r is beyond year 9999; read as %s", value, bounds.LATEST)
-    return bounds.LATEST
-
-
-def _json_set(raw: str) -> frozenset[str]:
-    value = json.loads(raw)
-    return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
 
 
 class DatabaseInUse(Exception):
@@ -213,354 +84,8 @@ def _claim(path: Path) -> int:
         ) from None
 
 
-@contextmanager
-def _keys_faults() -> Iterator[None]:
-    """A key-index write that fails for want of disk (or an I/O error) is the database being
-    unavailable, like a journal write that fails: 503, nothing of the batch stored."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        raise DatabaseUnavailable(
-            "tally cannot write to its database right now; nothing of this request was stored"
-        ) from exc
-
-
-@dataclass
-class _Batch:
-    raw: list[tuple[Any, ...]]
-    logs: list[tuple[Any, ...]]
-    keys: list[tuple[Any, ...]]
-    checks: list[tuple[Any, ...]]
-    number: int = 0  # its journal batch number (0: never journaled)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.raw or self.logs or self.keys or self.checks)
-
-    @property
-    def rows(self) -> int:
-        return len(self.raw) + len(self.logs) + len(self.keys) + len(self.checks)
-
-
-class DuckReader:
-    """`ingest.store.Reader` on a DuckDB cursor."""
-
-    dialect = "duckdb"
-
-    def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
-        self._cur = cur
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._cur.execute(sql, list(params)).fetchall()
-
-    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        # fetchall: DuckDB refuses the cursor's next statement while a result is half-read
-        rows = self._cur.execute(sql, list(params)).fetchall()
-        return rows[0] if rows else None
-
-    def dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        result = self._cur.execute(sql, list(params))
-        names = [d[0] for d in result.description or []]
-        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-
-    def frame(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
-        frame: pl.DataFrame = self._cur.sql(sql, params=list(params)).pl()
-        return frame
-
-    def table_exists(self, name: str) -> bool:
-        sql = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?"
-        row = self.one(sql, [name])
-        return bool(row and row[0])
-
-    @contextmanager
-    def consistent(self) -> Iterator[None]:
-        self._cur.execute("BEGIN TRANSACTION")
-        try:
-            yield
-        finally:
-            self._cur.execute("ROLLBACK")
-
-    def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:
-        row = self.one(
-            "SELECT seq, received_at FROM raw_events WHERE kind = 'period_close' AND outcome = 'accepted'"
-            " AND program_id = ? AND json_extract_string(body, '$.period') = ? ORDER BY seq LIMIT 1",
-            [program_id, period],
-        )
-        return (int(row[0]), row[1]) if row else None
-
-    def raw_rows(self, seqs: Sequence[int]) -> list[dict[str, Any]]:
-        if not seqs:
-            return []
-        return self.dicts(
-            "SELECT * FROM raw_events WHERE list_contains(?::BIGINT[], seq) ORDER BY seq", [list(seqs)]
-        )
-
-    def latest_run(self) -> tuple[str, datetime] | None:
-        if not self.table_exists("rc_runs"):
-            return None
-        row = self.one("SELECT run_id, finished_at FROM rc_runs ORDER BY rowid DESC LIMIT 1")
-        return (str(row[0]), row[1]) if row else None
-
-    @contextmanager
-    def log_database(
-        self, program_id: str | None, before_seq: int | None, later_kinds: Sequence[str] = ()
-    ) -> Iterator[duckdb.DuckDBPyConnection]:
-        """This reader's own cursor: the database holds the whole log."""
-        yield self._cur
-
-
-class DuckTx:
-    """A write transaction on the writer's cursor (see `ingest.store.Tx`)."""
-
-    def __init__(self, store: DuckStore) -> None:
-        self._store = store
-        self._cur = store._writer_cursor()
-        self._in_db_tx = False
-        self.undo: Undo = []
-        self._raw: list[tuple[Any, ...]] = []
-        self._logs: list[tuple[Any, ...]] = []
-        self._keys: list[tuple[Any, ...]] = []
-        self._checks: list[tuple[Any, ...]] = []
-        self._next_seq = store._seq + 1
-        self._next_log = store._log_id + 1
-        self._kx = store.keys
-        self._kx.begin()
-        self._last: tuple[int, object] | None = None  # the newest raw row: (seq, received_at)
-
-    @property
-    def index(self) -> Index:
-        return self._store.index
-
-    def _sql(self) -> duckdb.DuckDBPyConnection:
-        """The writer's cursor inside a database transaction, begun on first use: batches of
-        track calls never open one (they go to the journal); control-plane changes do."""
-        if not self._in_db_tx:
-            self._cur.execute("BEGIN TRANSACTION")
-            self._in_db_tx = True
-        return self._cur
-
-    def mark(self) -> tuple[Any, ...]:
-        """Where this transaction stands, for `release` (one operation's writes in a group)."""
-        return (
-            len(self._raw),
-            len(self._logs),
-            len(self._keys),
-            len(self._checks),
-            len(self.undo),
-            self._next_seq,
-            self._next_log,
-            int(self._in_db_tx),
-            self._kx.mark(),
-            self._last,
-        )
-
-    def prefetch(self, needs: Sequence[Needs]) -> None:
-        with _keys_faults():
-            self._kx.prefetch(needs)
-
-    def outdated(self, needs: Needs) -> bool:
-        """Never: the endpoints read keys from the control plane this writer keeps itself."""
-        return False
-
-    def release(self, mark: tuple[Any, ...]) -> bool:
-        """Drop what was written since `mark`; False when that cannot be done (statements ran
-        in the database since), and then only rolling back the whole transaction can."""
-        raw, logs, keys, checks, undo, next_seq, next_log, in_db, savepoint, last = mark
-        if self._in_db_tx and not in_db:
-            return False
-        self._kx.release(savepoint)
-        self._last = last
-        del self._raw[raw:], self._logs[logs:], self._keys[keys:], self._checks[checks:]
-        while len(self.undo) > undo:
-            self.undo.pop()()
-        self._next_seq, self._next_log = next_seq, next_log
-        return True
-
-    def append(self, row: Mapping[str, Any]) -> int:
-        seq = self._next_seq
-        full = dict(row)
-        full["seq"] = seq
-        full.setdefault("test_mode", False)
-        problems = storable(full)
-        if problems:
-            raise ValidationFailed("the event holds values tally cannot store", fields=problems)
-        self._next_seq += 1
-        self._raw.append(tuple(map(full.get, RAW_EVENT_FIELDS)))
-        with _keys_faults():
-            self._kx.observe(full)
-        self._last = (seq, full.get("received_at"))
-        return seq
-
-    def claim_keys(self, program_id: str, keys: Sequence[str], raw_seq: int) -> list[str]:
-        claimed = []
-        for key in keys:
-            with _keys_faults():
-                fresh = self._kx.claim(program_id, key)
-            if fresh:
-                self._keys.append((program_id, key, raw_seq))
-                claimed.append(key)
-        return claimed
-
-    def log(
-        self,
-        program_id: str,
-        at: datetime,
-        endpoint: str,
-        status: int,
-        outcome: str,
-        detail: str,
-        request_id: str | None,
-        raw_seq: int | None,
-    ) -> None:
-        log_id = self._next_log
-        self._next_log += 1
-        self._logs.append((log_id, program_id, at, endpoint, status, outcome, detail, request_id, raw_seq))
-
-    def check(self, program_id: str, step: str, at: datetime) -> None:
-        if self.index.put_checklist(program_id, step, at, self.undo):
-            self._checks.append((program_id, step, at))
-
-    def add_account(self, account_id: str, email: str, at: datetime) -> None:
-        self._sql().execute("INSERT INTO accounts VALUES (?, ?, ?)", [account_id, email, at])
-
-    def add_workspace(self, workspace_id: str, name: str, at: datetime) -> None:
-        self._sql().execute("INSERT INTO workspaces VALUES (?, ?, ?)", [workspace_id, name, at])
-
-    def add_member(self, workspace_id: str, account_id: str, role: Role, at: datetime) -> None:
-        self._sql().execute(
-            "INSERT INTO memberships VALUES (?, ?, ?, ?)", [workspace_id, account_id, role, at]
-        )
-        self.index.put_role(workspace_id, account_id, role, self.undo)
-
-    def put_program(self, program: Program) -> None:
-        self._sql().execute(
-            "INSERT OR REPLACE INTO programs VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                program.program_id,
-                program.workspace_id,
-                program.name,
-                program.settings.model_dump_json(),
-                program.created_at,
-                program.updated_at,
-            ],
-        )
-        self.index.put_program(program, self.undo)
-
-    def add_partner(self, partner: Partner) -> None:
-        self._sql().execute(
-            "INSERT INTO partners VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                partner.program_id,
-                partner.code,
-                partner.partner_id,
-                partner.name,
-                partner.email,
-                partner.created_at,
-            ],
-        )
-        self.index.put_partner(partner, self.undo)
-
-    def add_credential(self, cred: Credential) -> None:
-        self._sql().execute(
-            "INSERT INTO credentials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", list(credential_values(cred))
-        )
-        self.index.put_credential(cred, self.undo)
-
-    def revoke_credentials(self, kind: str, subject_id: str, at: datetime) -> None:
-        self._sql().execute(
-            "UPDATE credentials SET revoked_at = ? WHERE kind = ? AND subject_id = ? AND revoked_at IS NULL",
-            [at, kind, subject_id],
-        )
-        for cred in list(self.index.credentials.values()):
-            if cred.kind == kind and cred.subject_id == subject_id:
-                self.index.put_credential(replace(cred, revoked_at=at), self.undo)
-
-    def flag_credential(self, token_hash: str, flagged_at: datetime, deadline: datetime) -> None:
-        self._sql().execute(
-            "UPDATE credentials SET flagged_at = ?, rotation_deadline = ? WHERE token_hash = ?",
-            [flagged_at, deadline, token_hash],
-        )
-        cred = self.index.credentials[token_hash]
-        self.index.put_credential(replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo)
-
-    def claim_sale(
-        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
-    ) -> str | None:
-        if not self.claim_keys(program_id, [transaction_id], raw_seq):
-            return None
-        return sale_partner(self, program_id, click_id, customer_key)
-
-    # -- lookups inside the transaction (the key index's writer sees this batch's rows) ------
-    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
-        return self._kx.sale(program_id, keys)
-
-    def refund_seen(self, program_id: str, refund_id: str) -> bool:
-        return self._kx.refund_seen(program_id, refund_id)
-
-    def event_seen(self, event_id: str) -> bool:
-        return self._kx.event_seen(event_id)
-
-    def click_partner(self, program_id: str, click_id: str) -> str | None:
-        return self._kx.click_partner(program_id, click_id)
-
-    def binding(self, program_id: str, customer_key: str) -> Binding | None:
-        return self._kx.binding(program_id, customer_key)
-
-    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
-        return self._kx.provisional_click(program_id, customer_key)
-
-    def programs_for_stripe_account(self, account: str) -> list[Program]:
-        return self._store.programs_for_stripe_account(account)  # the index holds this batch's changes
-
-    def credential_used(self, token_hash: str) -> bool:
-        row = self._cur.execute("SELECT 1 FROM credentials WHERE token_hash = ?", [token_hash]).fetchone()
-        return row is not None
-
-    def commit(self) -> None:
-        """Make the batch durable: its rows in the journal, or, when control-plane changes are
-        part of it (or there is no journal), its rows and those changes in one DuckDB commit,
-        so a failure stores none of it. Raises `DatabaseUnavailable` on a resource fault."""
-        batch = _Batch(self._raw, self._logs, self._keys, self._checks)
-        store = self._store
-        try:
-            if self._in_db_tx or store._journal is None:
-                store._commit_with(self._sql(), batch)
-                self._in_db_tx = False
-            elif not batch.empty:
-                store._journal_batch(batch)
-        except Exception as exc:
-            if not _resource_fault(exc):
-                raise
-            store._fault("write", exc)
-            raise DatabaseUnavailable(
-                "tally cannot write to its database right now; nothing of this request was stored"
-            ) from exc
-        store._fault("write", None)
-        store._commit_keys(self._kx, self._last)
-        counts = store.ingested
-        for row in batch.raw:
-            key = (row[_KIND], row[_OUTCOME])
-            counts[key] = counts.get(key, 0) + 1
-        store._seq = self._next_seq - 1
-        store._log_id = self._next_log - 1
-        self.undo.clear()
-
-    def rollback(self) -> None:
-        self._kx.rollback()
-        try:
-            if self._in_db_tx:
-                self._in_db_tx = False
-                # (a failed COMMIT has already rolled the transaction back)
-                with contextlib.suppress(duckdb.TransactionException):
-                    self._cur.execute("ROLLBACK")
-        finally:
-            for step in reversed(self.undo):
-                step()
-            self.undo.clear()
-
-
 class DuckStore:
-    """The embedded DuckDB backend of `ingest.store.Store`."""
+    """The embedded DuckDB backend of `Store` (see the module docstring)."""
 
     def __init__(
         self,
@@ -576,7 +101,7 @@ class DuckStore:
         key-index rebuild or catch-up."""
         if str(path).startswith(("postgresql:", "postgres:")):
             raise ValueError(
-                "a PostgreSQL URL is not a DuckDB file (ingest.backend.open_store picks the backend)"
+                "a PostgreSQL URL is not a DuckDB file (ingest.storage.factory.open_store picks the backend)"
             )
         target = Path(path)
         self.path = str(path)
@@ -601,22 +126,13 @@ class DuckStore:
             self._con.close()
             self._unclaim()
             raise
-        self.index = Index()
+        self.index = ControlCache()
         self._seq = 0
         self._log_id = 0
-        self._pending: list[_Batch] = []
-        self._pending_rows = 0
-        self._pending_since = 0.0
         self._journal: Journal | None = None
-        self._lock = threading.Lock()  # pending batches and the journal's current segment
-        self._copy_lock = threading.Lock()  # one copy into DuckDB at a time
-        self._ccur: duckdb.DuckDBPyConnection | None = None
         self._faults: dict[str, str] = {}  # "write" | "copy" -> what failed, while it lasts
-        self.set_aside = 0  # journal batches the database refused, kept in set-aside/
         # Raw rows appended by this process, by (kind, outcome): read by GET /metrics.
         self.ingested: dict[tuple[str, str], int] = {}
-        row = self._con.execute("SELECT last_batch FROM journal_state").fetchone()
-        self._batch_no = int(row[0]) if row else 0
         self.keys: KeyIndex
         self._keys_stale = False  # a key-index commit failed: catch up before the next write
         try:
@@ -624,9 +140,11 @@ class DuckStore:
                 self.keys = KeyIndex(Path(f"{path}.keys"), key_cache_mb)
                 self._journal = Journal(Path(f"{path}.journal"))
                 private.make_private(*own_files(path))  # an older release's, made 0644
-                self._recover()
             else:
                 self.keys = KeyIndex(None, key_cache_mb)
+            self.copier = Copier(self._con, self._journal, self._fault, self.keys.checkpoint)
+            if self._journal is not None:
+                self.copier.recover()
             self._load()
             self.sync_keys(on_progress)
         except BaseException:
@@ -642,183 +160,31 @@ class DuckStore:
             self._lock_fd = None
 
     # -- the journal: durable group commits, copied into DuckDB in bulk ------------------------
-    def _recover(self) -> None:
-        assert self._journal is not None
-        done = self._batch_no
-        for record in self._journal.records():
-            number = int(record["batch"])
-            self._batch_no = max(self._batch_no, number)
-            if number > done:
-                try:
-                    parts = [
-                        _revive_rows(record[part], schema)
-                        for part, schema in (
-                            ("raw", RAW_SCHEMA),
-                            ("logs", LOG_SCHEMA),
-                            ("keys", KEY_SCHEMA),
-                            ("checks", CHECK_SCHEMA),
-                        )
-                    ]
-                except (KeyError, TypeError, ValueError) as exc:
-                    self._write_aside(number, record, exc)
-                    continue
-                raw, logs, keys, checks = parts
-                self._pending.append(_Batch(raw, logs, keys, checks, number))
-        before = self.set_aside
-        self.flush()
-        if self.set_aside > before:
-            log.error(
-                "tally: start-up set aside %d journal batch(es) the database refused, in %s",
-                self.set_aside - before,
-                self._set_aside_dir(),
-            )
-
-    def _journal_batch(self, batch: _Batch) -> None:
-        assert self._journal is not None
-        with self._lock:
-            number = self._batch_no + 1
-            self._journal.append(
-                {
-                    "batch": number,
-                    "raw": batch.raw,
-                    "logs": batch.logs,
-                    "keys": batch.keys,
-                    "checks": batch.checks,
-                }
-            )
-            self._batch_no = batch.number = number
-            if not self._pending:
-                self._pending_since = time.monotonic()
-            self._pending.append(batch)
-            self._pending_rows += batch.rows
-
-    def _copy_pending(self, cur: duckdb.DuckDBPyConnection, batches: list[_Batch]) -> None:
-        """Insert `batches` inside the caller's open transaction."""
-        for table, part, schema in (
-            ("raw_events", "raw", RAW_SCHEMA),
-            ("tracking_log", "logs", LOG_SCHEMA),
-            ("idempotency_keys", "keys", KEY_SCHEMA),
-            ("checklist", "checks", CHECK_SCHEMA),
-        ):
-            rows = [row for batch in batches for row in getattr(batch, part)]
-            _bulk_insert(cur, table, rows, schema)
-
-    def _commit_with(self, cur: duckdb.DuckDBPyConnection, batch: _Batch) -> None:
-        """Commit the writer's open transaction with `batch`'s rows in it, after every journaled
-        batch not yet copied (so rows still reach the tables in sequence order)."""
-        with self._copy_lock:
-            with self._lock:
-                batches = [*self._pending, batch]
-            self._copy_pending(cur, batches)
-            if len(batches) > 1:
-                cur.execute("UPDATE journal_state SET last_batch = ?", [batches[-2].number])
-            cur.execute("COMMIT")
-            self._fault("copy", None)
-            with self._lock:  # only this (the writer) thread adds to `_pending`
-                del self._pending[: len(batches) - 1]
-                self._pending_rows = sum(b.rows for b in self._pending)
+    # -- faults and readiness ------------------------------------------------------------------
+    # -- the journal's batches, copied into DuckDB (copier.py) ----------------------------------
+    @property
+    def set_aside(self) -> int:
+        """Journal batches the database refused since start, kept in set-aside/."""
+        return self.copier.set_aside
 
     def flush(self) -> None:
-        """Copy every journaled batch into DuckDB, then drop the journal segments that held them.
-        Safe from any thread; the writer keeps journaling new batches meanwhile. A batch the
-        database refuses is set aside (see the module docstring); a resource fault raises
-        `DatabaseUnavailable` and keeps every batch for the next attempt."""
-        with self._copy_lock:
-            with self._lock:
-                batches, self._pending = self._pending, []
-                self._pending_rows = 0
-                try:
-                    closed = self._journal.rotate() if self._journal is not None else []
-                except OSError as exc:
-                    self._pending[:0] = batches
-                    self._pending_rows += sum(b.rows for b in batches)
-                    self._fault("copy", exc)
-                    raise DatabaseUnavailable(f"cannot rotate the journal: {exc}") from exc
-            try:
-                if batches:
-                    self._copy_batches(batches)
-            except Exception as exc:
-                with self._lock:  # keep them for the next attempt, oldest first
-                    self._pending[:0] = batches
-                    self._pending_rows += sum(b.rows for b in batches)
-                self._fault("copy", exc)
-                raise DatabaseUnavailable(f"copying the journal into the database failed: {exc}") from exc
-            self._fault("copy", None)
-            try:
-                self.keys.checkpoint()
-            except sqlite3.Error as exc:  # the WAL keeps the pages; the next flush tries again
-                log.warning("checkpointing the key index failed: %s", exc)
-            if self._journal is not None:
-                self._journal.remove(closed)
+        """Copy every journaled batch into DuckDB (copier.py `Copier.flush`)."""
+        self.copier.flush()
 
-    def _copy_batches(self, batches: list[_Batch]) -> None:
-        """Copy `batches` in one transaction; when the database refuses their data, copy them
-        one by one and set aside each it refuses alone. Resource faults propagate."""
-        cur = self._copier_cursor()
-        try:
-            self._copy_in_transaction(cur, batches)
-            return
-        except Exception as exc:
-            if _resource_fault(exc):
-                raise
-            log.warning("copying %d journal batches failed (%s); copying them one by one", len(batches), exc)
-        for batch in batches:
-            try:
-                self._copy_in_transaction(cur, [batch])
-            except Exception as exc:
-                if _resource_fault(exc):
-                    raise
-                self._set_aside(cur, batch, exc)
+    def _journal_batch(self, batch: Batch) -> None:
+        self.copier.journal_batch(batch)
 
-    def _copy_in_transaction(self, cur: duckdb.DuckDBPyConnection, batches: list[_Batch]) -> None:
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            self._copy_pending(cur, batches)
-            cur.execute("UPDATE journal_state SET last_batch = ?", [batches[-1].number])
-            cur.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(duckdb.TransactionException):  # a failed COMMIT rolled back
-                cur.execute("ROLLBACK")
-            raise
+    def journal_backlog(self) -> tuple[int, int, float]:
+        return self.copier.journal_backlog()
 
-    def _set_aside_dir(self) -> Path:
-        assert self._journal is not None
-        return self._journal.directory / "set-aside"
-
-    def _set_aside(self, cur: duckdb.DuckDBPyConnection, batch: _Batch, exc: Exception) -> None:
-        """Keep a batch the database refuses in its own file and move the copied-up-to mark past
-        it, so the batches behind it flow on."""
-        parts = {"raw": batch.raw, "logs": batch.logs, "keys": batch.keys, "checks": batch.checks}
-        self._write_aside(batch.number, parts, exc)
-        cur.execute("UPDATE journal_state SET last_batch = ?", [batch.number])
-
-    def _write_aside(self, number: int, record: Mapping[str, Any], exc: Exception) -> None:
-        """Write one journal batch to `set-aside/` (durably), count it and say so loudly."""
-        folder = self._set_aside_dir()
-        folder.mkdir(mode=0o700, exist_ok=True)
-        path = folder / f"{number:012d}.json"
-        kept = {**record, "batch": number, "error": f"{type(exc).__name__}: {exc}"}
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, orjson.dumps(kept, default=str))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.set_aside += 1
-        log.error("journal batch %d was refused by the database and set aside in %s: %s", number, path, exc)
+    def backlog(self) -> tuple[int, float]:
+        return self.copier.backlog()
 
     # -- faults and readiness ------------------------------------------------------------------
     @staticmethod
     def resource_fault(exc: BaseException) -> bool:
         """Whether `exc` (or what it wraps) is the database failing rather than its data."""
-        cause: BaseException | None = exc
-        while cause is not None:
-            if isinstance(cause, _RESOURCE_FAULTS):
-                return True
-            if isinstance(cause, duckdb.TransactionException) and "Failed to commit" in str(cause):
-                return True
-            cause = cause.__cause__
-        return False
+        return faults.resource_fault(exc)
 
     def _fault(self, where: str, exc: BaseException | None) -> None:
         if exc is None:
@@ -859,132 +225,6 @@ class DuckStore:
         row = self._reader().execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchone()
         return int(row[0]) if row else 0
 
-    def journal_backlog(self) -> tuple[int, int, float]:
-        """Rows and batches journaled but not yet in DuckDB, and the oldest one's wait in seconds."""
-        with self._lock:
-            if not self._pending:
-                return 0, 0, 0.0
-            return self._pending_rows, len(self._pending), time.monotonic() - self._pending_since
-
-    def backlog(self) -> tuple[int, float]:
-        """Rows journaled but not yet in DuckDB, and for how many seconds the oldest has waited."""
-        with self._lock:
-            if not self._pending:
-                return 0, 0.0
-            return self._pending_rows, time.monotonic() - self._pending_since
-
-    # -- dashboard sessions: rows of their own, committed at once (not raw-log rows) -----------
-    def save_session(self, session: StoredSession) -> None:
-        """Store a new session, and drop the expired ones while at it."""
-        cur = self._reader()
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            cur.execute("DELETE FROM dashboard_sessions WHERE expires_at <= ?", [session.created_at])
-            cur.execute(
-                "INSERT INTO dashboard_sessions VALUES (?, ?, ?, ?, ?)",
-                [
-                    session.session_hash,
-                    session.account_id,
-                    session.csrf_token,
-                    session.created_at,
-                    session.expires_at,
-                ],
-            )
-            cur.execute("COMMIT")
-        except BaseException as exc:
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-            if isinstance(exc, Exception) and _resource_fault(exc):
-                raise DatabaseUnavailable(
-                    "tally cannot write to its database right now; log in again later"
-                ) from exc
-            raise
-
-    def load_session(self, session_hash: str, now: datetime) -> StoredSession | None:
-        """The live session with this hash; None when unknown, ended or expired."""
-        row = (
-            self._reader()
-            .execute(
-                "SELECT session_hash, account_id, csrf_token, created_at, expires_at"
-                " FROM dashboard_sessions WHERE session_hash = ? AND expires_at > ?",
-                [session_hash, now],
-            )
-            .fetchone()
-        )
-        if row is None:
-            return None
-        created, expires = _stored_time(row[3]), _stored_time(row[4])
-        assert created is not None and expires is not None
-        return StoredSession(str(row[0]), str(row[1]), str(row[2]), created, expires)
-
-    def end_session(self, session_hash: str) -> None:
-        cur = self._reader()
-        cur.execute("DELETE FROM dashboard_sessions WHERE session_hash = ?", [session_hash])
-        cur.execute("DELETE FROM shown_once WHERE session_hash = ?", [session_hash])
-
-    def keep_once(
-        self, session_hash: str, name: str, sealed: str, now: datetime, expires_at: datetime
-    ) -> None:
-        cur = self._reader()
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            cur.execute("DELETE FROM shown_once WHERE expires_at <= ?", [now])
-            cur.execute(
-                "INSERT OR REPLACE INTO shown_once VALUES (?, ?, ?, ?)",
-                [session_hash, name, sealed, expires_at],
-            )
-            cur.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-            raise
-
-    def take_once(self, session_hash: str, name: str, now: datetime) -> str | None:
-        rows = (
-            self._reader()
-            .execute(
-                "DELETE FROM shown_once WHERE session_hash = ? AND name = ? RETURNING sealed, expires_at",
-                [session_hash, name],
-            )
-            .fetchall()
-        )
-        return str(rows[0][0]) if rows and (_stored_time(rows[0][1]) or now) > now else None
-
-    # -- leases: named locks that expire (the reconcile run) -----------------------------------
-    def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
-        """Take or renew the lease `name` for `holder` until `now + ttl`; False while another
-        holder's lease has not expired and that holder may be alive. A holder named by its
-        process (`lockfile.identity()`, as the reconciler names itself) that no longer runs left
-        its lease by dying (killed mid-run, the server restarted): that lease is free at once."""
-        cur = self._reader()
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            row = cur.execute(
-                "SELECT holder, expires_at, acquired_at FROM leases WHERE name = ?", [name]
-            ).fetchone()
-            held = row is not None and row[0] != holder and (_stored_time(row[1]) or now) > now
-            if held and row is not None and not lockfile.dead(str(row[0])):
-                cur.execute("ROLLBACK")
-                return False
-            acquired = row[2] if row is not None and row[0] == holder else now
-            cur.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)", [name, holder, acquired, now + ttl]
-            )
-            cur.execute("COMMIT")
-            return True
-        except duckdb.TransactionException:  # another writer took it at the same moment
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-            return False
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-            raise
-
-    def release_lease(self, name: str, holder: str) -> None:
-        """Give the lease up, if `holder` still holds it."""
-        self._reader().execute("DELETE FROM leases WHERE name = ? AND holder = ?", [name, holder])
-
     # -- connections -------------------------------------------------------------------------
     def _reader(self) -> duckdb.DuckDBPyConnection:
         cur: duckdb.DuckDBPyConnection | None = getattr(self._local, "cur", None)
@@ -998,10 +238,29 @@ class DuckStore:
             self._wcur = self._con.cursor()
         return self._wcur
 
-    def _copier_cursor(self) -> duckdb.DuckDBPyConnection:
-        if self._ccur is None:
-            self._ccur = self._con.cursor()
-        return self._ccur
+    # -- dashboard sessions, values shown once, leases (sessions.py) ----------------------------
+    def save_session(self, session: StoredSession) -> None:
+        sessions.save_session(self._reader(), session)
+
+    def load_session(self, session_hash: str, now: datetime) -> StoredSession | None:
+        return sessions.load_session(self._reader(), session_hash, now)
+
+    def end_session(self, session_hash: str) -> None:
+        sessions.end_session(self._reader(), session_hash)
+
+    def keep_once(
+        self, session_hash: str, name: str, sealed: str, now: datetime, expires_at: datetime
+    ) -> None:
+        sessions.keep_once(self._reader(), session_hash, name, sealed, now, expires_at)
+
+    def take_once(self, session_hash: str, name: str, now: datetime) -> str | None:
+        return sessions.take_once(self._reader(), session_hash, name, now)
+
+    def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
+        return sessions.acquire_lease(self._reader(), name, holder, now, ttl)
+
+    def release_lease(self, name: str, holder: str) -> None:
+        sessions.release_lease(self._reader(), name, holder)
 
     @contextmanager
     def reader(self) -> Iterator[DuckReader]:
@@ -1029,7 +288,7 @@ class DuckStore:
         check_target(path, self.path)
 
     def backup(self, path: str, sync: Callable[[], None], progress: Progress) -> BackupSummary:
-        """A consistent copy at `path` (ingest/backup.py), made while the server runs."""
+        """A consistent copy at `path` (ingest/storage/duckdb/backup.py), made while the server runs."""
         target = check_target(path, self.path)
         with self._cursor() as cur:
             return copy_database(cur, target, sync, progress, set_aside_count(self.path))
@@ -1059,46 +318,14 @@ class DuckStore:
         self._unclaim()
 
     # -- start-up: the control plane and where the logs stand ---------------------------------
+    # -- start-up: the control plane and where the logs stand ---------------------------------
     def _load(self) -> None:
         con = self._con
         row = con.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchone()
         self._seq = int(row[0]) if row else 0
         row = con.execute("SELECT coalesce(max(log_id), 0) FROM tracking_log").fetchone()
         self._log_id = int(row[0]) if row else 0
-        undo: Undo = []
-        idx = self.index
-        for r in con.execute(
-            "SELECT token_hash, kind, subject_id, masked, scopes, workspace_ids, name, created_at,"
-            " flagged_at, rotation_deadline FROM credentials WHERE revoked_at IS NULL"
-        ).fetchall():
-            idx.put_credential(
-                Credential(
-                    token_hash=r[0],
-                    kind=r[1],
-                    subject_id=r[2],
-                    masked=r[3],
-                    scopes=_json_set(r[4]),
-                    workspace_ids=_json_set(r[5]),
-                    name=r[6],
-                    created_at=r[7],
-                    flagged_at=_stored_time(r[8]),
-                    rotation_deadline=_stored_time(r[9]),
-                ),
-                undo,
-            )
-        for r in con.execute("SELECT * FROM programs").fetchall():
-            idx.put_program(
-                Program(r[0], r[1], r[2], ProgramSettings.from_stored(r[3], r[0]), r[4], r[5]),
-                undo,
-            )
-        for r in con.execute(
-            "SELECT program_id, code, partner_id, name, email, created_at FROM partners"
-        ).fetchall():
-            idx.put_partner(Partner(r[2], r[0], r[1], r[3], r[4], r[5]), undo)
-        for r in con.execute("SELECT workspace_id, account_id, role FROM memberships").fetchall():
-            idx.put_role(r[0], r[1], r[2], undo)
-        for r in con.execute("SELECT program_id, step, done_at FROM checklist").fetchall():
-            idx.put_checklist(r[0], r[1], r[2], undo)
+        self.index.load(con)
 
     # -- the key index: caught up with the raw log at start ------------------------------------
     def sync_keys(self, on_progress: RowsApplied | None = None) -> int:
@@ -1138,7 +365,8 @@ class DuckStore:
         """The raw rows after `seq`, in order: those in DuckDB a window of sequence numbers at a
         time, then those still only in the journal (the copier waits meanwhile, so no batch
         moves from one to the other under the reader)."""
-        with self._copy_lock:
+        copier = self.copier
+        with copier.copy_lock:
             cur = self._con.cursor()
             try:
                 row = cur.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchone()
@@ -1152,8 +380,8 @@ class DuckStore:
                 seq = max(seq, copied)
             finally:
                 cur.close()
-            with self._lock:
-                pending = list(self._pending)
+            with copier.lock:
+                pending = list(copier.pending)
             for batch in pending:
                 for values in batch.raw:
                     full = dict(zip(RAW_EVENT_FIELDS, values, strict=True))

@@ -1,5 +1,5 @@
 """Connecting to PostgreSQL and telling its faults apart (the PostgreSQL backend,
-ingest/postgres_store.py): connection strings with tally's session settings, URLs as messages
+ingest/storage/postgres/store.py): connection strings with tally's session settings, URLs as messages
 may show them, what counts as the database being unreachable, the health that makes a replica
 answer 503 at once while it is, connections checked out healthy (`stale`), and `tally migrate`
 on a PostgreSQL database."""

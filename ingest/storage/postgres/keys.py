@@ -33,7 +33,7 @@ from ingest.domain.keys import (
 from ingest.domain.records import Binding, SaleLedger
 
 Cursor = psycopg.Cursor[Any]
-# Runs a write whose result nobody reads (the writer queues them: ingest/postgres_store.py).
+# Runs a write whose result nobody reads (the writer queues them: ingest/storage/postgres/store.py).
 Write = Callable[[bytes, Any], None]
 
 _ONE_LEDGER = (
@@ -186,7 +186,7 @@ def apply(write: Write, effect: Effect) -> None:
 
 
 # A track sale's ledger (one id): `write(ONE_SALE, (program, id, amount, currency))`. The writer
-# sends consecutive ones as one `SALES` statement (ingest/postgres_tx.py), in their place among
+# sends consecutive ones as one `SALES` statement (ingest/storage/postgres/tx.py), in their place among
 # the other writes: an id that has a ledger keeps it (taking the sale's amount when it had none:
 # a processor refund of it came first), a new one gets one.
 ONE_SALE = b"-- one track sale's ledger"

@@ -14,8 +14,8 @@ dashboard session) binds every replica from that moment:
   now (`PgTx.outdated`, `KeyChanged`). So a regenerated or revoked key is refused by every
   replica as soon as the regenerate call has returned, cache or not.
 - Writes: the writer thread (ingest/writer.py) runs each group commit as one transaction on its
-  own connection (`PgTx`, ingest/postgres_tx.py): claims and the reads a decision rests on go
-  out at once (ingest/postgres_keys.py: the database's unique keys and row locks decide
+  own connection (`PgTx`, ingest/storage/postgres/tx.py): claims and the reads a decision rests on go
+  out at once (ingest/storage/postgres/keys.py: the database's unique keys and row locks decide
   duplicates and refund ceilings across replicas), other writes ride with the next read, and
   the raw-log, tracking-log and claim rows are written at commit with COPY.
 - Sequence numbers are handed out at commit, in commit order: the group takes its block of
@@ -29,9 +29,10 @@ dashboard session) binds every replica from that moment:
   probe thread retries every half second; the replica recovers by itself when the database
   returns (`readiness()` says why it is not ready meanwhile).
 
-The reconciler works in a DuckDB working copy of the log on this machine (reconcile/engine.py)
-fed through `PgLogSource` and publishes its tables through `PgResultSink`
-(ingest/postgres_log.py); reports read the published tables through `PgReader`.
+The reconciler works in a DuckDB working copy of the log on this machine (`WorkingCopy`,
+ingest/storage/postgres/copy.py) fed through `PgLogSource` (source.py) and publishes its tables
+through `PgResultSink` (sink.py); reports read the published tables through `PgReader`
+(reader.py).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ __all__ = ["PgStore"]
 
 
 class PgStore:
-    """The PostgreSQL backend of `ingest.store.Store` (see the module docstring)."""
+    """The PostgreSQL backend of `ingest.storage.contract.Store` (see the module docstring)."""
 
     set_aside = 0  # no journal: nothing is ever set aside
 
@@ -110,7 +111,7 @@ class PgStore:
         self.name = describe(url)
         self._info = conninfo(url)
         self._request_info = conninfo(url, statement_timeout=True)
-        self.adbc_info = self._info  # bulk reads and writes (ingest/postgres_log.py)
+        self.adbc_info = self._info  # bulk reads and writes (source.py, sink.py)
         self.memory_mb = memory_mb
         self.engine_dir = engine_dir
         self.ingested: dict[tuple[str, str], int] = {}
