@@ -60,15 +60,6 @@ async def read_form(request: Request) -> dict[str, str]:
     return dict(pairs)
 
 
-def query_int(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 2**62:
-        raise ValidationFailed(f"{name} must be a positive integer")
-    return int(raw)
-
-
 def problems(exc: TallyError) -> list[str]:
     fields: list[dict[str, str]] = exc.extra.get("fields", [])
     return [f"{f['field']}: {f['message']}" for f in fields] or [exc.message]

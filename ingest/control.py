@@ -17,7 +17,6 @@ from ingest.domain.errors import (
     Conflict,
     NotFound,
     OwnerRequired,
-    ProgramNotFound,
     StripeAccountInUse,
     ValidationFailed,
 )
@@ -120,14 +119,6 @@ async def add_member(
 
 
 # -- programs ----------------------------------------------------------------------------------
-def visible_program(store: Store, program_id: str, workspace_ids: set[str]) -> Program:
-    """The program if the caller may see it; 404 otherwise (never reveals other workspaces)."""
-    program = store.program(program_id)
-    if program is None or program.workspace_id not in workspace_ids:
-        raise ProgramNotFound(f"program {program_id} not found")
-    return program
-
-
 def _settings(inp: SettingsPatch, base: ProgramSettings) -> ProgramSettings:
     try:
         return inp.apply(base)

@@ -30,8 +30,6 @@ from reports.labels import COLUMN_LABELS, COUNT_CHECKS, SUMMARY_LABELS, check_la
 from reports.lineitems import COMMISSION_MONEY, SALE_MONEY, LineItems
 from reports.money import NO_CURRENCY, excel_format, units
 
-SHEETS = ("Summary", "By partner", "Adjustments", "Unattributed", "Double counts")
-LINE_SHEETS = ("Sales", "Commissions")
 CHART_ROWS = 15
 
 

@@ -27,12 +27,11 @@ from api.forms import (
     money_for_form,
     partner_data,
     problems,
-    query_int,
     read_form,
     settings_data,
     settings_problems,
 )
-from api.http import validate
+from api.http import query_int, validate
 from api.openapi import DASHBOARD_SESSION, HTML, Doc, Param, document
 from api.pages import Viewer, error_page, render, stylesheet
 from api.routes.accounts import CHECKLIST_STEPS
@@ -305,7 +304,7 @@ async def update_settings(request: Request) -> Response:
 async def tracking_log(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
-    before = query_int(request, "before")
+    before = query_int(request, "before", None, 1, 2**62, blank=True)
     st = state(request)
     await st.writer.sync()
     lines = await read_store(st.store.tracking_log, program.program_id, LOG_PAGE_SIZE, before)
@@ -318,7 +317,7 @@ async def tracking_log(request: Request) -> Response:
 async def sales(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
-    number = query_int(request, "page") or 1
+    number = query_int(request, "page", 1, 1, 2**62, blank=True)
     if number > MAX_PAGE:  # the offset must fit the database's integers
         raise ValidationFailed(f"page must be at most {MAX_PAGE}")
     shown = request.query_params.get("attributed", "")

@@ -86,9 +86,6 @@ def _clamped(program_id: str, name: str, value: Any) -> Any:
     return min(max(value, low), high)
 
 
-SETTING_NAMES: tuple[str, ...] = tuple(ProgramSettings.model_fields)
-
-
 @dataclass(frozen=True)
 class Program:
     program_id: str
