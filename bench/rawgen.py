@@ -33,6 +33,10 @@ track (double counts). The mix, as shares of the log:
   months before the end (default none: each close costs the reconciler one more pass);
   `payouts` programs make a payout batch on the 3rd of every month up to the previous month's
   end, marked paid on the 8th (default none).
+
+Why one module of about 670 lines: `generate` is one seeded draw (about 380 of them) in which
+each kind of event takes its counts, ids and times from the draws before it, in order; split, the
+parts would pass that state back and forth.
 """
 
 from __future__ import annotations

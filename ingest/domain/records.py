@@ -141,6 +141,18 @@ def credential_values(cred: Credential) -> tuple[Any, ...]:
     )
 
 
+def program_values(program: Program) -> tuple[Any, ...]:
+    """A program as both backends store it: the `programs` table's columns, in order."""
+    p = program
+    return p.program_id, p.workspace_id, p.name, p.settings.model_dump_json(), p.created_at, p.updated_at
+
+
+def partner_values(partner: Partner) -> tuple[Any, ...]:
+    """A partner as both backends store it: the `partners` table's columns, in order."""
+    p = partner
+    return p.program_id, p.code, p.partner_id, p.name, p.email, p.created_at
+
+
 @dataclass(frozen=True)
 class Binding:
     """The first settled lead of a customer in a program, which binds it to a partner."""

@@ -48,20 +48,8 @@ from typing import Any
 
 import orjson
 
-from ingest.domain.keys import (
-    AddRefunded,
-    Bind,
-    Effect,
-    Link,
-    ProcessorRefund,
-    Provisional,
-    PutClick,
-    Sale,
-    SeeEvent,
-    SeeRefund,
-    claims_of,
-    effects,
-)
+from ingest.domain import keys as rule
+from ingest.domain.keys import claims_of, effects
 from ingest.domain.records import Binding, SaleLedger
 from ingest.progress import RowsApplied
 from ingest.storage.contract import Needs, gather
@@ -605,35 +593,35 @@ class KeyIndex:
         for effect in effects(row):
             self._apply(effect)
 
-    def _apply(self, effect: Effect) -> None:
+    def _apply(self, effect: rule.Effect) -> None:
         """One effect, as ingest/domain/keys.py says it changes the tables."""
         match effect:
-            case SeeEvent(event_id):
+            case rule.SeeEvent(event_id):
                 self._insert_absent("events", (event_id,), ())
-            case PutClick(program_id, click_id, partner_code):
+            case rule.PutClick(program_id, click_id, partner_code):
                 self._put("clicks", (program_id, click_id), (partner_code,))
-            case Bind(program_id, customer, lead_event_id, click):
+            case rule.Bind(program_id, customer, lead_event_id, click):
                 if self.binding(program_id, customer) is None:
                     partner = self.click_partner(program_id, click) if click else None
                     self._put("bindings", (program_id, customer), (lead_event_id, click, partner))
                 if self._get("provisional", (program_id, customer)) is not None:
                     self._put("provisional", (program_id, customer), None)
-            case Provisional(program_id, customer, click):
+            case rule.Provisional(program_id, customer, click):
                 if self.binding(program_id, customer) is None:
                     self._insert_absent("provisional", (program_id, customer), (click,))
-            case SeeRefund(program_id, refund_id):
+            case rule.SeeRefund(program_id, refund_id):
                 self._insert_absent("refunds", (program_id, refund_id), ())
-            case AddRefunded(program_id, key, added):
+            case rule.AddRefunded(program_id, key, added):
                 if (ledger := self._ledger_id(program_id, [key])) is not None:
                     self._refunded(ledger, lambda refunded: refunded + added)
-            case Sale(program_id, keys, amount, currency):
+            case rule.Sale(program_id, keys, amount, currency):
                 self._sale(program_id, keys, amount, currency)
-            case ProcessorRefund(program_id, keys, total, currency):
+            case rule.ProcessorRefund(program_id, keys, total, currency):
                 if (ledger := self._ledger_id(program_id, keys)) is not None:
                     self._refunded(ledger, lambda refunded: max(refunded, total))
                 else:
                     self._sale(program_id, keys, None, currency, refunded=total)
-            case Link(program_id, invoice, payment):
+            case rule.Link(program_id, invoice, payment):
                 self._link(program_id, invoice, payment)
 
     def _refunded(self, ledger: int, change: Callable[[int], int]) -> None:
@@ -738,3 +726,28 @@ class KeyIndex:
             "INSERT OR REPLACE INTO meta VALUES (?, ?)",
             (("last_seq", str(seq)), ("anchor", anchor), ("format", FORMAT)),
         )
+
+
+class KeyLookups:
+    """What the key index answers, as `Store` and `Tx` ask it (`keys`: the index): on the
+    writer's thread inside a transaction the answers include the transaction's own writes."""
+
+    keys: KeyIndex
+
+    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
+        return self.keys.sale(program_id, keys)
+
+    def refund_seen(self, program_id: str, refund_id: str) -> bool:
+        return self.keys.refund_seen(program_id, refund_id)
+
+    def event_seen(self, event_id: str) -> bool:
+        return self.keys.event_seen(event_id)
+
+    def click_partner(self, program_id: str, click_id: str) -> str | None:
+        return self.keys.click_partner(program_id, click_id)
+
+    def binding(self, program_id: str, customer_key: str) -> Binding | None:
+        return self.keys.binding(program_id, customer_key)
+
+    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
+        return self.keys.provisional_click(program_id, customer_key)

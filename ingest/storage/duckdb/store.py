@@ -35,13 +35,11 @@ from ingest.domain.errors import DatabaseUnavailable
 from ingest.domain.records import (
     LOG_PAGE_COLUMNS,
     LOG_PAGE_MAX,
-    Binding,
     Credential,
     LogLine,
     Partner,
     Program,
     Role,
-    SaleLedger,
     StoredSession,
 )
 from ingest.progress import Progress, RowsApplied
@@ -53,7 +51,7 @@ from ingest.storage.duckdb.control import ControlCache
 from ingest.storage.duckdb.copier import Batch, Copier
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.keys import FORMAT as KEYS_FORMAT
-from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, anchor_of
+from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, KeyLookups, anchor_of
 from ingest.storage.duckdb.reader import DuckReader
 from ingest.storage.duckdb.tx import DuckTx
 from ingest.storage.schema import RAW_EVENT_FIELDS
@@ -84,7 +82,7 @@ def _claim(path: Path) -> int:
         ) from None
 
 
-class DuckStore:
+class DuckStore(KeyLookups):
     """The embedded DuckDB backend of `Store` (see the module docstring)."""
 
     def __init__(
@@ -447,24 +445,6 @@ class DuckStore:
             (p for (pid, _), p in self.index.partners.items() if pid == program_id),
             key=lambda p: p.code,
         )
-
-    def click_partner(self, program_id: str, click_id: str) -> str | None:
-        return self.keys.click_partner(program_id, click_id)
-
-    def binding(self, program_id: str, customer_key: str) -> Binding | None:
-        return self.keys.binding(program_id, customer_key)
-
-    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
-        return self.keys.provisional_click(program_id, customer_key)
-
-    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
-        return self.keys.sale(program_id, keys)
-
-    def refund_seen(self, program_id: str, refund_id: str) -> bool:
-        return self.keys.refund_seen(program_id, refund_id)
-
-    def event_seen(self, event_id: str) -> bool:
-        return self.keys.event_seen(event_id)
 
     def checklist(self, program_id: str) -> dict[str, datetime]:
         return {step: at for (pid, step), at in self.index.checklist.items() if pid == program_id}

@@ -22,18 +22,19 @@ import duckdb
 
 from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
 from ingest.domain.records import (
-    Binding,
     Credential,
     Partner,
     Program,
     Role,
-    SaleLedger,
     credential_values,
+    partner_values,
+    program_values,
 )
 from ingest.storage.contract import Needs, sale_partner
 from ingest.storage.duckdb.control import ControlCache, Undo
 from ingest.storage.duckdb.copier import Batch
 from ingest.storage.duckdb.faults import UNAVAILABLE, keys_faults, not_the_data
+from ingest.storage.duckdb.keys import KeyLookups
 from ingest.storage.schema import RAW_EVENT_FIELDS, storable
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 KIND, OUTCOME = RAW_EVENT_FIELDS.index("kind"), RAW_EVENT_FIELDS.index("outcome")
 
 
-class DuckTx:
+class DuckTx(KeyLookups):
     """A write transaction on the writer's cursor (see `Tx`)."""
 
     def __init__(self, store: DuckStore) -> None:
@@ -52,12 +53,12 @@ class DuckTx:
         self.undo: Undo = []
         self._raw: list[tuple[Any, ...]] = []
         self._logs: list[tuple[Any, ...]] = []
-        self._keys: list[tuple[Any, ...]] = []
+        self._claims: list[tuple[Any, ...]] = []
         self._checks: list[tuple[Any, ...]] = []
         self._next_seq = store._seq + 1
         self._next_log = store._log_id + 1
-        self._kx = store.keys
-        self._kx.begin()
+        self.keys = store.keys
+        self.keys.begin()
         self._last: tuple[int, object] | None = None  # the newest raw row: (seq, received_at)
 
     @property
@@ -77,19 +78,19 @@ class DuckTx:
         return (
             len(self._raw),
             len(self._logs),
-            len(self._keys),
+            len(self._claims),
             len(self._checks),
             len(self.undo),
             self._next_seq,
             self._next_log,
             int(self._in_db_tx),
-            self._kx.mark(),
+            self.keys.mark(),
             self._last,
         )
 
     def prefetch(self, needs: Sequence[Needs]) -> None:
         with keys_faults():
-            self._kx.prefetch(needs)
+            self.keys.prefetch(needs)
 
     def outdated(self, needs: Needs) -> bool:
         """Never: the endpoints read keys from the control plane this writer keeps itself."""
@@ -101,9 +102,9 @@ class DuckTx:
         raw, logs, keys, checks, undo, next_seq, next_log, in_db, savepoint, last = mark
         if self._in_db_tx and not in_db:
             return False
-        self._kx.release(savepoint)
+        self.keys.release(savepoint)
         self._last = last
-        del self._raw[raw:], self._logs[logs:], self._keys[keys:], self._checks[checks:]
+        del self._raw[raw:], self._logs[logs:], self._claims[keys:], self._checks[checks:]
         while len(self.undo) > undo:
             self.undo.pop()()
         self._next_seq, self._next_log = next_seq, next_log
@@ -120,7 +121,7 @@ class DuckTx:
         self._next_seq += 1
         self._raw.append(tuple(map(full.get, RAW_EVENT_FIELDS)))
         with keys_faults():
-            self._kx.observe(full)
+            self.keys.observe(full)
         self._last = (seq, full.get("received_at"))
         return seq
 
@@ -128,9 +129,9 @@ class DuckTx:
         claimed = []
         for key in keys:
             with keys_faults():
-                fresh = self._kx.claim(program_id, key)
+                fresh = self.keys.claim(program_id, key)
             if fresh:
-                self._keys.append((program_id, key, raw_seq))
+                self._claims.append((program_id, key, raw_seq))
                 claimed.append(key)
         return claimed
 
@@ -167,30 +168,12 @@ class DuckTx:
 
     def put_program(self, program: Program) -> None:
         self._sql().execute(
-            "INSERT OR REPLACE INTO programs VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                program.program_id,
-                program.workspace_id,
-                program.name,
-                program.settings.model_dump_json(),
-                program.created_at,
-                program.updated_at,
-            ],
+            "INSERT OR REPLACE INTO programs VALUES (?, ?, ?, ?, ?, ?)", list(program_values(program))
         )
         self.index.put_program(program, self.undo)
 
     def add_partner(self, partner: Partner) -> None:
-        self._sql().execute(
-            "INSERT INTO partners VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                partner.program_id,
-                partner.code,
-                partner.partner_id,
-                partner.name,
-                partner.email,
-                partner.created_at,
-            ],
-        )
+        self._sql().execute("INSERT INTO partners VALUES (?, ?, ?, ?, ?, ?)", list(partner_values(partner)))
         self.index.put_partner(partner, self.undo)
 
     def add_credential(self, cred: Credential) -> None:
@@ -223,25 +206,7 @@ class DuckTx:
             return None
         return sale_partner(self, program_id, click_id, customer_key)
 
-    # -- lookups inside the transaction (the key index's writer sees this batch's rows) ------
-    def sale(self, program_id: str, keys: Sequence[str]) -> SaleLedger | None:
-        return self._kx.sale(program_id, keys)
-
-    def refund_seen(self, program_id: str, refund_id: str) -> bool:
-        return self._kx.refund_seen(program_id, refund_id)
-
-    def event_seen(self, event_id: str) -> bool:
-        return self._kx.event_seen(event_id)
-
-    def click_partner(self, program_id: str, click_id: str) -> str | None:
-        return self._kx.click_partner(program_id, click_id)
-
-    def binding(self, program_id: str, customer_key: str) -> Binding | None:
-        return self._kx.binding(program_id, customer_key)
-
-    def provisional_click(self, program_id: str, customer_key: str) -> tuple[bool, str | None]:
-        return self._kx.provisional_click(program_id, customer_key)
-
+    # (sale, refund_seen, ... : `KeyLookups`; the index's writer sees this batch's rows)
     def programs_for_stripe_account(self, account: str) -> list[Program]:
         return self._store.programs_for_stripe_account(account)  # the index holds this batch's changes
 
@@ -253,7 +218,7 @@ class DuckTx:
         """Make the batch durable: its rows in the journal, or, when control-plane changes are
         part of it (or there is no journal), its rows and those changes in one DuckDB commit,
         so a failure stores none of it. Raises `DatabaseUnavailable` on a resource fault."""
-        batch = Batch(self._raw, self._logs, self._keys, self._checks)
+        batch = Batch(self._raw, self._logs, self._claims, self._checks)
         store = self._store
         try:
             if self._in_db_tx or store.copier.journal is None:
@@ -267,7 +232,7 @@ class DuckTx:
             store._fault("write", exc)
             raise DatabaseUnavailable(UNAVAILABLE) from exc
         store._fault("write", None)
-        store._commit_keys(self._kx, self._last)
+        store._commit_keys(self.keys, self._last)
         counts = store.ingested
         for row in batch.raw:
             key = (row[KIND], row[OUTCOME])
@@ -277,7 +242,7 @@ class DuckTx:
         self.undo.clear()
 
     def rollback(self) -> None:
-        self._kx.rollback()
+        self.keys.rollback()
         try:
             if self._in_db_tx:
                 self._in_db_tx = False

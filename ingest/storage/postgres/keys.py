@@ -18,18 +18,7 @@ from typing import Any
 
 import psycopg
 
-from ingest.domain.keys import (
-    AddRefunded,
-    Bind,
-    Effect,
-    Link,
-    ProcessorRefund,
-    Provisional,
-    PutClick,
-    Sale,
-    SeeEvent,
-    SeeRefund,
-)
+from ingest.domain import keys as rule
 from ingest.domain.records import Binding, SaleLedger
 
 Cursor = psycopg.Cursor[Any]
@@ -128,19 +117,19 @@ def claim_sale(
     return str(row[1] or "")
 
 
-def apply(write: Write, effect: Effect) -> None:
+def apply(write: Write, effect: rule.Effect) -> None:
     """One effect of a raw row being appended (`effects`), as ingest/domain/keys.py says it
     changes the tables, as statements sent through `write`."""
     match effect:
-        case SeeEvent(event_id):
+        case rule.SeeEvent(event_id):
             write(b"INSERT INTO key_events VALUES (%s) ON CONFLICT DO NOTHING", (event_id,))
-        case PutClick(program_id, click_id, partner_code):
+        case rule.PutClick(program_id, click_id, partner_code):
             write(
                 b"INSERT INTO key_clicks VALUES (%s, %s, %s) ON CONFLICT (program_id, click_id)"
                 b" DO UPDATE SET partner_code = EXCLUDED.partner_code",
                 (program_id, click_id, partner_code),
             )
-        case Bind(program_id, customer, lead_event_id, click):
+        case rule.Bind(program_id, customer, lead_event_id, click):
             write(
                 b"INSERT INTO key_bindings SELECT %s, %s, %s, %s::varchar,"
                 b" (SELECT partner_code FROM key_clicks WHERE program_id = %s AND click_id = %s::varchar)"
@@ -150,24 +139,24 @@ def apply(write: Write, effect: Effect) -> None:
             write(
                 b"DELETE FROM key_provisional WHERE program_id = %s AND customer = %s", (program_id, customer)
             )
-        case Provisional(program_id, customer, click):
+        case rule.Provisional(program_id, customer, click):
             write(
                 b"INSERT INTO key_provisional SELECT %s, %s, %s::varchar WHERE NOT EXISTS"
                 b" (SELECT 1 FROM key_bindings WHERE program_id = %s AND customer = %s)"
                 b" ON CONFLICT DO NOTHING",
                 (program_id, customer, click, program_id, customer),
             )
-        case SeeRefund(program_id, refund_id):
+        case rule.SeeRefund(program_id, refund_id):
             write(b"INSERT INTO key_refunds VALUES (%s, %s) ON CONFLICT DO NOTHING", (program_id, refund_id))
-        case AddRefunded(program_id, key, amount):
+        case rule.AddRefunded(program_id, key, amount):
             write(
                 b"UPDATE key_ledgers SET refunded = refunded + %s WHERE id ="
                 b" (SELECT ledger FROM key_sales WHERE program_id = %s AND key = %s)",
                 (amount, program_id, key),
             )
-        case Sale(program_id, keys, amount, currency):
+        case rule.Sale(program_id, keys, amount, currency):
             _sale(write, program_id, keys, amount, currency)
-        case ProcessorRefund(program_id, keys, amount, currency):
+        case rule.ProcessorRefund(program_id, keys, amount, currency):
             write(
                 b"WITH found AS (SELECT ledger FROM key_sales WHERE program_id = %(p)s AND key = ANY(%(k)s)"
                 b"   ORDER BY array_position(%(k)s, key) LIMIT 1),"
@@ -181,7 +170,7 @@ def apply(write: Write, effect: Effect) -> None:
                 b" ON CONFLICT DO NOTHING",
                 {"p": program_id, "k": list(keys), "a": amount, "c": currency},
             )
-        case Link(program_id, invoice, payment):
+        case rule.Link(program_id, invoice, payment):
             _link(write, program_id, invoice, payment)
 
 

@@ -30,21 +30,20 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import psycopg
 
+from ingest.domain import keys as rule
 from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
-from ingest.domain.keys import (
-    AddRefunded,
-    Bind,
-    Effect,
-    Link,
-    ProcessorRefund,
-    Provisional,
-    PutClick,
-    Sale,
-    SeeEvent,
-    SeeRefund,
-    effects,
+from ingest.domain.keys import effects
+from ingest.domain.records import (
+    Binding,
+    Credential,
+    Partner,
+    Program,
+    Role,
+    SaleLedger,
+    credential_values,
+    partner_values,
+    program_values,
 )
-from ingest.domain.records import Binding, Credential, Partner, Program, Role, SaleLedger, credential_values
 from ingest.storage.contract import KeyRead, Needs, ProgramKey, gather, sale_partner
 from ingest.storage.postgres import keys
 from ingest.storage.postgres.conn import resource_fault
@@ -305,26 +304,26 @@ class PgTx:
             return _UNKNOWN
         return self._known[name].get(key, _UNKNOWN)
 
-    def _touch(self, changes: Sequence[Effect]) -> None:
+    def _touch(self, changes: Sequence[rule.Effect]) -> None:
         """The lookups an appended row's key writes may change: answered by the database from now
         on in this group (after those writes)."""
         touched = self._touched
         for effect in changes:
             match effect:
-                case SeeEvent(event_id):
+                case rule.SeeEvent(event_id):
                     touched["events"].add((event_id,))
-                case PutClick(program_id, click_id, _):
+                case rule.PutClick(program_id, click_id, _):
                     touched["clicks"].add((program_id, click_id))
-                case Bind(program_id, customer, _, _) | Provisional(program_id, customer, _):
+                case rule.Bind(program_id, customer, _, _) | rule.Provisional(program_id, customer, _):
                     touched["bindings"].add((program_id, customer))
                     touched["provisional"].add((program_id, customer))
-                case SeeRefund(program_id, refund_id):
+                case rule.SeeRefund(program_id, refund_id):
                     touched["refunds"].add((program_id, refund_id))
-                case AddRefunded(program_id, key, _):
+                case rule.AddRefunded(program_id, key, _):
                     touched["sales"].add((program_id, key))
-                case Sale(program_id, ids, _, _):
+                case rule.Sale(program_id, ids, _, _):
                     touched["sales"].update((program_id, k) for k in ids)
-                case ProcessorRefund() | Link():
+                case rule.ProcessorRefund() | rule.Link():
                     # a processor refund or a link may change the ledger of ids it does not name
                     self._known["sales"].clear()
 
@@ -495,28 +494,11 @@ class PgTx:
             b"INSERT INTO programs VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (program_id) DO UPDATE SET"
             b" workspace_id = EXCLUDED.workspace_id, name = EXCLUDED.name, settings = EXCLUDED.settings,"
             b" created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
-            (
-                program.program_id,
-                program.workspace_id,
-                program.name,
-                program.settings.model_dump_json(),
-                program.created_at,
-                program.updated_at,
-            ),
+            program_values(program),
         )
 
     def add_partner(self, partner: Partner) -> None:
-        self._write(
-            b"INSERT INTO partners VALUES (%s, %s, %s, %s, %s, %s)",
-            (
-                partner.program_id,
-                partner.code,
-                partner.partner_id,
-                partner.name,
-                partner.email,
-                partner.created_at,
-            ),
-        )
+        self._write(b"INSERT INTO partners VALUES (%s, %s, %s, %s, %s, %s)", partner_values(partner))
 
     def add_credential(self, cred: Credential) -> None:
         self._control = True
