@@ -1,9 +1,10 @@
 """The embedded backend: one DuckDB file, owned by one process (`Store` of
 ingest/storage/contract.py).
 
-Opening it reads as its steps: claim the file (`<database>.lock`: one store per database),
-connect, migrate, recover (copy what the journal holds beyond the database), load the control
-plane's in-memory copy, and bring the key index level with the log. Its parts, a module each:
+Opening it takes these steps, in order (`DuckStore.__init__`): claim the file (`<database>.lock`:
+one store per database), connect, migrate, recover (copy what the journal holds beyond the
+database), load the control plane's in-memory copy, and bring the key index level with the log.
+Its parts, a module each:
 
 - tx.py: the writer's group commits (`DuckTx`);
 - copier.py: the write-ahead journal's batches on their way into DuckDB (journal.py: the
@@ -157,8 +158,6 @@ class DuckStore(KeyLookups):
             os.close(self._lock_fd)  # closing the descriptor drops the lock
             self._lock_fd = None
 
-    # -- the journal: durable group commits, copied into DuckDB in bulk ------------------------
-    # -- faults and readiness ------------------------------------------------------------------
     # -- the journal's batches, copied into DuckDB (copier.py) ----------------------------------
     @property
     def set_aside(self) -> int:
@@ -315,7 +314,6 @@ class DuckStore(KeyLookups):
         self._con.close()
         self._unclaim()
 
-    # -- start-up: the control plane and where the logs stand ---------------------------------
     # -- start-up: the control plane and where the logs stand ---------------------------------
     def _load(self) -> None:
         con = self._con
