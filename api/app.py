@@ -39,7 +39,7 @@ from api.routes import metrics as metrics_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
-from ingest.backend import open_store
+from ingest.storage.factory import open_store
 from ingest.writer import Writer
 
 log = logging.getLogger("tally")

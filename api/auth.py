@@ -13,8 +13,8 @@ from starlette.requests import Request
 
 from api.http import header, remember
 from api.state import State
-from ingest.clock import rfc3339, utcnow
-from ingest.errors import (
+from ingest.domain.clock import rfc3339, utcnow
+from ingest.domain.errors import (
     AccountTokenRequired,
     AgentKeyRequired,
     ApiKeyRotationRequired,
@@ -26,9 +26,9 @@ from ingest.errors import (
     ProgramKeyRequired,
     ProgramNotFound,
 )
-from ingest.records import Credential, Program, Role
-from ingest.store import Store
-from ingest.tokens import token_hash
+from ingest.domain.records import Credential, Program, Role
+from ingest.domain.tokens import token_hash
+from ingest.storage.contract import Store
 
 OPERATOR = "operator"
 

@@ -19,7 +19,7 @@ from api.cli_migrate import add_migrate
 from api.cli_ops import add_operations
 from api.cli_payouts import add_payouts
 from api.settings import SettingsError, load_settings
-from ingest import private
+from ingest.storage import private
 from reconcile import allocator
 
 

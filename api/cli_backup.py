@@ -13,9 +13,9 @@ from rich.console import Console
 
 from api.cli_http import CliError, operator_target, stream
 from api.cli_ops import progress_bar
-from ingest.backend import is_shared
-from ingest.backup import BackupSummary, SourceUnavailable, backup_offline
-from ingest.errors import TallyError
+from ingest.domain.errors import TallyError
+from ingest.storage.contract import BackupSummary
+from ingest.storage.factory import SourceUnavailable, backup_offline, is_shared
 
 DESCRIPTION = """Write a consistent copy of the database, with every acknowledged write (those only in
 the write-ahead journal too), while the server runs (through POST /api/v1/operator/backup, with

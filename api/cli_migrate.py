@@ -12,8 +12,8 @@ from typing import Any
 
 from api.cli_http import CliError
 from api.cli_ops import progress_bar
-from ingest import migrations
-from ingest.backend import DEFAULT_DATABASE, DatabaseInUse, describe, is_shared, prepare
+from ingest.storage import migrations
+from ingest.storage.factory import DEFAULT_DATABASE, DatabaseInUse, describe, is_shared, prepare
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
@@ -24,7 +24,7 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     step = lambda m: print(f"applying {m.version}: {m.description}", flush=True)  # noqa: E731
     try:
         if is_shared(path):
-            from ingest.postgres_conn import migrate
+            from ingest.storage.postgres.conn import migrate
 
             before, applied = migrate(path, on_step=step)
         else:
@@ -61,7 +61,7 @@ def _index_keys(path: str) -> None:
 def _status(path: str) -> None:
     try:
         if is_shared(path):
-            from ingest.postgres_conn import migration_status
+            from ingest.storage.postgres.conn import migration_status
 
             version, todo = migration_status(path)
         else:

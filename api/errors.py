@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.http import CORS_HEADERS, flagged, json_response, request_id, rotation_headers, rotation_warnings
-from ingest.errors import (
+from ingest.domain.errors import (
     MethodNotAllowed,
     NotFound,
     RateLimited,

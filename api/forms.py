@@ -6,7 +6,7 @@ as percent (`30`, `12.5`, at most two decimals: `commission_percent` -> `commiss
 flat commission as money in a chosen currency (`12.50` USD, `1.250` KWD, `500` JPY ->
 `commission_flat` in minor units, by the currency's decimals in reports/money.py). What is
 stored and what the JSON API takes stay basis points and minor units. A value that cannot be
-converted is refused with a field message; bounds are the services' (ingest/inputs.py)."""
+converted is refused with a field message; bounds are the services' (ingest/domain/inputs.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 
 from api.http import read_body
-from ingest.errors import TallyError, ValidationFailed
+from ingest.domain.errors import TallyError, ValidationFailed
 from reports.money import exponent, minor, units
 
 MAX_FORM_FIELDS = 50
@@ -58,15 +58,6 @@ async def read_form(request: Request) -> dict[str, str]:
     except (UnicodeDecodeError, ValueError):
         return {}
     return dict(pairs)
-
-
-def query_int(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 2**62:
-        raise ValidationFailed(f"{name} must be a positive integer")
-    return int(raw)
 
 
 def problems(exc: TallyError) -> list[str]:

@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from api.errors import error_response, server_error
 from api.http import assign_request_id
-from ingest.errors import TallyError
+from ingest.domain.errors import TallyError
 
 if TYPE_CHECKING:
     from api.observability import Observer

@@ -7,7 +7,7 @@ import asyncio
 import re
 from datetime import UTC, date, datetime
 from email.utils import format_datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -16,10 +16,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ingest.clock import rfc3339, utcnow
-from ingest.errors import InvalidJson, PayloadTooLarge, RequestTimeout, ValidationFailed
-from ingest.records import Credential
-from ingest.tokens import new_id
+from ingest.domain.clock import rfc3339, utcnow
+from ingest.domain.errors import InvalidJson, PayloadTooLarge, RequestTimeout, ValidationFailed
+from ingest.domain.records import Credential
+from ingest.domain.tokens import new_id
 
 MAX_BODY = 1024 * 1024
 M = TypeVar("M", bound=BaseModel)
@@ -198,11 +198,26 @@ async def body_model(request: Request, model: type[M]) -> tuple[bytes, M]:
 
 
 # -- rotation: headers and warnings for a flagged program key ----------------------------------
-def query_int(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    """An integer query parameter in [low, high] (ASCII digits only), `default` when absent;
+@overload
+def query_int(
+    request: Request, name: str, default: int, low: int, high: int, *, blank: bool = ...
+) -> int: ...
+
+
+@overload
+def query_int(
+    request: Request, name: str, default: None, low: int, high: int, *, blank: bool = ...
+) -> int | None: ...
+
+
+def query_int(
+    request: Request, name: str, default: int | None, low: int, high: int, *, blank: bool = False
+) -> int | None:
+    """The one parser of integer query parameters: in [low, high] (ASCII digits only), `default`
+    when absent (or empty, with `blank`: the dashboard's links and forms may send `?name=`);
     ValidationFailed naming it otherwise."""
     raw = request.query_params.get(name)
-    if raw is None:
+    if raw is None or (blank and raw == ""):
         return default
     if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
         raise ValidationFailed(
@@ -212,6 +227,7 @@ def query_int(request: Request, name: str, default: int | None, low: int, high: 
     return int(raw)
 
 
+# -- rotation: headers and warnings for a flagged program key ----------------------------------
 def flagged(request: Request) -> Credential | None:
     cred: Credential | None = recall(request, "credential")
     if cred is not None and cred.rotation_deadline is not None and cred.flagged_at is not None:

@@ -1,9 +1,9 @@
 """The reconcile job inside the server: on a schedule (APScheduler) and on demand.
 
 One run at a time, among every process that shares the database: a run holds the `reconcile`
-lease (ingest/store.py), renewed while it lasts; a holder that dies frees it at once (its
+lease (ingest/storage/contract.py), renewed while it lasts; a holder that dies frees it at once (its
 connection's advisory lock on PostgreSQL; on the embedded file the lease names its process,
-`ingest.lockfile.identity()`, and a process that no longer runs holds nothing). A call that
+`ingest.storage.lockfile.identity()`, and a process that no longer runs holds nothing). A call that
 needs the lock while a run holds it is answered at once, 409 `reconcile_running` with
 `Retry-After` (`ReconcileRunning`): no thread ever waits for the lock, so a long run cannot use
 up the threads the reads and `/readyz` need. Journaled raw rows are first made visible (the
@@ -23,15 +23,17 @@ from contextlib import contextmanager
 from datetime import UTC, date, timedelta
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from ingest import engineering, lockfile
-from ingest.clock import utcnow
-from ingest.errors import DatabaseUnavailable, ReconcileRunning
-from ingest.store import Store, Tx
+import reconcile.run
+from ingest import actions
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import DatabaseUnavailable, ReconcileRunning
+from ingest.progress import Progress
+from ingest.storage import lockfile
+from ingest.storage.contract import Store, Tx
 from ingest.writer import Writer
-from reconcile import backfill, job, source, unroutable
+from reconcile import backfill, unroutable
 from reconcile.backfill import BackfillDiff
 
 if TYPE_CHECKING:
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tally.reconcile")
 
-Progress = Callable[[str, int, int], None]
 
 LEASE = "reconcile"
 LEASE_TTL = timedelta(minutes=10)  # renewed at each progress step of a run
@@ -57,7 +58,7 @@ def _appending(rows: list[dict[str, Any]]) -> Callable[[Tx], None]:
 
 
 class Reconciler:
-    """Runs `reconcile.job.run` for the app; `interval_seconds` 0 means on demand only."""
+    """Runs `reconcile.run.run` for the app; `interval_seconds` 0 means on demand only."""
 
     def __init__(
         self, store: Store, writer: Writer, interval_seconds: int, observer: Observer | None = None
@@ -148,9 +149,9 @@ class Reconciler:
                 before()
             return self._run_held(self._renewing(on_progress))
 
-    def _run_held(self, report: Progress) -> job.RunSummary:
-        """One run, the run lock held: the journal flushed, the engine brought up to the log,
-        then reconcile.job.run (publishing where the engine is not the database itself); then
+    def _run_held(self, report: Progress) -> reconcile.run.RunSummary:
+        """One run, the run lock held: the journal flushed, then reconcile.run.run (the engine
+        brought up to the log; publishing where it is not the database itself); then
         the lines it shows approved that no booking holds are booked in the log, and the run
         is made again on the log with those bookings (reconcile/bookings.py)."""
         summary = self._run_once(report)
@@ -158,24 +159,23 @@ class Reconciler:
             summary = self._run_once(report)
         return summary
 
-    def _run_once(self, report: Progress) -> job.RunSummary:
+    def _run_once(self, report: Progress) -> reconcile.run.RunSummary:
         report("flushing the journal", 0, 1)
         self._writer.sync_blocking()
         report("catching up with the log", 0, 1)
-        with self._store.engine() as engine:
-            started = time.perf_counter()
-            try:
-                summary = job.run(engine.cursor, utcnow(), report, publish=engine.publish)
-            except job.ReconcileFailed as exc:
-                self._failed(exc)
-                if self._store.resource_fault(exc):
-                    raise DatabaseUnavailable(f"reconcile could not write its results: {exc}") from exc
-                raise
-            except Exception as exc:
-                self._failed(exc)
-                raise
-            self._ran(summary, time.perf_counter() - started)
-            return summary
+        started = time.perf_counter()
+        try:
+            summary = reconcile.run.run(self._store, utcnow(), report)
+        except reconcile.run.ReconcileFailed as exc:
+            self._failed(exc)
+            if self._store.resource_fault(exc):
+                raise DatabaseUnavailable(f"reconcile could not write its results: {exc}") from exc
+            raise
+        except Exception as exc:
+            self._failed(exc)
+            raise
+        self._ran(summary, time.perf_counter() - started)
+        return summary
 
     def _book(self, as_of: int, report: Progress) -> int:
         """Append the bookings of every line shown approved that no booking holds yet (as of
@@ -183,8 +183,8 @@ class Reconciler:
         with self._store.reader() as db:
             if not db.table_exists("rc_commissions"):
                 return 0
-            lines = db.dicts(engineering.DUE_LINES_SQL)
-        rows = engineering.booking_rows(lines, as_of)
+            lines = db.dicts(actions.DUE_LINES_SQL)
+        rows = actions.booking_rows(lines, as_of)
         for start in range(0, len(rows), BOOKING_GROUP):
             report("booking approved lines", start, len(rows))
             self._writer.run_sync(_appending(rows[start : start + BOOKING_GROUP]), flush=True)
@@ -204,7 +204,7 @@ class Reconciler:
             self._run_held(report)
             return row
 
-    def _ran(self, summary: job.RunSummary, seconds: float) -> None:
+    def _ran(self, summary: reconcile.run.RunSummary, seconds: float) -> None:
         """Log a finished run (its id, mode, duration and rows) and record it in the metrics."""
         self._last_seconds = seconds
         log.info(
@@ -244,20 +244,14 @@ class Reconciler:
         program_id = str(backfill_row["program_id"])
         with self._run_lock():
             self._writer.sync_blocking()
-            with self._store.engine() as engine:
-                cur = engine.cursor
-                raw, programs, partners = job.read(cur, program_id=program_id)
-                account = programs.filter(pl.col("program_id") == program_id).get_column("stripe_account_id")
-                stray = source.unpicked(cur, account.item() if account.len() == 1 else None)
+            raw, programs, partners, stray = reconcile.run.backfill_inputs(self._store, program_id)
             chosen = unroutable.pickup(stray, programs, program_id, start, end)
             # The events whole, from the log itself (a working copy keeps no bodies).
             with self._store.reader() as db:
                 found = db.raw_rows([int(seq) for seq in chosen.get_column("seq")]) if chosen.height else []
-            picked = engineering.picked_up(backfill_row, found)
+            picked = actions.picked_up(backfill_row, found)
             result = backfill.preview(raw, programs, partners, backfill_row, utcnow(), picked)
             if apply:
-                self._writer.run_sync(
-                    lambda tx: engineering.apply_backfill(tx, backfill_row, picked), flush=True
-                )
+                self._writer.run_sync(lambda tx: actions.apply_backfill(tx, backfill_row, picked), flush=True)
                 self._run_held(self._renewing(None))  # reconciled and booked, as every run
             return result, found

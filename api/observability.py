@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 if TYPE_CHECKING:
     from api.settings import Settings
     from api.state import State
-    from reconcile.job import RunSummary
+    from reconcile.run.job import RunSummary
 
 access_log = logging.getLogger("tally.access")
 

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from starlette.routing import BaseRoute, Route
 
-from ingest import errors as E  # noqa: N812
+from ingest.domain import errors as E  # noqa: N812
 
 log = logging.getLogger("tally.openapi")
 

@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ingest.errors import RateLimited
+from ingest.domain.errors import RateLimited
 
 
 @dataclass

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from api.auth import state
 from api.http import recall
 from api.proxies import client_address
-from ingest.errors import RateLimited, TallyError
+from ingest.domain.errors import RateLimited, TallyError
 
 
 def counts(error: TallyError) -> bool:

@@ -1,7 +1,7 @@
 """The `data` of JSON successes, as the OpenAPI document (`api/openapi.py`) describes them.
 
 Where an endpoint returns a stored type as it is, the type itself is the schema (a partner is
-`ingest.records.Partner`, a reconcile run `reconcile.job.RunSummary`, and a program extends
+`ingest.domain.records.Partner`, a reconcile run `reconcile.run.job.RunSummary`, and a program extends
 `ProgramSettings`); the rest are written here from the views that build them.
 tests/api/test_schemathesis.py checks every response the app gives against these schemas, so a
 view that drifts from its schema fails there.
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ingest.records import ProgramSettings
+from ingest.domain.records import ProgramSettings
 
 
 class _Out(BaseModel):
@@ -39,7 +39,7 @@ class Home(_Out):
 class Ready(_Out):
     status: Literal["ready"]
     journal_set_aside: int
-    schema_version: int  # the database's schema version (ingest/migrations.py)
+    schema_version: int  # the database's schema version (ingest/storage/migrations.py)
 
 
 class Click(_Out):

@@ -31,10 +31,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ingest.clock import utcnow
-from ingest.records import StoredSession
-from ingest.store import Store
-from ingest.tokens import token_hash
+from ingest.domain.clock import utcnow
+from ingest.domain.records import StoredSession
+from ingest.domain.tokens import token_hash
+from ingest.storage.contract import Store
 
 SESSION_COOKIE = "tally_session"
 LOGIN_CSRF_COOKIE = "tally_login_csrf"

@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.proxies import parse_networks
-from ingest.backend import DEFAULT_DATABASE, describe
+from ingest.storage.factory import DEFAULT_DATABASE, describe
 
 
 class SettingsError(Exception):
@@ -24,7 +24,8 @@ class Settings(BaseSettings):
     stripe_webhook_secrets: SecretStr = SecretStr("")
     stripe_tolerance_seconds: int = Field(default=300, ge=1, le=86400)
     reconcile_interval_seconds: int = Field(default=60, ge=0)
-    # The page cache of the key index (ingest/hotkeys.py), in MiB: what the hot path keeps in memory.
+    # The page cache of the key index (ingest/storage/duckdb/keys.py), in MiB: what the hot path
+    # keeps in memory.
     key_cache_mb: int = Field(default=64, ge=1, le=65536)
     # The database's own memory limit, in MiB (the embedded engine's buffer pool and operators).
     database_memory_mb: int = Field(default=512, ge=64, le=1048576)

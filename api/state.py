@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from api.jobs import Reconciler
 from api.ratelimit import RateLimiter
 from api.settings import Settings
-from ingest.store import Store
+from ingest.storage.contract import Store
 from ingest.writer import Writer
 
 T = TypeVar("T")

@@ -10,9 +10,8 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from api.http import dumps
-from ingest.errors import TallyError
-
-Progress = Callable[[str, int, int], None]
+from ingest.domain.errors import TallyError
+from ingest.progress import Progress
 
 
 def summary_view(summary: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ a payout batch each month (on the 3rd, up to the previous month's end; marked pa
 the last one left open) and the first `BENCH_LEDGER_CLOSES` programs (default 2) close every
 month. It is written to a DuckDB file as the server would have logged it (before each batch, a
 reconcile run at that time books what it shows approved: `replay`) and reconciled in full
-(reconcile/job.py, as of rawgen.NOW); then, through the same reads the API uses:
+(reconcile/run/job.py, as of rawgen.NOW); then, through the same reads the API uses:
 
 - the finance report (reports/load.py) of every program and month with sales or lines: every
   check holds (paid + unpaid + clawbacks = commissions among them; a closed month is checked as
@@ -33,10 +33,10 @@ import polars as pl
 
 from bench import rawgen
 from bench.harness import save
-from ingest import engineering
-from ingest.duckdb_store import DuckReader
-from ingest.store import Reader
-from reconcile import job
+from ingest import actions
+from ingest.storage.contract import Reader
+from ingest.storage.duckdb.reader import DuckReader
+from reconcile.run import job
 from reports import load, payouts
 
 
@@ -111,9 +111,7 @@ def replay(con: duckdb.DuckDBPyConnection, events: pl.DataFrame) -> int:
         rawgen.append(con, events.slice(written, upto).with_columns(pl.col("seq") + offset))
         written += upto
         job.run(con, at)
-        rows = engineering.booking_rows(
-            DuckReader(con.cursor()).dicts(engineering.DUE_LINES_SQL), written + offset
-        )
+        rows = actions.booking_rows(DuckReader(con.cursor()).dicts(actions.DUE_LINES_SQL), written + offset)
         if rows:
             ((high,),) = con.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchall()
             frame = pl.DataFrame(

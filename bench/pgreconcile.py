@@ -57,7 +57,7 @@ def step_load(db: str, url: str, tail: str | None = None) -> dict[str, Any]:
     import polars as pl
 
     from bench import rawgen
-    from ingest.postgres_conn import conninfo
+    from ingest.storage.postgres.conn import conninfo
 
     started = time.perf_counter()
     rows = 0
@@ -93,8 +93,9 @@ def step_load(db: str, url: str, tail: str | None = None) -> dict[str, Any]:
 def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
     """One run on a replica of `url` whose working copy is in `engine_dir`."""
     from bench import rawgen
-    from ingest.postgres_store import PgStore
-    from reconcile import job
+    from ingest.storage.postgres.store import PgStore
+    from reconcile.run import job
+    from reconcile.run.engine import open_engine
 
     stages: dict[str, float] = {}
     last = [time.perf_counter(), "pull"]
@@ -109,7 +110,7 @@ def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
     )
     try:
         cpu, started = time.process_time(), time.perf_counter()
-        with store.engine() as engine:
+        with open_engine(store) as engine:
             summary = job.run(engine.cursor, rawgen.NOW, progress, full=full, publish=engine.publish)
             published = engine.publish.mode
         wall = time.perf_counter() - started
@@ -151,8 +152,8 @@ def _duck(*args: str) -> dict[str, Any]:
 
 def _database() -> tuple[str, Any]:
     """A fresh database: `BENCH_POSTGRES_URL`'s, or one of a durable cluster of the bench's own."""
-    from ingest import migrations
-    from ingest.sql import PgExecutor
+    from ingest.storage import migrations
+    from ingest.storage.sql import PgExecutor
 
     given = os.environ.get("BENCH_POSTGRES_URL")
     if given:

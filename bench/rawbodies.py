@@ -20,7 +20,7 @@ import re
 
 import polars as pl
 
-from ingest.schema import RAW_EVENT_FIELDS
+from ingest.storage.schema import RAW_EVENT_FIELDS
 
 _EVENT_HEAD = (
     '{"id":<<q:event_id>>,"object":"event","account":<<q:stripe_account>>,'
@@ -121,7 +121,7 @@ TRACK_HEADERS = (
     '{"content-type":"application/json","user-agent":"tally-python/0.4.0 CPython/3.12",'
     '"x-request-id":"req_<<h:seq>>"}'
 )
-ENGINEER_HEADERS = "{}"  # what ingest/engineering.py writes
+ENGINEER_HEADERS = "{}"  # what ingest/actions.py writes
 
 # tpl -> (body template, headers template); "engineer" rows bring their own body.
 TEMPLATES: dict[str, tuple[str | None, str]] = {

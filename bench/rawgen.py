@@ -33,6 +33,10 @@ track (double counts). The mix, as shares of the log:
   months before the end (default none: each close costs the reconciler one more pass);
   `payouts` programs make a payout batch on the 3rd of every month up to the previous month's
   end, marked paid on the 8th (default none).
+
+Why one module of about 670 lines: `generate` is one seeded draw (about 380 of them) in which
+each kind of event takes its counts, ids and times from the draws before it, in order; split, the
+parts would pass that state back and forth.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ import numpy as np
 import polars as pl
 
 from bench.rawbodies import render
-from ingest import migrations
-from ingest.schema import RAW_EVENT_COLUMNS
+from ingest.storage import migrations
+from ingest.storage.schema import RAW_EVENT_COLUMNS
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 END = datetime(2026, 2, 1, tzinfo=UTC)
@@ -650,7 +654,7 @@ def _partners() -> pl.DataFrame:
 
 
 def write_db(path: Path, log: Log, chunk_rows: int = 500_000) -> None:
-    """A database file with the schema of ingest/schema.py holding `log`."""
+    """A database file with the schema of ingest/storage/schema.py holding `log`."""
     con = duckdb.connect(str(path))
     try:
         migrations.apply(con)

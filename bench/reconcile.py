@@ -4,12 +4,12 @@ pure-Python reference implementation.
 For each size in `BENCH_RECONCILE_SIZES` (default `1000000,10000000`):
 
 1. generate the log (bench/rawgen.py) with 1 % more events than the size and write the first
-   `size` of them (arrival order) to a fresh DuckDB file with the schema of ingest/schema.py;
-2. in a fresh subprocess, open the file and time `reconcile.job.run(con, now)`: wall clock, CPU
+   `size` of them (arrival order) to a fresh DuckDB file with the schema of ingest/storage/schema.py;
+2. in a fresh subprocess, open the file and time `reconcile.run.job.run(con, now)`: wall clock, CPU
    time, the time and resident memory of every step the job reports through `on_progress`
    (read / mirror / each reconcile chunk / write), and the peak RSS of that process (VmHWM), so
    sizes never share a peak. This first run also writes the log's column mirror
-   (reconcile/mirror.py), which every later full run reads instead of DuckDB's copy;
+   (reconcile/run/mirror.py), which every later full run reads instead of DuckDB's copy;
 3. time `BENCH_RECONCILE_FULL_RUNS` (default 3) more full runs (`full=True`, what a change of
    program settings or an engineer action causes), each in a fresh subprocess: the one with the
    median wall time is the figure held to the target (the machine's speed varies from run to
@@ -55,7 +55,8 @@ GIB = 1024**3
 HELD_BACK = 0.01
 
 INCREMENTAL_NOTE = (
-    "incremental by affected customers (reconcile/incremental.py, reconcile/closure.py): the run after "
+    "incremental by affected customers (reconcile/run/incremental.py, reconcile/run/closure.py): the run "
+    "after "
     "1 % new events builds on the previous run's high water seq. The new rows seed a closure over every "
     "non-click row linked to them through any shared value (click id, customer key, normalised email, "
     "processor customer, subscription, transaction/invoice/payment intent/session/charge/object/event "
@@ -153,7 +154,7 @@ def step_run(db: Path, *, full: bool = False) -> dict[str, Any]:
     import duckdb
 
     from bench import rawgen
-    from reconcile import job
+    from reconcile.run import job
 
     marks: list[tuple[str, int, int, float]] = []
     resident: list[float] = []  # RSS (GiB) at each progress report: growth from chunk to chunk
@@ -204,8 +205,8 @@ def step_reference(size: int) -> dict[str, Any]:
     from polars.testing import assert_frame_equal
 
     from bench import rawgen
-    from reconcile import job
     from reconcile.pipeline import reconcile
+    from reconcile.run import job
     from tests.reconcile.compare import TABLES, reference_frames
 
     with tempfile.TemporaryDirectory(prefix="tally-bench-ref-") as tmp:

@@ -25,8 +25,8 @@ from typing import Any
 import duckdb
 
 from bench.harness import save
-from ingest.duckdb_store import DuckReader
-from ingest.schema import raw_events_ddl
+from ingest.storage.duckdb.reader import DuckReader
+from ingest.storage.schema import raw_events_ddl
 from reports import load
 from reports.render import render
 

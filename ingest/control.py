@@ -11,17 +11,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest import engineering
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest import actions
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     Conflict,
     NotFound,
     OwnerRequired,
-    ProgramNotFound,
     StripeAccountInUse,
     ValidationFailed,
 )
-from ingest.inputs import (
+from ingest.domain.inputs import (
     AccountIn,
     AgentKeyIn,
     MemberIn,
@@ -29,9 +28,8 @@ from ingest.inputs import (
     ProgramCreateIn,
     SettingsPatch,
 )
-from ingest.records import Credential, Partner, Program, ProgramSettings
-from ingest.store import Store, Tx
-from ingest.tokens import (
+from ingest.domain.records import Credential, Partner, Program, ProgramSettings
+from ingest.domain.tokens import (
     ACCOUNT_TOKEN_PREFIX,
     AGENT_KEY_PREFIX,
     PROGRAM_KEY_PREFIX,
@@ -40,6 +38,7 @@ from ingest.tokens import (
     new_token,
     token_hash,
 )
+from ingest.storage.contract import Store, Tx
 from ingest.writer import Writer
 
 
@@ -120,14 +119,6 @@ async def add_member(
 
 
 # -- programs ----------------------------------------------------------------------------------
-def visible_program(store: Store, program_id: str, workspace_ids: set[str]) -> Program:
-    """The program if the caller may see it; 404 otherwise (never reveals other workspaces)."""
-    program = store.program(program_id)
-    if program is None or program.workspace_id not in workspace_ids:
-        raise ProgramNotFound(f"program {program_id} not found")
-    return program
-
-
 def _settings(inp: SettingsPatch, base: ProgramSettings) -> ProgramSettings:
     try:
         return inp.apply(base)
@@ -175,12 +166,12 @@ async def update_program(
     store: Store, writer: Writer, program: Program, inp: SettingsPatch, actor: str
 ) -> Program:
     """Save new settings; a change of the money terms is also appended to the raw log
-    (engineering.terms_row): sales that occur from then on are valued with the new terms."""
+    (actions.terms_row): sales that occur from then on are valued with the new terms."""
     settings = _settings(inp, program.settings)
     updated = replace(program, settings=settings, name=inp.name or program.name, updated_at=utcnow())
     # A program keeps the account it has (even one shared across workspaces before this check).
     claims = settings.stripe_account_id != program.settings.stripe_account_id
-    change = engineering.terms_row(program, program.settings, settings, actor)
+    change = actions.terms_row(program, program.settings, settings, actor)
 
     def op(tx: Tx) -> None:
         if claims:

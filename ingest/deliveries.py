@@ -9,7 +9,7 @@ verbatim, whatever it holds: a repeated event id as `duplicate`, an event matchi
 `unroutable` (program NULL), anything else as `accepted`. The duplicate check runs inside the
 writer operation, so two concurrent deliveries of one event cannot both be accepted.
 
-A delivery with an amount or a time out of bounds (`ingest/bounds.py`) is `unusable`: stored
+A delivery with an amount or a time out of bounds (`ingest/domain/bounds.py`) is `unusable`: stored
 verbatim with those typed fields NULL (routed to its program when it has one, with a
 tracking-log line), claiming no idempotency key, so each retry of it is stored as unusable again;
 it is answered 422 `validation_error` naming the payload paths, with `"stored": true`. The
@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
-from ingest.hotkeys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
-from ingest.records import Program
+from ingest.domain.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
+from ingest.domain.events import KNOWN_EVENTS
+from ingest.domain.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
+from ingest.domain.records import Program
 from ingest.refusals import note
-from ingest.store import Needs, Store, Tx
-from ingest.stripe import KNOWN_EVENTS, Problems, extract, parse_event, read, verify_signature
+from ingest.storage.contract import Needs, Store, Tx
+from ingest.stripe import Problems, extract, parse_event, read, verify_signature
 from ingest.writer import Writer
 
 ENDPOINT = "webhooks/stripe"

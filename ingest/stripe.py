@@ -1,9 +1,9 @@
 """Stripe webhook deliveries: signature checks, body parsing and typed-field extraction.
 
 Pure functions: no I/O and no clock (`now` is a parameter). `extract` follows the column meanings
-documented in `ingest/schema.py` and never raises: a signed but oddly shaped payload is still
+documented in `ingest/storage/schema.py` and never raises: a signed but oddly shaped payload is still
 stored verbatim, with NULL typed fields where a value is missing or of an unexpected type.
-`read` also names the values that are present but out of bounds (`ingest/bounds.py`: amounts
+`read` also names the values that are present but out of bounds (`ingest/domain/bounds.py`: amounts
 0..10^12, times 1970-01-01..9999-12-30 UTC), each by its payload path; their typed fields are
 NULL, and the delivery is unusable (see `ingest/deliveries.py`).
 """
@@ -17,18 +17,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
-from ingest.errors import InvalidJson, InvalidSignature
-
-CHECKOUT_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
-INVOICE_EVENTS = frozenset({"invoice.payment_succeeded", "invoice.paid"})
-REFUND_EVENTS = frozenset({"charge.refunded"})
-SUBSCRIPTION_EVENTS = frozenset({"customer.subscription.created", "customer.subscription.updated"})
-# An `InvoicePayment` (API 2025-03-31+): links an invoice to the payment intent (or charge) that
-# paid it, since such an invoice names neither (reconcile/refunds.py `links`).
-LINK_EVENTS = frozenset({"invoice_payment.paid"})
-# The event types the contract names (section 5): the only ones a refused delivery's note names.
-KNOWN_EVENTS = CHECKOUT_EVENTS | INVOICE_EVENTS | REFUND_EVENTS | SUBSCRIPTION_EVENTS | LINK_EVENTS
+from ingest.domain.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
+from ingest.domain.errors import InvalidJson, InvalidSignature
+from ingest.domain.events import (
+    CHECKOUT_EVENTS,
+    INVOICE_EVENTS,
+    LINK_EVENTS,
+    REFUND_EVENTS,
+    SUBSCRIPTION_EVENTS,
+)
 
 META_CLICK_ID = "svc_click_id"
 META_CUSTOMER_KEY = "svc_customer_key"

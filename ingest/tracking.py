@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ingest.errors import (
+from ingest.domain.errors import (
     DuplicateRefund,
     DuplicateTransaction,
     PartnerNotFound,
@@ -17,11 +17,11 @@ from ingest.errors import (
     TallyError,
     ValidationFailed,
 )
-from ingest.hotkeys import refund_claim
-from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
-from ingest.records import Program
-from ingest.store import KeyRead, Needs, Store, Tx
-from ingest.tokens import new_id
+from ingest.domain.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
+from ingest.domain.keys import refund_claim
+from ingest.domain.records import Program
+from ingest.domain.tokens import new_id
+from ingest.storage.contract import KeyRead, Needs, Store, Tx
 from ingest.writer import Writer
 
 
@@ -193,7 +193,7 @@ def _require_real_sale(inp: SaleIn) -> tuple[str, str, int]:
         problems.append({"field": "transaction_id", "message": "required for a real sale"})
     if inp.customer_external_id is None:
         problems.append({"field": "customer_external_id", "message": "required for a real sale"})
-    if inp.amount is None:  # its bounds (1..10^12) are the model's, `ingest.bounds.Amount`
+    if inp.amount is None:  # its bounds (1..10^12) are the model's, `ingest.domain.bounds.Amount`
         problems.append({"field": "amount", "message": "required for a real sale"})
     if problems:
         raise ValidationFailed("the sale is not valid", fields=problems)

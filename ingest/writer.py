@@ -26,8 +26,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ingest.errors import DatabaseUnavailable, ServiceUnavailable, TallyError
-from ingest.store import Needs, Store, Tx
+from ingest.domain.errors import DatabaseUnavailable, ServiceUnavailable, TallyError
+from ingest.storage.contract import Needs, Store, Tx
 
 T = TypeVar("T")
 log = logging.getLogger("tally.writer")
@@ -137,7 +137,7 @@ class Writer:
 
     async def run(self, op: Callable[[Tx], T], flush: bool = False, needs: Needs | None = None) -> T:
         """Run `op` in the writer and wait (without blocking the event loop) until it is durable.
-        With `flush`, also wait until the store's reads (`query`) see it. `needs` says what it
+        With `flush`, also wait until the store's reads (`Store.reader()`) see it. `needs` says what it
         will claim and look up: the group commit reads that for all its operations at once.
 
         Jobs from one turn of the event loop are handed to the writer together (one queue put,

@@ -44,7 +44,7 @@ from datetime import datetime
 
 import polars as pl
 
-from ingest.engineering import BOOKED_FIELDS
+from ingest.actions import BOOKED_FIELDS
 from reconcile.schema import ENGINE, UTC, norm_email, period_of
 
 BOOKING = "booking"

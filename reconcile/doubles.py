@@ -119,20 +119,6 @@ class Split:
     pairs: pl.DataFrame
 
 
-PAIR_COLUMNS = (
-    "program_id",
-    "kind",
-    "transaction_id",
-    "sale_id",
-    "duplicate_id",
-    "duplicate_transaction_id",
-    "matched_on",
-    "amount",
-    "currency",
-    "occurred_at",
-)
-
-
 def split_self_hosted(connect: pl.DataFrame, self_hosted: pl.DataFrame) -> Split:
     real = ~pl.col("test_mode") & pl.col("transaction_id").is_not_null()
     wanted = self_hosted.filter(real).select("program_id", id=pl.col("transaction_id"))

@@ -36,7 +36,7 @@ final commission, fee and refunds (reconcile/schema.py COMMISSIONS_SCHEMA).
 
 Status: `held` for a self-referral's line, else (commission lines) `reversed` once the sale is
 fully refunded, else `approved` from available_at on and `pending` before; the job's status
-refresh (reconcile/closure.py) relies on pending/approved depending on `now` alone.
+refresh (reconcile/run/closure.py) relies on pending/approved depending on `now` alone.
 """
 
 from __future__ import annotations

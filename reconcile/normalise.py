@@ -44,11 +44,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ingest.domain.events import CHECKOUT_EVENTS
+from ingest.domain.events import INVOICE_EVENTS as INVOICES
 from reconcile.lookup import lookup
 from reconcile.schema import ENGINE
 
-SESSION_EVENTS = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
-INVOICE_EVENTS = ("invoice.payment_succeeded", "invoice.paid")
+# The processor's event types (ingest/domain/events.py), as lists for polars.
+SESSION_EVENTS = sorted(CHECKOUT_EVENTS)
+INVOICE_EVENTS = sorted(INVOICES)
 SALE_MODES = ("payment", "subscription")
 RECURRING_REASONS = ("subscription_cycle", "subscription_update", "subscription_threshold")
 
@@ -80,7 +83,7 @@ SALE_COLUMNS = (
 )
 
 # Read from the invoice side / the session side of a sale.
-INVOICE_SIDE = (
+_BOTH_SIDES = (
     "amount",
     "tax",
     "currency",
@@ -89,29 +92,10 @@ INVOICE_SIDE = (
     "click_id",
     "customer_key",
     "meta_program_id",
-    "sub_metadata_present",
-    "billing_reason",
-    "invoice_id",
-    "payment_intent_id",
-    "checkout_session_id",
-    "charge_id",
-    "subscription_id",
 )
-SESSION_SIDE = (
-    "amount",
-    "tax",
-    "currency",
-    "email",
-    "processor_customer_id",
-    "click_id",
-    "customer_key",
-    "meta_program_id",
-    "invoice_id",
-    "payment_intent_id",
-    "checkout_session_id",
-    "charge_id",
-    "subscription_id",
-)
+_IDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id", "subscription_id")
+INVOICE_SIDE = (*_BOTH_SIDES, "sub_metadata_present", "billing_reason", *_IDS)
+SESSION_SIDE = (*_BOTH_SIDES, *_IDS)
 KEY = ["program_id", "sale_key"]
 ROW = "__row"
 

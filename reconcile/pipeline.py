@@ -134,7 +134,7 @@ def reconcile(
     partners: pl.DataFrame,
     now: datetime,
 ) -> Result:
-    """Reconcile the raw log (columns of ingest/schema.py) as of `now` (aware).
+    """Reconcile the raw log (columns of ingest/storage/schema.py) as of `now` (aware).
 
     `programs`: program_id plus the settings of reconcile/schema.py PROGRAM_SCHEMA (unset ones
     take the defaults); `partners`: program_id, code, email. A LazyFrame `raw` is collected once.

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ingest.domain.events import LINK_EVENTS as LINKS
 from reconcile.lookup import lookup
 from reconcile.money import pro_rata
 from reconcile.schema import ENGINE, period_of
@@ -52,13 +53,20 @@ REFUND_ROW = (
 )
 
 
-def _match(rows: pl.LazyFrame, ids: pl.LazyFrame, column: str, alias: str) -> pl.LazyFrame:
+def _joined(
+    rows: pl.LazyFrame, table: pl.LazyFrame, key: str, value: str, column: str, alias: str
+) -> pl.LazyFrame:
+    """`rows` with `table`'s `value` (as `alias`) where `column` is its `key`, in the same program."""
     return rows.join(
-        ids.select("program_id", "id", pl.col("sale_id").alias(alias)),
+        table.select("program_id", key, pl.col(value).alias(alias)),
         left_on=["program_id", column],
-        right_on=["program_id", "id"],
+        right_on=["program_id", key],
         how="left",
     )
+
+
+def _match(rows: pl.LazyFrame, ids: pl.LazyFrame, column: str, alias: str) -> pl.LazyFrame:
+    return _joined(rows, ids, "id", "sale_id", column, alias)
 
 
 def track_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
@@ -85,7 +93,7 @@ def track_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-LINK_EVENTS = ("invoice_payment.paid",)
+LINK_EVENTS = sorted(LINKS)  # (ingest/domain/events.py, as a list for polars)
 
 
 def links(raw: pl.LazyFrame) -> pl.LazyFrame:
@@ -112,12 +120,7 @@ def links(raw: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _linked(rows: pl.LazyFrame, link: pl.LazyFrame, column: str, alias: str) -> pl.LazyFrame:
-    return rows.join(
-        link.select("program_id", "payment", pl.col("invoice").alias(alias)),
-        left_on=["program_id", column],
-        right_on=["program_id", "payment"],
-        how="left",
-    )
+    return _joined(rows, link, "payment", "invoice", column, alias)
 
 
 def processor_refunds(raw: pl.LazyFrame, ids: pl.DataFrame) -> pl.LazyFrame:

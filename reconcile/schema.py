@@ -21,7 +21,7 @@ INT = pl.Int64()
 BOOL = pl.Boolean()
 STR_LIST = pl.List(pl.String)
 
-# The columns of `raw_events` the reconciler reads (see ingest/schema.py for their meaning).
+# The columns of `raw_events` the reconciler reads (see ingest/storage/schema.py for their meaning).
 # `headers` is never read; `body` only for engineer actions (backfill, period_close).
 RAW_SCHEMA: dict[str, pl.DataType] = {
     "seq": INT,
@@ -309,7 +309,7 @@ EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 # The id columns of the raw log: event, processor object and transaction ids, click ids and
-# customer identities (the links of reconcile/closure.py).
+# customer identities (the links of reconcile/run/closure.py).
 RAW_IDS = (
     "event_id",
     "object_id",
@@ -325,7 +325,7 @@ RAW_IDS = (
 )
 
 # Materialised string columns holding ids that are unique, or nearly, per row: stored without
-# compression (reconcile/job.py `_put` says why).
+# compression (reconcile/run/job.py `_put` says why).
 UNIQUE_STRINGS = frozenset(
     {
         *RAW_IDS,

@@ -2,7 +2,7 @@
 
 A program's money terms (TERMS: commission type, rate, flat amount, recurring months, platform
 fee, holding days) change through its settings (API, dashboard, agent endpoint). Each change is
-appended to the raw log as a `program_terms` action (ingest/engineering.py `terms_row`, body
+appended to the raw log as a `program_terms` action (ingest/actions.py `terms_row`, body
 `{"from": {...}, "to": {...}, "by": who}`, every term on both sides) at its log time, like the
 other engineer actions, so the ledger stays a function of the log.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ingest.records import MONEY_TERMS
+from ingest.domain.records import MONEY_TERMS
 from reconcile.schema import ENGINE, INT, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, STR, UTC
 
 KIND = "program_terms"
@@ -82,7 +82,7 @@ def changed(history: pl.DataFrame) -> bool:
 def holding(history: pl.DataFrame) -> pl.DataFrame:
     """program_id, since, until (null = unbounded) and holding_days of each version, in force
     for sales with since < occurred_at <= until: the status refresh's table of a sale's holding
-    days (reconcile/closure.py)."""
+    days (reconcile/run/closure.py)."""
     return (
         history.sort("program_id", "since", nulls_last=False)
         .select(

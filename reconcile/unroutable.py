@@ -19,7 +19,7 @@ the reason it cannot be routed *as the programs are now*, so the list says what 
 Picking up (`pickup`): applying a backfill of program P appends, for each unroutable event not
 picked up before that routes to P now and whose business date (`occurred_at`, UTC; the receive
 time when it has none) lies in the backfill's range, a copy of the event routed to P (source
-`backfill`, outcome `accepted`, the original body; ingest/engineering.py). The log stays
+`backfill`, outcome `accepted`, the original body; ingest/actions.py). The log stays
 append-only and the ledger a function of it: from then on the event is P's like any delivery
 (a sale, a refund...), and it leaves the unroutable list (`listing` leaves out every event id
 with a picked-up copy).

@@ -79,3 +79,15 @@ def decimal(amount: Any, currency: str | None) -> str:
     if amount is None or isinstance(amount, bool):
         return ""
     return str(units(int(amount), currency or NO_CURRENCY))
+
+
+def value(cell: Any) -> str:
+    """A JSON value as a CSV cell: null empty, booleans `true`/`false`, a list space-separated,
+    anything else as its text (reports/render.py says where each is used)."""
+    if cell is None:
+        return ""
+    if isinstance(cell, bool):
+        return "true" if cell else "false"
+    if isinstance(cell, list):
+        return " ".join(str(v) for v in cell)
+    return str(cell)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup
 
-from ingest.clock import rfc3339
+from ingest.domain.clock import rfc3339
 from reports.checks import CHECK_LABELS, STATUSES
 
 SUMMARY_LABELS: dict[str, str] = {

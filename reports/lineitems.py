@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.store import Reader
+from ingest.storage.contract import Reader
 from reports import csvcells, load, reads
 from reports.finance import FinanceReport
-from reports.render import csv_value
 
 SALE_MONEY = ("amount", "gross_amount", "tax", "commission", "platform_fee", "refunded")
 COMMISSION_MONEY = ("amount", "gross", "reversed", "platform_fee")
@@ -30,7 +29,7 @@ COMMISSION_MONEY = ("amount", "gross", "reversed", "platform_fee")
 def _cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
-    return csv_value(value)
+    return csvcells.value(value)
 
 
 def columns_of(columns: Sequence[str], money: Sequence[str]) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Reading the report inputs of one program from the materialised tables (a `Reader`, ingest/store.py).
+"""Reading the report inputs of one program from the materialised tables (a `Reader`,
+ingest/storage/contract.py).
 
 Only the columns the builders use are read, straight into Arrow and Polars. Before the first
 reconcile run the tables do not exist: the inputs are empty and so is the report.
@@ -12,9 +13,10 @@ from typing import Any
 
 import polars as pl
 
-from ingest.clock import utcnow
-from ingest.store import Reader
+from ingest.domain.clock import utcnow
+from ingest.storage.contract import Reader
 from reconcile.pipeline import reconcile
+from reconcile.run.engine import books
 from reports.double_counting import DOUBLE_COUNT_FIELDS, DoubleCountingReport, build_double_counting
 from reports.finance import (
     DOUBLE_INPUT,
@@ -60,7 +62,7 @@ def finance(db: Reader, program_id: str, period: str, program_name: str | None =
         close_seq, closed_at = closed
         run_id, finished_at = latest_run(db)
         closed_by = next((str(row["actor"]) for row in db.raw_rows([close_seq]) if row.get("actor")), None)
-        raw, programs, partners = db.log(program_id=program_id, before_seq=close_seq)
+        raw, programs, partners = books(db, program_id, close_seq)
         result = reconcile(raw, programs, partners, closed_at)
         report = from_result(result, program_id, period, program_name)
         provenance = Provenance(generated_at, run_id, finished_at, closed_at, closed_by)

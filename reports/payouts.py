@@ -23,8 +23,8 @@ from typing import Any
 
 import xlsxwriter
 
-from ingest.records import Partner
-from ingest.store import Reader
+from ingest.domain.records import Partner
+from ingest.storage.contract import Reader
 from reports import csvcells
 from reports.money import NO_CURRENCY, excel_format, units
 

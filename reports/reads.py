@@ -1,7 +1,8 @@
 """Reads of the materialised reconcile tables for one program: sales, explain, commissions.
 
-Each function takes a `Reader` (ingest/store.py: one snapshot) and returns plain rows for the JSON API, the
-dashboard and the CLI. Before the first reconcile run the tables do not exist: reads are empty.
+Each function takes a `Reader` (ingest/storage/contract.py: one snapshot) and returns plain rows
+for the JSON API, the dashboard and the CLI. Before the first reconcile run the tables do not
+exist: reads are empty.
 
 A sale's `commission_status` is its commission line's: `paid` once that line is in a paid payout
 batch (the reconciler's `rc_sales.commission_status` stops at `approved`; `_with_paid`).
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingest.store import Reader
+from ingest.storage.contract import Reader
 
 SALE_FIELDS = (
     "sale_id",

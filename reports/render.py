@@ -36,7 +36,9 @@ import polars as pl
 from reports import csvcells
 from reports.double_counting import DoubleCountingReport
 from reports.finance import FinanceReport
+from reports.html import finance_document
 from reports.labels import COUNT_CHECKS, is_money
+from reports.xlsx import finance_xlsx
 
 if TYPE_CHECKING:
     from reports.lineitems import LineItems
@@ -114,17 +116,6 @@ def _json(data: dict[str, Any]) -> bytes:
     return json.dumps({"data": data}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def csv_value(value: Any) -> str:
-    """A JSON value as a CSV cell (see the module docstring)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return str(value)
-
-
 def is_money_line(section: str, row: dict[str, Any], metric: str) -> bool:
     """Whether a line of the finance CSV is money: an integer field that counts nothing (a
     check's totals are money unless the check counts lines, reports/labels.py)."""
@@ -139,14 +130,14 @@ def is_money_line(section: str, row: dict[str, Any], metric: str) -> bool:
 def _finance_lines(report: FinanceReport) -> Iterator[tuple[Any, ...]]:
     data = finance_data(report)
     for metric in REPORT_FIELDS:
-        yield ("report", 1, "", metric, csv_value(data[metric]), "")
+        yield ("report", 1, "", metric, csvcells.value(data[metric]), "")
     for section in SECTIONS:
         for number, row in enumerate(data[section], start=1):
             currency = row["currency"]
             for metric, value in row.items():
                 if metric != "currency":
                     money = csvcells.decimal(value, currency) if is_money_line(section, row, metric) else ""
-                    yield (section, number, currency, metric, csv_value(value), money)
+                    yield (section, number, currency, metric, csvcells.value(value), money)
 
 
 def finance_csv(report: FinanceReport) -> bytes:
@@ -158,7 +149,7 @@ def double_counting_csv(report: DoubleCountingReport) -> bytes:
     return csvcells.document(
         header,
         (
-            [csv_value(v) for v in row.values()]
+            [csvcells.value(v) for v in row.values()]
             + [csvcells.decimal(row[m], row["currency"]) for m in DOUBLE_COUNT_MONEY]
             for row in _rows(report.rows)
         ),
@@ -194,12 +185,8 @@ def render(
     elif fmt == "csv":
         body = finance_csv(report)
     elif fmt == "xlsx":
-        from reports.xlsx import finance_xlsx
-
         body = finance_xlsx(report, lines)
     elif fmt == "html":
-        from reports.html import finance_document
-
         body = finance_document(report).encode()
     else:
         raise UnknownFormat(f"the finance report has no {fmt} format")

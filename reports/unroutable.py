@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.store import Reader
+from ingest.storage.contract import Reader
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

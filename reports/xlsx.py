@@ -25,13 +25,12 @@ from typing import Any
 import polars as pl
 import xlsxwriter
 
-from reports import reads
+from reports import csvcells, reads
 from reports.csvcells import DECIMAL
 from reports.finance import FinanceReport
 from reports.labels import COLUMN_LABELS, COUNT_CHECKS, SUMMARY_LABELS, check_label, is_money
 from reports.lineitems import COMMISSION_MONEY, SALE_MONEY, LineItems, columns_of
 from reports.money import NO_CURRENCY, excel_format, units
-from reports.render import csv_value
 
 SHEETS = ("Summary", "By partner", "Adjustments", "Unattributed", "Double counts")
 LINE_SHEETS = ("Sales", "Commissions")
@@ -102,7 +101,7 @@ class _Book:
                 elif isinstance(value, int) and not isinstance(value, bool):
                     ws.write_number(i, col, value)
                 else:
-                    ws.write_string(i, col, csv_value(value))
+                    ws.write_string(i, col, csvcells.value(value))
         ws.freeze_panes(1, 0)
         ws.autofilter(0, 0, len(rows), len(header) - 1)
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from starlette.testclient import TestClient
 
-from ingest.schema import RAW_EVENT_FIELDS
+from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.stripe import sign
 from reports.money import units
 from tests.conftest import WEBHOOK_SECRET, World

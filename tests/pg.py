@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psycopg
 
-from ingest import migrations
-from ingest.sql import PgExecutor
+from ingest.storage import migrations
+from ingest.storage.sql import PgExecutor
 
 TEMPLATE = "tally_template"
 

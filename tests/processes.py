@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import httpx
 
-from ingest.journal import read_segment
+from ingest.storage.duckdb.journal import read_segment
 
 SALE = "/api/v1/track/sale"
 

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ingest.backup import check_target, copy_database
-from ingest.journal import read_segment
-from ingest.schema import RAW_EVENT_FIELDS
+from ingest.storage.duckdb.backup import check_target, copy_database
+from ingest.storage.duckdb.journal import read_segment
+from ingest.storage.schema import RAW_EVENT_FIELDS
 from tests.conftest import (
     OP,
     OPERATOR_TOKEN,

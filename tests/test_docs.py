@@ -6,7 +6,7 @@ import re
 
 from api.cli import build_parser
 from api.settings import Settings
-from ingest.errors import ALL_ERRORS
+from ingest.domain.errors import ALL_ERRORS
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()

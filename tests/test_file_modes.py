@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings, load_settings
-from ingest.backend import open_store
+from ingest.storage.factory import open_store
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, make_world
 
 
@@ -106,7 +106,7 @@ def test_an_older_releases_files_are_made_private_when_the_store_opens(
     finally:
         store.close()
 
-    from reconcile.engine import LocalEngine
+    from ingest.storage.postgres.copy import WorkingCopy as LocalEngine
 
     engine_dir = tmp_path / "engine"
     engine_dir.mkdir(mode=0o755)

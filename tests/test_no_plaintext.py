@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from reconcile import mirror as mirror_module
+from reconcile.run import mirror as mirror_module
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, bearer, make_world
 from tests.pg import pg_dump
 from tests.stripe_fixtures import load_event, signed_delivery, with_metadata

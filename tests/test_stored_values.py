@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from ingest.bounds import LATEST
+from ingest.domain.bounds import LATEST
 from tests.conftest import OP, make_world
 from tests.helpers import deliver, renewal_event
 

@@ -12,7 +12,7 @@ from api.http import body_model, ok, query_int
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.state import read_store
 from ingest import control
-from ingest.errors import (
+from ingest.domain.errors import (
     Conflict,
     NotFound,
     OwnerRequired,
@@ -20,8 +20,8 @@ from ingest.errors import (
     StripeAccountInUse,
     ValidationFailed,
 )
-from ingest.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
-from ingest.records import Partner, Program
+from ingest.domain.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
+from ingest.domain.records import Partner, Program
 
 
 async def add_member(request: Request) -> Response:

@@ -12,9 +12,9 @@ from api.http import body_model, ok
 from api.openapi import AGENT_KEY, Doc, document
 from api.routes.accounts import PROGRAM_EXAMPLE
 from ingest import control
-from ingest.errors import ProgramNotFound, StripeAccountInUse
-from ingest.inputs import SettingsPatch
-from ingest.records import Credential, Program
+from ingest.domain.errors import ProgramNotFound, StripeAccountInUse
+from ingest.domain.inputs import SettingsPatch
+from ingest.domain.records import Credential, Program
 
 
 def _program(request: Request, agent: Credential) -> Program:

@@ -15,9 +15,10 @@ from api import schemas
 from api.auth import account_program, bearer, is_operator, require_account, state
 from api.http import body_model, ok
 from api.openapi import ACCOUNT_TOKEN, OPERATOR_TOKEN, Doc, Param, document
-from ingest import bounds, control, engineering
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest import actions, control
+from ingest.domain import bounds
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     MissingCredentials,
     NotFound,
     OwnerRequired,
@@ -25,8 +26,8 @@ from ingest.errors import (
     ReconcileRunning,
     ValidationFailed,
 )
-from ingest.inputs import BackfillIn, MetadataFixesIn
-from ingest.records import Program
+from ingest.domain.inputs import BackfillIn, MetadataFixesIn
+from ingest.domain.records import Program
 from reconcile.backfill import BackfillDiff
 
 
@@ -49,7 +50,7 @@ def _owner_or_operator(request: Request) -> tuple[Program, str]:
 async def metadata_fixes(request: Request) -> Response:
     program, actor = _owner_or_operator(request)
     _, inp = await body_model(request, MetadataFixesIn)
-    fixes = await engineering.add_metadata_fixes(state(request).writer, program, inp, actor)
+    fixes = await actions.add_metadata_fixes(state(request).writer, program, inp, actor)
     return ok(request, {"fixes": fixes, "count": len(fixes)}, 201)
 
 
@@ -88,7 +89,7 @@ def picked_view(event: dict[str, Any]) -> dict[str, Any]:
 async def run_backfill(request: Request) -> Response:
     program, actor = _owner_or_operator(request)
     _, inp = await body_model(request, BackfillIn)
-    row = engineering.backfill_row(program, inp.start, inp.end, actor)
+    row = actions.backfill_row(program, inp.start, inp.end, actor)
     reconciler = state(request).reconciler
     result, picked = await asyncio.to_thread(reconciler.backfill, row, not inp.dry_run, inp.start, inp.end)
     data = {
@@ -120,7 +121,7 @@ async def close_period(request: Request) -> Response:
     closed: list[dict[str, Any]] = []  # appended under the run lock: never when the run is refused
 
     def close() -> None:
-        closed.append(engineering.close_period(st.writer, program, period, actor))
+        closed.append(actions.close_period(st.writer, program, period, actor))
 
     summary = await asyncio.to_thread(st.reconciler.run, None, close)
     return ok(request, {**closed[0], "reconcile_run_id": summary.run_id})

@@ -1,6 +1,6 @@
 """`POST /api/v1/operator/backup` (an addition to the contract's operator endpoints): a
 consistent copy of the database, written by the running server to a path on its machine
-(see ingest/backup.py). With `Accept: application/x-ndjson` it streams progress lines, as
+(see ingest/storage/duckdb/backup.py). With `Accept: application/x-ndjson` it streams progress lines, as
 `POST /api/v1/operator/reconcile` does; a path that cannot take the copy is refused with 422
 `validation_error` before any work starts."""
 
@@ -18,10 +18,11 @@ from api.auth import require_operator, state
 from api.http import body_model, ok
 from api.openapi import OPERATOR_TOKEN, Doc, document
 from api.state import State
-from api.streaming import Progress, progress_stream, summary_view
-from ingest.backup import BackupSummary
-from ingest.errors import ValidationFailed
-from ingest.inputs import Strict
+from api.streaming import progress_stream, summary_view
+from ingest.domain.errors import ValidationFailed
+from ingest.domain.inputs import Strict
+from ingest.progress import Progress
+from ingest.storage.contract import BackupSummary
 
 
 class BackupIn(Strict):

@@ -63,8 +63,8 @@ from api.session import (
 from api.settings import Settings
 from api.state import State
 from ingest import control
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     Conflict,
     ProgramNotFound,
     RateLimited,
@@ -72,8 +72,8 @@ from ingest.errors import (
     TallyError,
     ValidationFailed,
 )
-from ingest.inputs import PartnerIn, SettingsPatch
-from ingest.records import Partner, Program
+from ingest.domain.inputs import PartnerIn, SettingsPatch
+from ingest.domain.records import Partner, Program
 from reports import load
 from reports.html import REPORT_CSS, finance_body
 from reports.render import FINANCE_FORMATS

@@ -23,8 +23,8 @@ from api.routes.dashboard import PROGRAM, _page, owned_program, page, posted, pr
 from api.routes.reports import format_param
 from api.state import read_tables
 from ingest import control
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     InvalidTransition,
     LinePaid,
     NotFound,
@@ -32,8 +32,8 @@ from ingest.errors import (
     SaleNotFound,
     ValidationFailed,
 )
-from ingest.inputs import CommissionActionIn, PayoutIn
-from ingest.store import Reader
+from ingest.domain.inputs import CommissionActionIn, PayoutIn
+from ingest.storage.contract import Reader
 from reports import payouts
 
 FILE_FORMATS = ("csv", "xlsx")

@@ -12,15 +12,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import account_program, state
-from api.forms import query_int
+from api.http import query_int
 from api.openapi import Param, document
 from api.pages import render
 from api.routes.dashboard import _PAGE, PROGRAM, _page, page, viewer
 from api.routes.reports import CSV, currency_param, moment_param, report_response, sale_not_found
 from api.state import read_store, read_tables
 from ingest import control
-from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
-from ingest.store import Reader
+from ingest.domain.errors import ProgramNotFound, SaleNotFound, ValidationFailed
+from ingest.storage.contract import Reader
 from reports import lineitems, reads
 from reports.lineitems import EVERY_ROW
 
@@ -33,7 +33,7 @@ MAX_PAGE = 10**9
 async def tracking_log(request: Request) -> Response:
     who = viewer(request)
     program = account_program(request, who.account)
-    before = query_int(request, "before")
+    before = query_int(request, "before", None, 1, 2**62, blank=True)
     st = state(request)
     await st.writer.sync()
     lines = await read_store(st.store.tracking_log, program.program_id, LOG_PAGE_SIZE, before)
@@ -75,7 +75,7 @@ async def sales(request: Request) -> Response:
         rows = await read_tables(st.store, reads.sales, program.program_id, sale_filter(request, EVERY_ROW))
         body = lineitems.to_csv(rows, reads.SALE_FIELDS, lineitems.SALE_MONEY)
         return report_response(body, CSV, f"sales-{program.program_id}.csv", fmt)
-    number = query_int(request, "page") or 1
+    number = query_int(request, "page", 1, 1, 2**62, blank=True)
     if number > MAX_PAGE:  # the offset must fit the database's integers
         raise ValidationFailed(f"page must be at most {MAX_PAGE}")
     # one more than a page tells whether there is a next page

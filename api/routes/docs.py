@@ -19,7 +19,7 @@ from api.errorfixes import ERROR_FIXES, WARNING_FIXES
 from api.http import ok
 from api.openapi import HTML, JSON, Doc, document
 from api.templating import templates
-from ingest.errors import ALL_ERRORS, DatabaseUnavailable, ServiceUnavailable
+from ingest.domain.errors import ALL_ERRORS, DatabaseUnavailable, ServiceUnavailable
 
 WARNING_CODES: dict[str, str] = {
     "api_key_rotation_required": "The program API key is flagged for mandatory rotation. Before the "

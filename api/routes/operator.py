@@ -15,10 +15,10 @@ from api.openapi import OPERATOR_TOKEN, Doc, Param, document
 from api.state import read_tables
 from api.streaming import progress_stream, summary_view
 from ingest import control
-from ingest.errors import Conflict, NotFound, ProgramNotFound, ReconcileRunning, ValidationFailed
-from ingest.inputs import AccountIn, AgentKeyIn, LegacyKeyIn, RotationIn
-from ingest.records import Program
-from reconcile.job import RunSummary
+from ingest.domain.errors import Conflict, NotFound, ProgramNotFound, ReconcileRunning, ValidationFailed
+from ingest.domain.inputs import AccountIn, AgentKeyIn, LegacyKeyIn, RotationIn
+from ingest.domain.records import Program
+from reconcile.run.job import RunSummary
 from reports import unroutable
 
 

@@ -1,6 +1,6 @@
 """Payouts (a workspace owner, CONTRACT section 7): make a batch of every approved, unpaid line up
 to a date, list and export batches, mark one paid. Batches and payments are engineer actions
-appended to the raw log (ingest/engineering.py); which lines a batch takes is the reconciler's
+appended to the raw log (ingest/actions.py); which lines a batch takes is the reconciler's
 decision from the log (reconcile/payouts.py); netting and carrying are reports/payouts.py's."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from api.http import body_model, ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.routes.reports import format_param, report_response
 from api.state import State, read_tables
-from ingest import control, engineering
-from ingest.errors import (
+from ingest import actions, control
+from ingest.domain.errors import (
     InvalidTransition,
     LinePaid,
     NotFound,
@@ -30,9 +30,9 @@ from ingest.errors import (
     SaleNotFound,
     ValidationFailed,
 )
-from ingest.inputs import CommissionActionIn, PayoutIn
-from ingest.records import Partner, Program
-from ingest.store import Reader
+from ingest.domain.inputs import CommissionActionIn, PayoutIn
+from ingest.domain.records import Partner, Program
+from ingest.storage.contract import Reader
 from reports import payouts
 
 
@@ -50,7 +50,7 @@ def _partners(st: State, program_id: str) -> dict[str, Partner]:
 
 def _new_batch(st: State, program: Program, up_to: date, actor: str) -> dict[str, Any] | None:
     """The batch row to append, when a batch made now would take at least one line."""
-    row = engineering.payout_batch_row(program, up_to, actor)
+    row = actions.payout_batch_row(program, up_to, actor)
     with st.store.reader() as db:
         payable = payouts.payable_lines(db, program.program_id, row["received_at"], up_to)
     return row if payable else None
@@ -82,7 +82,7 @@ def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[st
         raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
     if found["status"] == "paid":
         return None
-    return engineering.payout_paid_row(program, payout_id, actor)
+    return actions.payout_paid_row(program, payout_id, actor)
 
 
 async def _found(st: State, program: Program, payout_id: str) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def _decide(
     if action == "release" and "held" not in statuses:
         raise InvalidTransition(f"transaction {transaction_id} has no held line to release")
     sale_id = str(lines[0]["sale_id"])
-    return engineering.commission_action_row(program, sale_id, transaction_id, action, reason, actor)
+    return actions.commission_action_row(program, sale_id, transaction_id, action, reason, actor)
 
 
 ACTIONS = ("hold", "release", "void")

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from api.auth import state
 from api.http import json_response
 from api.openapi import HTML, JSON, Doc, Param, build, document
-from ingest.errors import NotFound
+from ingest.domain.errors import NotFound
 
 
 def _package_dir(name: str) -> Path:

@@ -13,12 +13,12 @@ from starlette.routing import Route
 
 from api import schemas
 from api.auth import account_program, require_account, state
-from api.http import ok
+from api.http import ok, query_int
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.state import State, read_store, read_tables
-from ingest import bounds
-from ingest.errors import ProgramNotFound, SaleNotFound, ValidationFailed
-from ingest.records import Program
+from ingest.domain import bounds
+from ingest.domain.errors import ProgramNotFound, SaleNotFound, ValidationFailed
+from ingest.domain.records import Program
 from reports import lineitems, load, reads
 from reports.html import DOCUMENT_CSP
 from reports.render import DOUBLE_COUNTING_FORMATS, FINANCE_FORMATS, render
@@ -59,18 +59,9 @@ def _bool(request: Request, name: str) -> bool | None:
     return raw == "true"
 
 
-def _int(request: Request, name: str, default: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > high:
-        raise _bad(name, f"must be an integer from 0 to {high}")
-    return int(raw)
-
-
 def _page(request: Request) -> tuple[int, int]:
     """`limit` (default 100, at most 1000) and `offset` of a list read (sales, commissions)."""
-    return max(1, _int(request, "limit", 100, 1000)), _int(request, "offset", 0, 10**9)
+    return max(1, query_int(request, "limit", 100, 0, 1000)), query_int(request, "offset", 0, 0, 10**9)
 
 
 def period_param(request: Request, required: bool = False) -> str | None:

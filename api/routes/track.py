@@ -27,8 +27,8 @@ from api.http import (
 from api.openapi import PROGRAM_KEY, Doc, document
 from api.proxies import client_address
 from ingest import refusals, tracking
-from ingest.clock import utcnow
-from ingest.errors import (
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import (
     DuplicateRefund,
     DuplicateTransaction,
     PartnerNotFound,
@@ -38,9 +38,9 @@ from ingest.errors import (
     RefundExceedsSale,
     TallyError,
 )
-from ingest.inputs import ClickIn, LeadIn, RefundIn, SaleIn
-from ingest.records import Credential, Program
-from ingest.store import KeyRead
+from ingest.domain.inputs import ClickIn, LeadIn, RefundIn, SaleIn
+from ingest.domain.records import Credential, Program
+from ingest.storage.contract import KeyRead
 from ingest.tracking import Call, Outcome
 from ingest.writer import KeyChanged
 

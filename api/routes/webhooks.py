@@ -13,8 +13,8 @@ from api.auth import state
 from api.http import header, header_names, kept_headers, ok, read_body, request_id
 from api.openapi import STRIPE_SIGNATURE, Doc, document
 from ingest import deliveries
-from ingest.clock import utcnow
-from ingest.errors import RateLimited, TallyError
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import RateLimited, TallyError
 
 KEPT_HEADERS = frozenset({b"stripe-signature", b"content-type", b"user-agent"})
 

@@ -14,8 +14,8 @@ import pytest
 from pydantic import ValidationError
 from starlette.testclient import TestClient
 
-from ingest.bounds import MAX_AMOUNT
-from ingest.records import ProgramSettings
+from ingest.domain.bounds import MAX_AMOUNT
+from ingest.domain.records import ProgramSettings
 from tests.conftest import OP, World, bearer, start_server
 from tests.helpers import logged_in, program_path, settings_form, sql_rows
 

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings, load_settings
-from ingest.tokens import mask
+from ingest.domain.tokens import mask
 from tests.conftest import OP, OPERATOR_TOKEN, World, bearer, make_world
 from tests.helpers import csrf_of, logged_in, login, program_path, settings_form
 

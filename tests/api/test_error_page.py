@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from api.errorfixes import ERROR_FIXES, WARNING_FIXES
 from api.routes.docs import WARNING_CODES
-from ingest.errors import ALL_ERRORS
+from ingest.domain.errors import ALL_ERRORS
 
 
 class Sections(HTMLParser):

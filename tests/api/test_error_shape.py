@@ -7,7 +7,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from ingest.errors import ALL_ERRORS
+from ingest.domain.errors import ALL_ERRORS
 from tests.conftest import OP, World, bearer
 
 CONTRACT_CODES = {

@@ -16,7 +16,7 @@ from api.forms import (
     settings_problems,
 )
 from api.pages import label, money, when
-from ingest.errors import ValidationFailed
+from ingest.domain.errors import ValidationFailed
 from reports.labels import CODE_LABELS, code_label, date_text
 
 

@@ -23,8 +23,8 @@ from api import observability
 from api.app import create_app
 from api.settings import Settings
 from ingest import writer as writer_module
-from ingest.duckdb_store import DuckStore
-from ingest.journal import Journal
+from ingest.storage.duckdb.journal import Journal
+from ingest.storage.duckdb.store import DuckStore
 from ingest.stripe import sign
 from tests.conftest import OP, WEBHOOK_SECRET, World, bearer
 from tests.helpers import journal_record, sale_row

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from api.openapi import doc_of, openapi_path
-from ingest.errors import ALL_ERRORS
+from ingest.domain.errors import ALL_ERRORS
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -186,7 +186,7 @@ def test_credentials_are_security_schemes(doc: dict[str, Any]) -> None:
 
 def test_request_schemas_come_from_the_endpoint_models(doc: dict[str, Any]) -> None:
     """The request schema is the model's own: a field, its bounds and `extra=forbid` as pydantic says."""
-    from ingest.inputs import SaleIn
+    from ingest.domain.inputs import SaleIn
 
     body = doc["paths"]["/api/v1/track/sale"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"] == {"$ref": "#/components/schemas/SaleIn"}

@@ -19,7 +19,8 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from ingest import hotkeys, postgres_tx
+from ingest.storage.duckdb import keys as hotkeys
+from ingest.storage.postgres import tx as postgres_tx
 from tests.conftest import World, make_world
 from tests.helpers import sql_rows
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from api.ratelimit import RateLimiter
-from ingest.errors import RateLimited
+from ingest.domain.errors import RateLimited
 
 
 def test_bucket_refills_at_rate() -> None:

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings
 from api.state import State
-from ingest.errors import ReconcileRunning
+from ingest.domain.errors import ReconcileRunning
 from tests.conftest import OP, World, make_world
 from tests.helpers import query
 
@@ -105,7 +105,7 @@ def test_a_lease_another_process_holds_refuses_runs_at_once(client: TestClient) 
     scheduled run skips and an on-demand one is refused at once; once it is released, runs go
     ahead and leave the lease free."""
     from api.jobs import LEASE, LEASE_TTL
-    from ingest.clock import utcnow
+    from ingest.domain.clock import utcnow
 
     st: State = client.app.state.tally  # type: ignore[attr-defined]
     store, reconciler = st.store, st.reconciler

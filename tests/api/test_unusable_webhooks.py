@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from ingest.bounds import LATEST, MAX_AMOUNT
+from ingest.domain.bounds import LATEST, MAX_AMOUNT
 from ingest.stripe import read
 from tests.conftest import OP, World, make_world
 from tests.helpers import ACCOUNT, LEGACY_INVOICE, LIVE_CHECKOUT, deliver, log_entries, query

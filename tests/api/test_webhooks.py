@@ -13,7 +13,7 @@ import pytest
 import time_machine
 from starlette.testclient import TestClient
 
-from ingest.hotkeys import EVENT_KEY_SPACE, processor_sale_keys
+from ingest.domain.keys import EVENT_KEY_SPACE, processor_sale_keys
 from ingest.stripe import STRIPE_FIELDS, extract, sign
 from tests.conftest import WEBHOOK_SECRET, World, make_world
 from tests.helpers import ACCOUNT, LEGACY_INVOICE, LIVE_CHECKOUT, deliver, log_entries, query

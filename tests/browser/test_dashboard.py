@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ingest.tokens import mask
+from ingest.domain.tokens import mask
 from tests.browser.cdp import Page
 from tests.conftest import LiveServer, bearer, make_world
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ingest.duckdb_store import DuckStore
+from ingest.storage.duckdb.store import DuckStore
 from tests.browser.cdp import Chromium, Page
 from tests.browser.conftest import launch
 from tests.conftest import LiveServer, bearer, free_port, make_world

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.duckdb_store import DuckStore
+from ingest.storage.duckdb.store import DuckStore
 from ingest.writer import Writer
 
 

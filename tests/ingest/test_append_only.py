@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from ingest.clock import utcnow
+from ingest.domain.clock import utcnow
 from tests.conftest import OP, ROOT, make_world, start_server
 from tests.helpers import deliver, renewal_event, sql_rows
 
@@ -49,7 +49,11 @@ def test_no_code_path_updates_or_deletes_raw_rows() -> None:
         for p in (ROOT / package).rglob("*.py")
         if re.search(r"(INSERT\s+INTO|COPY)\s+raw_events|\"raw_events\",\s*\"raw\"", p.read_text())
     )
-    assert inserts == ["ingest/duckdb_store.py", "ingest/postgres_tx.py", "reconcile/engine.py"]
+    assert inserts == [
+        "ingest/storage/duckdb/copier.py",
+        "ingest/storage/postgres/copy.py",
+        "ingest/storage/postgres/tx.py",
+    ]
 
 
 def test_the_pattern_catches_what_it_must() -> None:

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from ingest.duckdb_store import DuckStore, _Batch
-from ingest.errors import DatabaseUnavailable, ValidationFailed
-from ingest.journal import Journal
-from ingest.schema import RAW_EVENT_FIELDS
-from ingest.store import Tx
+from ingest.domain.errors import DatabaseUnavailable, ValidationFailed
+from ingest.storage.contract import Tx
+from ingest.storage.duckdb.copier import Batch as _Batch
+from ingest.storage.duckdb.journal import Journal
+from ingest.storage.duckdb.store import DuckStore
+from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.writer import Writer
 from tests.conftest import fill
 from tests.helpers import journal_record, sale_row, sql_rows

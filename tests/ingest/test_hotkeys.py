@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from ingest import hotkeys
-from ingest.duckdb_store import DuckStore, index_keys
-from ingest.hotkeys import KeyIndex, claims_of
-from ingest.records import SaleLedger
-from ingest.store import Needs
+from ingest.domain.keys import claims_of
+from ingest.domain.records import SaleLedger
+from ingest.storage.contract import Needs
+from ingest.storage.duckdb import keys as hotkeys
+from ingest.storage.duckdb.keys import KeyIndex
+from ingest.storage.duckdb.store import DuckStore, index_keys
 from tests.helpers import STORE_AT
 
 

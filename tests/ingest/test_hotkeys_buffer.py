@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest import hotkeys
-from ingest.hotkeys import KeyIndex, claims_of
-from ingest.store import Needs
+from ingest.domain.keys import EVENT_KEY_SPACE, claims_of
+from ingest.storage.contract import Needs
+from ingest.storage.duckdb import keys as hotkeys
+from ingest.storage.duckdb.keys import KeyIndex
 from tests.helpers import STORE_AT
 from tests.hypothesis_profiles import examples
 
@@ -142,7 +143,7 @@ def _decisions(index: KeyIndex) -> dict[str, Any]:
             out[f"claim {p} refund:{r}"] = index.claimed(p, f"refund:{r}")
     for e in EVENTS:
         out[f"event {e}"] = index.event_seen(e)
-        out[f"claim * {e}"] = index.claimed(hotkeys.EVENT_KEY_SPACE, e)
+        out[f"claim * {e}"] = index.claimed(EVENT_KEY_SPACE, e)
     return out
 
 

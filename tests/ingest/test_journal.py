@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest.duckdb_store import DuckStore
-from ingest.journal import Journal
-from ingest.schema import RAW_EVENT_FIELDS
-from ingest.store import Tx
+from ingest.storage.contract import Tx
+from ingest.storage.duckdb.journal import Journal
+from ingest.storage.duckdb.store import DuckStore
+from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.writer import Writer
 from tests.helpers import sql_rows
 

@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.cli import main
 from api.settings import Settings
-from ingest import migrations
-from ingest.duckdb_store import DuckStore
+from ingest.storage import migrations
+from ingest.storage.duckdb.store import DuckStore
 from tests.conftest import OP, OPERATOR_TOKEN, ROOT, WEBHOOK_SECRET, World, make_world
 
 OLD_SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "schema-0.1.sql"

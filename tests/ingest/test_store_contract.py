@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.backend import open_store as open_backend
-from ingest.duckdb_store import DuckStore
-from ingest.records import (
+from ingest.domain.records import (
     LOG_DETAIL_SHOWN,
     LOG_PAGE_MAX,
     Credential,
@@ -28,7 +26,9 @@ from ingest.records import (
     ProgramSettings,
     StoredSession,
 )
-from ingest.store import Store
+from ingest.storage.contract import Store
+from ingest.storage.duckdb.store import DuckStore
+from ingest.storage.factory import open_store as open_backend
 from ingest.writer import Writer
 from tests.conftest import ROOT
 from tests.helpers import sql_rows
@@ -200,7 +200,7 @@ def test_a_second_store_on_an_embedded_database_is_refused(tmp_path: Path) -> No
     """The embedded backend has one writer (its journal and key index sit beside the file):
     a second store on the same file, in this process or another, is refused with the reason,
     and may open it once the first has closed."""
-    from ingest.duckdb_store import DatabaseInUse
+    from ingest.storage.duckdb.store import DatabaseInUse
 
     first = DuckStore(tmp_path / "one.duckdb")
     try:
@@ -244,8 +244,8 @@ def test_leases_exclude_other_holders_until_they_expire_or_are_released(
 _HOLDER = """
 import sys, time
 from datetime import UTC, datetime, timedelta
-from ingest import lockfile
-from ingest.backend import open_store
+from ingest.storage import lockfile
+from ingest.storage.factory import open_store
 store = open_store(sys.argv[1], engine_dir=sys.argv[2])
 now, ttl = datetime.now(UTC), timedelta(minutes=10)
 assert store.acquire_lease("reconcile", lockfile.identity() + ":run1", now, ttl)
@@ -322,7 +322,7 @@ def test_a_group_commit_keeps_its_rows_numbers_whatever_their_size(
     the order they were appended, each line and claim naming its own row, also when the rows
     are sent in several statements (PostgreSQL sends them as JSON documents of at most
     `CHUNK_BYTES`; here a few rows each)."""
-    from ingest import postgres_tx
+    from ingest.storage.postgres import tx as postgres_tx
 
     monkeypatch.setattr(postgres_tx, "CHUNK_BYTES", 2_000)
     store = open_store()
@@ -536,7 +536,7 @@ def test_a_cached_program_key_is_read_again_by_every_group_commit(
     the keys its operations were let in with again, and an operation whose key another instance
     flagged or revoked meanwhile is handed back (`KeyChanged`) with the cache now holding the key
     as it is, so the endpoint decides it again: flagged (rotation headers) or refused."""
-    from ingest.store import Needs
+    from ingest.storage.contract import Needs
     from ingest.writer import KeyChanged
 
     a, b = open_store(), open_store()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.errors import InvalidJson, InvalidSignature
-from ingest.schema import RAW_EVENT_FIELDS
+from ingest.domain.errors import InvalidJson, InvalidSignature
+from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.stripe import STRIPE_FIELDS, extract, parse_event, sign, verify_signature
 from tests.hypothesis_profiles import examples
 from tests.stripe_fixtures import (

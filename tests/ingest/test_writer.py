@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import duckdb
 import pytest
 
-from ingest.clock import utcnow
-from ingest.duckdb_store import DuckStore
-from ingest.errors import ValidationFailed
-from ingest.store import Tx
+from ingest.domain.clock import utcnow
+from ingest.domain.errors import ValidationFailed
+from ingest.storage.contract import Tx
+from ingest.storage.duckdb.store import DuckStore
 from ingest.writer import Writer
 from tests.conftest import World
 from tests.helpers import sql_rows

@@ -28,14 +28,16 @@ from typing import Any
 import duckdb
 import pytest
 
-from ingest import hotkeys, tracking
+from ingest import tracking
 from ingest import writer as writer_module
-from ingest.duckdb_store import DuckStore
-from ingest.errors import DatabaseUnavailable, DuplicateTransaction, TallyError
-from ingest.hotkeys import KeyIndex
-from ingest.inputs import SaleIn
-from ingest.journal import Journal
-from ingest.records import Program, ProgramSettings
+from ingest.domain.errors import DatabaseUnavailable, DuplicateTransaction, TallyError
+from ingest.domain.inputs import SaleIn
+from ingest.domain.records import Program, ProgramSettings
+from ingest.storage.duckdb import keys as hotkeys
+from ingest.storage.duckdb.copier import Copier
+from ingest.storage.duckdb.journal import Journal
+from ingest.storage.duckdb.keys import KeyIndex
+from ingest.storage.duckdb.store import DuckStore
 from ingest.writer import _STOP, Writer
 from tests.helpers import sql_rows
 
@@ -50,7 +52,7 @@ STEPS: dict[str, tuple[type, str, tuple[Callable[[], Exception], ...]]] = {
     "prefetch": (KeyIndex, "prefetch", (lambda: sqlite3.OperationalError("disk I/O error"), RuntimeError)),
     "claim": (KeyIndex, "claim", (lambda: sqlite3.OperationalError("disk I/O error"), RuntimeError)),
     "journal": (Journal, "append", (lambda: OSError(28, "No space left on device"), RuntimeError)),
-    "copy": (DuckStore, "_copy_in_transaction", (lambda: duckdb.IOException("I/O error"), OSError)),
+    "copy": (Copier, "_copy_in_transaction", (lambda: duckdb.IOException("I/O error"), OSError)),
     "index flush": (KeyIndex, "_flush", (lambda: sqlite3.OperationalError("disk I/O error"), RuntimeError)),
 }
 

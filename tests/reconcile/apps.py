@@ -17,8 +17,9 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import load_settings
 from api.state import State
-from ingest.store import Reader
-from reconcile import job
+from ingest.storage.contract import Reader
+from reconcile.run import job
+from reconcile.run.engine import open_engine
 from reconcile.schema import EXPLAIN_SCHEMA, UNROUTABLE_SCHEMA
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET, bearer
 from tests.reconcile.compare import checked
@@ -87,7 +88,7 @@ def app_with(
 
 def tables(state: State) -> Tables:
     """Every materialised table and the explain view of the reconciler's engine, sorted."""
-    with state.store.engine() as engine:
+    with open_engine(state.store) as engine:
         cur = engine.cursor
         out = {
             name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
@@ -121,7 +122,7 @@ def assert_same(left: Tables, right: Tables) -> None:
 def assert_reference(state: State, stream: Stream) -> None:
     """The engine's tables are a full reconcile of the whole log as the app stored it (read
     through the engine), and that is what the reference computes."""
-    with state.store.engine() as engine:
+    with open_engine(state.store) as engine:
         cur = engine.cursor
         raw, programs, partners = job.read(cur)
         expected = checked(raw, programs, partners, stream.now)

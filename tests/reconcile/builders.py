@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from ingest.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
+from ingest.storage.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
 from reconcile.terms import TERMS
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
@@ -331,7 +331,7 @@ def bookings(
     """The booking rows a reconcile run at `now` appends after `rows` (api/jobs.py
     `Reconciler._book`): every line the reconciler shows approved that no booking holds, as of
     the last of `rows`, received at `now`. Import-late: the pipeline is what is being tested."""
-    from ingest.engineering import booking_rows
+    from ingest.actions import booking_rows
     from reconcile import bookings as rules
     from reconcile.pipeline import reconcile
 

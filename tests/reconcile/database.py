@@ -16,9 +16,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from ingest import migrations
-from reconcile import job, mirror, pipeline
+from ingest.storage import migrations
+from reconcile import pipeline
 from reconcile.pipeline import Result
+from reconcile.run import job, mirror
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from reconcile import incremental, job, mirror
 from reconcile.pipeline import reconcile
+from reconcile.run import incremental, job, mirror
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest.records import ProgramSettings
-from reconcile import explain, job, mirror
+from ingest.domain.records import ProgramSettings
+from reconcile import explain
+from reconcile.run import job, mirror
 from reconcile.schema import PROGRAM_DEFAULTS
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at

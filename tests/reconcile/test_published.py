@@ -20,8 +20,9 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.settings import load_settings
-from ingest.store import Reader
-from reconcile import job
+from ingest.storage.contract import Reader
+from reconcile.run import job
+from reconcile.run.engine import open_engine
 from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET
 from tests.pg import Server
 from tests.reconcile.apps import app_with, assert_reference, assert_same, published, stream_rows, tables
@@ -55,12 +56,12 @@ def test_published_tables_are_the_engines_after_full_and_incremental_runs(
             assert_reference(state, stream)
             # a full run on the same replica, later (statuses move on): it sends what changed
             later = stream.now + timedelta(days=45)
-            with state.store.engine() as session:
+            with open_engine(state.store) as session:
                 job.run(session.cursor, later, full=True, publish=session.publish)
                 event(f"third run published: {session.publish.mode}")
             with state.store.reader() as db:
                 assert_same(published(db), tables(state))
-            with state.store.engine() as session:  # back to `now`, for the replica below
+            with open_engine(state.store) as session:  # back to `now`, for the replica below
                 job.run(session.cursor, stream.now, full=True, publish=session.publish)
             with state.store.reader() as db:
                 assert_same(published(db), engine)
@@ -126,7 +127,7 @@ def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: 
     of the previous publish); a full run when every line has moved replaces the tables whole; and a
     replica whose previous run is not the one published (another replica published since) replaces
     them too, whatever it changed itself."""
-    from ingest.postgres_store import PgStore
+    from ingest.storage.postgres.store import PgStore
     from tests.reconcile import builders as b
 
     rows: list[dict[str, object]] = []
@@ -152,7 +153,7 @@ def test_a_full_run_sends_only_the_rows_that_changed_unless_most_did(pg_server: 
         return {str(txn): int(xmin) for txn, xmin in found}
 
     def full_run(store: PgStore, days: float) -> str | None:
-        with store.engine() as session:
+        with open_engine(store) as session:
             job.run(session.cursor, b.at(days=days), full=True, publish=session.publish)
             return session.publish.mode
 

@@ -12,9 +12,9 @@ import duckdb
 import polars as pl
 import pytest
 
-from ingest import migrations
-from ingest.duckdb_store import DuckReader
-from reconcile import job
+from ingest.storage import migrations
+from ingest.storage.duckdb.reader import DuckReader
+from reconcile.run import job
 from reports import load
 from reports.finance import FinanceReport, from_result, rechecked
 from reports.render import FINANCE_FORMATS, finance_data, render

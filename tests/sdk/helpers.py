@@ -13,7 +13,7 @@ import httpx
 from starlette.requests import Request
 
 from api.errors import error_response
-from ingest.errors import TallyError
+from ingest.domain.errors import TallyError
 from tally_sdk import AsyncTally, RetryPolicy, Tally
 from tests.conftest import World
 from tests.stripe_fixtures import load_event, with_metadata

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from ingest import errors as app_errors
+from ingest.domain import errors as app_errors
 from tally_sdk import (
     ApiKeyRotationRequired,
     ApiKeyRotationWarning,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ingest.errors import DatabaseUnavailable, RateLimited, TallyError
+from ingest.domain.errors import DatabaseUnavailable, RateLimited, TallyError
 from tally_sdk import (
     AuthenticationError,
     ConnectionFailed,

@@ -1,0 +1,171 @@
+"""Bounds at the edge, from one place (CONTRACT sections 4 and 6).
+
+Every number, string and time tally takes in is bounded here, so nothing it acknowledges can
+later fail to fit the raw log (DuckDB BIGINT, TIMESTAMPTZ), the reconciler (Polars Int64 and
+month arithmetic) or a report. The request models (`ingest/domain/inputs.py`), the stored program
+settings (`ingest/domain/records.py`), the query parameters of the reads and the processor payload
+reader (`ingest/stripe.py`) all use the constants and types below.
+
+- Amounts: integers, 1..10^12 minor units in our own inputs; processor amounts 0..10^12
+  (a zero-amount invoice is simply not a sale).
+- Times: RFC 3339 strings with an offset (never a number of seconds), from
+  1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z once converted to UTC (a day short of year
+  9999's end, so any UTC offset can still show it); normalised to UTC.
+- Ids, strings and emails: at most 255 characters, and an id is never whitespace only. A
+  click's `url` and `referrer` keep 2048: real landing and referrer URLs (UTM parameters, ad
+  click ids) often pass 255, and refusing them would lose the click.
+- Dates are strings `YYYY-MM-DD` only and months `YYYY-MM` (never a number, an ISO week or a
+  time); report periods and query dates: years 1970..9999.
+- Program settings: basis points 0..10000, flat commission 0..10^12, recurring months null or
+  0..1200, holding days 0..3650.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, StrictInt
+from pydantic_core import PydanticCustomError
+
+MAX_AMOUNT = 10**12
+MAX_BPS = 10_000
+MAX_RECURRING_MONTHS = 1200
+MAX_HOLDING_DAYS = 3650
+MAX_ID = 255
+MAX_TEXT = 255
+MAX_URL = 2048
+MAX_EMAIL = 255
+MIN_YEAR, MAX_YEAR = 1970, 9999
+EARLIEST = datetime(MIN_YEAR, 1, 1, tzinfo=UTC)
+LATEST = datetime(MAX_YEAR, 12, 30, 23, 59, 59, tzinfo=UTC)
+
+TIME_RANGE = f"from {EARLIEST:%Y-%m-%dT%H:%M:%SZ} to {LATEST:%Y-%m-%dT%H:%M:%SZ} in UTC"
+YEAR_RANGE = f"years {MIN_YEAR} to {MAX_YEAR}"
+
+
+def utc_in_range(moment: datetime) -> datetime | None:
+    """`moment` (aware) in UTC when it lies within the time bounds, else None."""
+    try:
+        utc = moment.astimezone(UTC)
+    except (OverflowError, ValueError):  # a year before 1 or after 9999 once in UTC
+        return None
+    return utc if EARLIEST <= utc <= LATEST else None
+
+
+def amount_in_range(value: int, low: int = 1) -> bool:
+    return low <= value <= MAX_AMOUNT
+
+
+# A date is exactly `YYYY-MM-DD`; a time starts with a date, `T` (or a space) and hh:mm, so
+# neither a number of seconds nor an ISO week ever reads as one.
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}", re.ASCII)
+
+
+def _rfc3339_text(value: Any) -> Any:
+    if not isinstance(value, str) or not _TIME.match(value):
+        raise PydanticCustomError("rfc3339", "must be an RFC 3339 time string with an offset")
+    return value
+
+
+def _date_text(value: Any) -> Any:
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise PydanticCustomError("date_format", "must be a date string YYYY-MM-DD")
+    return value
+
+
+def _moment(value: datetime) -> datetime:
+    utc = utc_in_range(value)
+    if utc is None:
+        raise PydanticCustomError("time_out_of_range", f"must be a time {TIME_RANGE}")
+    return utc
+
+
+def _not_blank(value: str) -> str:
+    if value.isspace():
+        raise PydanticCustomError("blank_id", "must not be blank (whitespace only)")
+    return value
+
+
+def _day(value: date) -> date:
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise PydanticCustomError("date_out_of_range", f"must be a date in {YEAR_RANGE}")
+    return value
+
+
+# Our inputs ---------------------------------------------------------------------------------
+Amount = Annotated[StrictInt, Field(ge=1, le=MAX_AMOUNT)]
+Id = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID, json_schema_extra={"pattern": r"\S"}),
+    AfterValidator(_not_blank),
+]
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Url = Annotated[str, Field(max_length=MAX_URL)]
+Email = Annotated[str, Field(min_length=3, max_length=MAX_EMAIL, pattern=r"^[^@\s]+@[^@\s]+$")]
+Moment = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(_moment)]
+Day = Annotated[date, BeforeValidator(_date_text), AfterValidator(_day)]
+
+# Program settings ---------------------------------------------------------------------------
+Bps = Annotated[StrictInt, Field(ge=0, le=MAX_BPS)]
+FlatCommission = Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT)]
+RecurringMonths = Annotated[StrictInt, Field(ge=0, le=MAX_RECURRING_MONTHS)]
+HoldingDays = Annotated[StrictInt, Field(ge=0, le=MAX_HOLDING_DAYS)]
+# Each bounded integer setting and its (low, high): `ProgramSettings.from_stored` clamps to them.
+SETTING_RANGES: dict[str, tuple[int, int]] = {
+    "commission_bps": (0, MAX_BPS),
+    "commission_flat": (0, MAX_AMOUNT),
+    "recurring_months": (0, MAX_RECURRING_MONTHS),
+    "platform_fee_bps": (0, MAX_BPS),
+    "holding_days": (0, MAX_HOLDING_DAYS),
+}
+
+# Query parameters ---------------------------------------------------------------------------
+_PERIOD = re.compile(r"(\d{4})-(0[1-9]|1[0-2])", re.ASCII)
+
+
+def period(raw: str) -> str:
+    """A report period `YYYY-MM` with its year in bounds; raises ValueError with the reason."""
+    found = _PERIOD.fullmatch(raw)
+    if found is None:
+        raise ValueError("must be YYYY-MM")
+    if not MIN_YEAR <= int(found.group(1)) <= MAX_YEAR:
+        raise ValueError(f"must be YYYY-MM in {YEAR_RANGE}")
+    return raw
+
+
+def query_moment(raw: str, end: bool) -> datetime:
+    """A query bound: a date `YYYY-MM-DD` (a whole day: `end` takes the next midnight) or an RFC
+    3339 time with an offset, in UTC; years in bounds. Raises ValueError with the reason."""
+    try:
+        day = date.fromisoformat(raw) if _DATE.fullmatch(raw) else None
+        if day is None and not _TIME.match(raw):
+            raise ValueError(raw)
+        moment = None if day else datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("must be YYYY-MM-DD or an RFC 3339 time") from None
+    if day is not None:
+        _check_year(day.year)
+        if not end:
+            return datetime.combine(day, time(), UTC)
+        try:
+            return datetime.combine(day + timedelta(days=1), time(), UTC)
+        except OverflowError:  # 9999-12-31: the range runs to the end of time
+            return datetime.max.replace(tzinfo=UTC)
+    assert moment is not None
+    if moment.tzinfo is None:
+        raise ValueError("an RFC 3339 time needs an offset")
+    try:
+        utc = moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValueError(f"must be in {YEAR_RANGE} in UTC") from None
+    _check_year(utc.year)
+    return utc
+
+
+def _check_year(year: int) -> None:
+    if not MIN_YEAR <= year <= MAX_YEAR:
+        raise ValueError(f"must be in {YEAR_RANGE}")

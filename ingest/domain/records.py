@@ -1,0 +1,208 @@
+"""Typed control-plane records shared by the store, the services and the API."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ingest.domain.bounds import SETTING_RANGES, Bps, FlatCommission, HoldingDays, Id, RecurringMonths
+
+log = logging.getLogger("tally.ingest")
+
+CredentialKind = Literal["program", "agent", "account"]
+Role = Literal["owner", "member"]
+
+
+# The settings that decide what a sale earns: a change of them is logged (ingest/actions.py
+# `terms_row`) and applies to sales after it (reconcile/terms.py).
+MONEY_TERMS = (
+    "commission_type",
+    "commission_bps",
+    "commission_flat",
+    "recurring_months",
+    "platform_fee_bps",
+    "holding_days",
+)
+
+
+class ProgramSettings(BaseModel):
+    """Commission and integration settings of a program (CONTRACT section 6), bounded by
+    `ingest/domain/bounds.py` whichever way they arrive."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    commission_type: Literal["percent", "flat"] = "percent"
+    commission_bps: Bps = 3000
+    commission_flat: FlatCommission = 0
+    recurring_months: RecurringMonths | None = None
+    platform_fee_bps: Bps = 0
+    holding_days: HoldingDays = 30
+    requires_server_side_leads: bool = False
+    stripe_account_id: Id | None = None
+
+    @classmethod
+    def from_stored(cls, stored: str | bytes, program_id: str = "(unknown)") -> ProgramSettings:
+        """Settings as the database holds them, saved perhaps before today's bounds: an integer
+        setting out of its range is clamped into it, an unusable value or unknown key falls back
+        to the default, each with a warning, so an old program never stops start-up or a
+        reconcile run."""
+        try:
+            return cls.model_validate_json(stored)
+        except ValidationError:
+            pass
+        try:
+            parsed: Any = json.loads(stored)
+        except ValueError:
+            parsed = None
+        values: dict[str, Any] = dict(parsed) if isinstance(parsed, dict) else {}
+        repaired: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in cls.model_fields:
+                log.warning("program %s: stored setting %s is unknown; dropped", program_id, name)
+            else:
+                repaired[name] = _clamped(program_id, name, value)
+        for name in list(repaired):
+            try:
+                cls.model_validate({name: repaired[name]})
+            except ValidationError:
+                log.warning("program %s: stored %s is not valid; the default is used", program_id, name)
+                del repaired[name]
+        return cls.model_validate(repaired)
+
+
+def _clamped(program_id: str, name: str, value: Any) -> Any:
+    """A stored integer setting clamped into its bounds (with a warning); other values as they are."""
+    if name not in SETTING_RANGES or isinstance(value, bool) or not isinstance(value, int):
+        return value
+    low, high = SETTING_RANGES[name]
+    if low <= value <= high:
+        return value
+    log.warning("program %s: stored %s=%d is outside %d..%d; clamped", program_id, name, value, low, high)
+    return min(max(value, low), high)
+
+
+@dataclass(frozen=True)
+class Program:
+    program_id: str
+    workspace_id: str
+    name: str
+    settings: ProgramSettings
+    created_at: datetime
+    updated_at: datetime
+    api_token_masked: str | None = None
+
+
+@dataclass(frozen=True)
+class Partner:
+    partner_id: str
+    program_id: str
+    code: str
+    name: str
+    email: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A stored credential: never the value, only its hash and what it grants."""
+
+    token_hash: str
+    kind: CredentialKind
+    subject_id: str  # program id, agent key id or account id
+    masked: str
+    created_at: datetime
+    scopes: frozenset[str] = frozenset()
+    workspace_ids: frozenset[str] = frozenset()
+    name: str | None = None
+    revoked_at: datetime | None = None
+    flagged_at: datetime | None = None
+    rotation_deadline: datetime | None = None
+
+
+def credential_values(cred: Credential) -> tuple[Any, ...]:
+    """A credential as both backends store it: the `credentials` table's columns, in order."""
+    return (
+        cred.token_hash,
+        cred.kind,
+        cred.subject_id,
+        cred.masked,
+        json.dumps(sorted(cred.scopes)),
+        json.dumps(sorted(cred.workspace_ids)),
+        cred.name,
+        cred.created_at,
+        cred.revoked_at,
+        cred.flagged_at,
+        cred.rotation_deadline,
+    )
+
+
+def program_values(program: Program) -> tuple[Any, ...]:
+    """A program as both backends store it: the `programs` table's columns, in order."""
+    p = program
+    return p.program_id, p.workspace_id, p.name, p.settings.model_dump_json(), p.created_at, p.updated_at
+
+
+def partner_values(partner: Partner) -> tuple[Any, ...]:
+    """A partner as both backends store it: the `partners` table's columns, in order."""
+    p = partner
+    return p.program_id, p.code, p.partner_id, p.name, p.email, p.created_at
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The first settled lead of a customer in a program, which binds it to a partner."""
+
+    lead_id: str
+    click_id: str | None
+    partner_code: str | None
+
+
+@dataclass
+class SaleLedger:
+    """What ingest knows of a recorded sale: enough to refuse duplicates and over-refunds."""
+
+    amount: int | None
+    currency: str | None
+    refunded: int = 0
+    refund_ids: set[str] = field(default_factory=set)
+
+
+# A tracking-log page is bounded whatever the log holds: at most LOG_PAGE_MAX lines, each
+# detail cut to LOG_DETAIL_SHOWN characters (new refusal notes are shorter: ingest/refusals.py;
+# lines written before the notes were bounded may be longer).
+LOG_PAGE_MAX = 500
+LOG_DETAIL_SHOWN = 1024
+# The columns of a LogLine as a page reads them, detail cut (SQL both databases speak).
+LOG_PAGE_COLUMNS = (
+    "log_id, program_id, logged_at, endpoint, status, outcome, "
+    f"substr(detail, 1, {LOG_DETAIL_SHOWN}) AS detail, request_id, raw_seq"
+)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    log_id: int
+    program_id: str
+    logged_at: datetime
+    endpoint: str
+    status: int
+    outcome: str
+    detail: str
+    request_id: str | None
+    raw_seq: int | None
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A dashboard session as the database keeps it: the hash of its id, never the id."""
+
+    session_hash: str
+    account_id: str
+    csrf_token: str
+    created_at: datetime
+    expires_at: datetime

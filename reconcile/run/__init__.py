@@ -1,0 +1,52 @@
+"""The I/O around the pure rules: a reconcile run over a store's log, and what it reads.
+
+- `run(store, now, on_progress=None, *, full=False) -> RunSummary`: one run on the store's
+  engine (reconcile/run/engine.py `open_engine`): reconcile/run/job.py reads the raw log (a full
+  run through its Parquet column mirror, reconcile/run/mirror.py; an incremental one only what
+  the new rows change, reconcile/run/incremental.py and reconcile/run/closure.py), replaces or
+  patches the `rc_*` tables in one transaction, records the run in `rc_runs`, and publishes it
+  where the engine is a working copy of a shared log.
+- `backfill_inputs(store, program_id)`: the log, programs and partners a backfill previews on,
+  and the unroutable events it may pick up (reconcile/run/source.py `unpicked`).
+- `books(reader, program_id, before_seq)` (reconcile/run/engine.py): the log as of a period close,
+  for the reports.
+
+The server schedules runs and holds the run lock (api/jobs.py); nothing here takes it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from ingest.progress import Progress
+from ingest.storage.contract import Store
+from reconcile.run import job, source
+from reconcile.run.engine import Engine, books, open_engine
+from reconcile.run.job import ReconcileFailed, RunSummary
+
+
+def run(
+    store: Store, now: datetime, on_progress: Progress | None = None, *, full: bool = False
+) -> RunSummary:
+    """One reconcile run of `store`'s log as of `now` (see the module docstring); the caller holds
+    the reconcile lease. Raises `ReconcileFailed` when the run could not be completed (the
+    previous results stay)."""
+    with open_engine(store) as engine:
+        return job.run(engine.cursor, now, on_progress, full=full, publish=engine.publish)
+
+
+def backfill_inputs(
+    store: Store, program_id: str
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The raw log of `program_id`, the programs and the partners as the engine has them, and the
+    unroutable events not picked up yet that the program's processor account could take."""
+    with open_engine(store) as engine:
+        raw, programs, partners = job.read(engine.cursor, program_id=program_id)
+        account = programs.filter(pl.col("program_id") == program_id).get_column("stripe_account_id")
+        stray = source.unpicked(engine.cursor, account.item() if account.len() == 1 else None)
+    return raw, programs, partners, stray
+
+
+__all__ = ["Engine", "ReconcileFailed", "RunSummary", "backfill_inputs", "books", "open_engine", "run"]

@@ -1,0 +1,154 @@
+"""Reading the database for the reconciler: raw rows (only the columns it reads) and the
+control plane (program settings, partners)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from ingest.domain.records import ProgramSettings
+from reconcile import bookings, payouts, terms, unroutable
+from reconcile.schema import (
+    PARTNER_SCHEMA,
+    PROGRAM_SCHEMA,
+    READ_COLUMNS,
+    prepare_raw,
+)
+
+# Engineer actions read with their `body` (metadata fixes carry typed columns instead).
+ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND, bookings.ACTION)
+# Bookings are read with their body too, but only reach the sales they name (by transaction id):
+# they are linked rows of the log like records and refunds, not program-wide actions.
+LEDGER_KINDS = (bookings.BOOKING,)
+
+# Each group of rows is read with its own columns (schema.READ_COLUMNS), filtered by
+# `{where}`. Engineer actions are the only rows whose `body` is read: they are read apart, so
+# the scan of the other rows never touches the (large) body column.
+_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "stripe": ("kind = 'stripe' AND ({where})", READ_COLUMNS["stripe"]),
+    "click": ("kind = 'click' AND ({where})", READ_COLUMNS["click"]),
+    "other": (
+        f"kind NOT IN ('stripe', 'click', {', '.join(repr(k) for k in (*ENGINEER_KINDS, *LEDGER_KINDS))})"
+        " AND ({where})",
+        tuple(c for c in READ_COLUMNS["other"] if c != "body"),
+    ),
+    # Found through `seq`, every filter inside the subquery: a scan that filters engineer rows
+    # itself decompresses every body (1M events: 3 s, 1.4 GiB); one whose seqs come from a
+    # subquery skips the row groups that hold none of them.
+    "ledger": (
+        f"seq IN (SELECT seq FROM raw_events WHERE kind IN ({', '.join(repr(k) for k in LEDGER_KINDS)})"
+        " AND ({where}))",
+        READ_COLUMNS["other"],
+    ),
+    "engineer": (
+        f"seq IN (SELECT seq FROM raw_events WHERE kind IN {ENGINEER_KINDS!r} AND ({{where}}))",
+        READ_COLUMNS["other"],
+    ),
+}
+
+
+def _select(columns: Sequence[str]) -> str:
+    return ", ".join(columns)
+
+
+def read_rows(
+    con: duckdb.DuckDBPyConnection,
+    where: str = "",
+    params: Sequence[object] = (),
+    groups: Sequence[str] = tuple(_GROUPS),
+) -> pl.DataFrame:
+    """The rows of `raw_events` of the given groups (all by default) matching `where` (SQL over
+    raw_events, `?` bound to `params`), each with only the columns the reconciler reads for its
+    kind (schema.READ_COLUMNS); the other columns are null."""
+    parts: list[pl.DataFrame] = [
+        con.sql(
+            f"SELECT {_select(_GROUPS[group][1])} FROM raw_events"
+            f" WHERE {_GROUPS[group][0].format(where=where or 'TRUE')}",
+            params=list(params) or None,
+        ).pl()
+        for group in groups
+    ]
+    return pl.concat(parts, how="diagonal_relaxed")
+
+
+def raw_chunk(
+    con: duckdb.DuckDBPyConnection,
+    programs: Sequence[str] | None = None,
+    before_seq: int | None = None,
+    after_seq: int | None = None,
+) -> pl.DataFrame:
+    """The rows of `raw_events` (of the given programs, None = all; with seq before `before_seq`
+    and after `after_seq`, None = any), as `read_rows` gives them."""
+    where, params = ["TRUE"], list[object]()
+    if programs is not None:
+        # A filter on the column itself, which DuckDB evaluates inside the scan; `IN (SELECT
+        # unnest(?))` is a semi join over every row of the group (10 % more read time).
+        where.append("list_contains(?::VARCHAR[], program_id)")
+        params.append(list(programs))
+    if before_seq is not None:
+        where.append("seq < ?")
+        params.append(before_seq)
+    if after_seq:
+        where.append("seq > ?")
+        params.append(after_seq)
+    return read_rows(con, " AND ".join(where), params)
+
+
+def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
+    records = []
+    for program_id, settings in rows:
+        # settings saved before today's bounds are clamped into them, never fail a run
+        values = ProgramSettings.from_stored(settings or "{}", program_id).model_dump()
+        records.append(
+            {"program_id": program_id, **{k: values.get(k) for k in PROGRAM_SCHEMA if k != "program_id"}}
+        )
+    return pl.DataFrame(records, schema=PROGRAM_SCHEMA, strict=False)
+
+
+def control_plane(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Program settings and partners, as the reconciler takes them."""
+    programs = _programs(con.execute("SELECT program_id, settings FROM programs").fetchall())
+    partners: pl.DataFrame = con.sql("SELECT program_id, code, email FROM partners").pl()
+    return programs, partners.select(pl.col(name).cast(dtype) for name, dtype in PARTNER_SCHEMA.items())
+
+
+# The rows the unroutable list is made of: those routed to no program, and the copies of
+# unroutable events a backfill picked up (reconcile/unroutable.py), which leave the list.
+STRAY = "(program_id IS NULL OR (kind = 'stripe' AND source = 'backfill'))"
+
+
+def stray_rows(reader: duckdb.DuckDBPyConnection, after_seq: int = 0) -> pl.DataFrame:
+    """The rows routed to no program and the picked-up copies (with seq after `after_seq`), with
+    the processor's columns."""
+    frame: pl.DataFrame = reader.sql(
+        f"SELECT {', '.join(READ_COLUMNS['stripe'])} FROM raw_events WHERE {STRAY} AND seq > ?",
+        params=[after_seq],
+    ).pl()
+    return frame
+
+
+def unroutable_table(stray: pl.DataFrame, programs: pl.DataFrame) -> pl.DataFrame:
+    """The rc_unroutable rows of the `stray` rows (`stray_rows`), as the `programs` are now."""
+    return unroutable.listing(prepare_raw(stray), programs)
+
+
+def unroutable_rows(reader: duckdb.DuckDBPyConnection, programs: pl.DataFrame) -> pl.DataFrame:
+    """The rc_unroutable rows: processor events routed to no program (read on their own)."""
+    return unroutable_table(stray_rows(reader), programs)
+
+
+def unpicked(reader: duckdb.DuckDBPyConnection, account: str | None) -> pl.DataFrame:
+    """Every column of the unroutable rows that no backfill picked up yet and that name the
+    Connect `account` or no account at all (what a backfill of a program with `account` may
+    pick up), by seq."""
+    frame: pl.DataFrame = reader.sql(
+        "SELECT * FROM raw_events WHERE program_id IS NULL AND kind = 'stripe' AND outcome = 'unroutable'"
+        " AND event_id IS NOT NULL AND (stripe_account IS NULL OR stripe_account = ?)"
+        " AND event_id NOT IN (SELECT event_id FROM raw_events WHERE kind = 'stripe' AND source = 'backfill'"
+        " AND program_id IS NOT NULL AND event_id IS NOT NULL) ORDER BY seq",
+        params=[account],
+    ).pl()
+    return frame
