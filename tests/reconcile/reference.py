@@ -1252,7 +1252,8 @@ def apply_periods(
             if key in indexed[a]:
                 out.append(indexed[a][key])  # a closed month keeps its values
             moved: dict[tuple[str, str, datetime | None], dict[str, int]] = {}
-            sale = by_sale.get((program, key[0]))
+            # a sale no longer counted (another record won) is still named by actions on it
+            sale = by_sale.get((program, key[0]), {"program_id": program, "sale_id": key[0]})
             for j in range(a, last):
                 diff = {
                     v: (indexed[j + 1][key][v] if key in indexed[j + 1] else 0)
@@ -1262,7 +1263,7 @@ def apply_periods(
                 if not any(diff.values()):
                     continue
                 until = seqs[j + 1] if j + 1 < len(seqs) else None  # the stretch between two closes
-                found = None if sale is None else cause_of(rows, sale, seqs[j], until)
+                found = cause_of(rows, sale, seqs[j], until)
                 cause, cause_at = (key[3], None) if found is None else found[:2]
                 shut = {p for p, s in close_at.items() if s <= seqs[j]}
                 month = next_month(line_period)
@@ -1515,8 +1516,8 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
             mine = [b for b in books if (b["program_id"], b["sale_id"]) == key[:2]]
             first_booked = min(mine, key=lambda b: b["booked_seq"])
             as_of = max(b["as_of"] for b in mine)
-            sale = sales_by_id.get(key[:2])
-            found = None if sale is None else cause_of(rows, sale, as_of)
+            sale = sales_by_id.get(key[:2], {"program_id": key[0], "sale_id": key[1]})
+            found = cause_of(rows, sale, as_of)
             cause, cause_at, cause_seq = found if found is not None else (f"after {as_of}", now, None)
             # never into a month closed before the cause was logged: the first one open then
             month = period(cause_at)
