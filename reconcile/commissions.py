@@ -15,14 +15,16 @@ calendar months (month ends clamp: Jan 31 + 1 month = Feb 28/29).
   Both on the amount net of tax, in integer minor units.
 - status: `reversed` once the sale is fully refunded; else `held` for a self-referral (the
   sale's email equals the partner's email, case-insensitively); else `approved` when
-  now >= occurred_at + holding_days, else `pending`. (The sale's view; its ledger lines, which
-  never rewrite approved money, are reconcile/ledger.py's.)
+  now >= occurred_at + holding_days (`available_at`; at the latest the last moment of the time
+  range, ingest/bounds.py), else `pending`. (The sale's view; its ledger lines, which never
+  rewrite approved money, are reconcile/ledger.py's.)
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from ingest.domain.bounds import LATEST
 from reconcile import customers, terms
 from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
@@ -187,7 +189,11 @@ def finish(sales: pl.DataFrame, totals: pl.DataFrame, now: pl.Expr) -> pl.DataFr
         .lazy()
         .with_columns(
             pl.col("refunded", "reversed", "fee_reversed").fill_null(0),
-            available_at=pl.col("occurred_at") + pl.duration(days=pl.col("holding_days")),
+            # a sale near the end of the time range, held, would otherwise be available in year
+            # 10000, which no read can show (nor PostgreSQL's client load)
+            available_at=pl.min_horizontal(
+                pl.col("occurred_at") + pl.duration(days=pl.col("holding_days")), pl.lit(LATEST, UTC)
+            ),
         )
         .with_columns(
             commission=pl.col("gross_commission") - pl.col("reversed"),

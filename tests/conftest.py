@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -192,10 +193,33 @@ def fill(disk: Path) -> Path:
 
 # -- a real server process ---------------------------------------------------------------------
 def free_port() -> int:
+    """A port nothing listens on right now. Another process may take it before the caller binds
+    it: `start_server` checks that its own server holds the port and tries another if not."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself holds a listening TCP socket on `port` (Linux /proc), so that
+    a server of another test that took the port first is never mistaken for this one."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return False
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # the process is gone
+        return False
+    for fd in descriptors:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False
 
 
 @dataclass
@@ -213,8 +237,23 @@ class LiveServer:
             self.process.stderr.close()
 
 
+class PortTaken(Exception):
+    """Raised by `_serve` when another process took the chosen port first."""
+
+
 def start_server(database: Path | str, port: int | None = None, **env: str) -> LiveServer:
-    port = port or free_port()
+    """`tally serve` on `database` as a process of its own, once it answers on its port: `port`,
+    or a free one (another is tried when a process outside this test takes it first)."""
+    for _attempt in range(1 if port else 5):
+        try:
+            return _serve(database, port or free_port(), env)
+        except PortTaken:
+            if port:
+                raise
+    raise RuntimeError("tally serve found every port it tried taken (5 attempts)")
+
+
+def _serve(database: Path | str, port: int, env: dict[str, str]) -> LiveServer:
     full_env = {
         **os.environ,
         "TALLY_DATABASE": str(database),
@@ -236,15 +275,21 @@ def start_server(database: Path | str, port: int | None = None, **env: str) -> L
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             err = proc.stderr.read().decode() if proc.stderr else ""
+            if proc.stderr:
+                proc.stderr.close()
+            if "address already in use" in err:
+                raise PortTaken(err)
             raise RuntimeError(f"tally serve exited early: {err}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                kept = database if str(database).startswith("postgresql://") else Path(database)
-                return LiveServer(url, kept, proc, full_env)  # type: ignore[arg-type]
-        except httpx.HTTPError:
-            pass
+        if listens(proc.pid, port):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    kept = database if str(database).startswith("postgresql://") else Path(database)
+                    return LiveServer(url, kept, proc, full_env)  # type: ignore[arg-type]
         time.sleep(0.1)
     proc.kill()
+    proc.wait(10)
+    if proc.stderr:
+        proc.stderr.close()
     raise RuntimeError("tally serve did not become healthy in 60 s")
 
 

@@ -46,6 +46,7 @@ def _bindir() -> Path:
 
 
 def _free_port() -> int:
+    """A port nothing listens on right now (another process may take it first: see `Cluster`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -85,7 +86,27 @@ class Cluster:
             settings += ["fsync = off", "synchronous_commit = off", "full_page_writes = off"]
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write("\n".join(settings) + "\n")
-        self.start()
+        self._start_on_a_free_port()
+
+    def _start_on_a_free_port(self) -> None:
+        """Start; when another process took the chosen port first, choose again (the last
+        `port` line of postgresql.conf wins)."""
+        log = self.root / "server.log"
+        for attempt in range(5):
+            logged = log.stat().st_size if log.exists() else 0
+            try:
+                self.start()
+                return
+            except RuntimeError:
+                if not log.exists() or attempt == 4:
+                    raise
+                with open(log, "rb") as lines:
+                    lines.seek(logged)
+                    if b"could not create any TCP/IP sockets" not in lines.read():
+                        raise
+            self.port = _free_port()
+            with open(self.data / "postgresql.conf", "a") as conf:
+                conf.write(f"port = {self.port}\n")
 
     def _run(self, program: str, *args: str) -> None:
         command = [str(self.bindir / program), *args]

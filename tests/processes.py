@@ -1,5 +1,6 @@
 """Helpers of the tests that drive real `tally serve` processes (crash points, backups): load
-that remembers what was acknowledged, SIGKILL, and reads of the database file once it is down."""
+that remembers what was acknowledged, SIGKILL, waiting on a condition with a deadline, and reads
+of the database file once it is down."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -15,6 +17,23 @@ import httpx
 from ingest.storage.duckdb.journal import read_segment
 
 SALE = "/api/v1/track/sale"
+
+
+def poll(condition: Callable[[], bool], seconds: float = 30, every: float = 0.01) -> bool:
+    """Whether `condition()` came to hold within `seconds`, checking every `every` seconds (the
+    caller learns as soon as it does: no fixed sleep, and no busy loop starving the server)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+    return True
+
+
+def wait_until(condition: Callable[[], bool], what: str, seconds: float = 30, every: float = 0.01) -> None:
+    """`poll`, failing (naming `what`) when the condition does not come to hold in time."""
+    if not poll(condition, seconds, every):
+        raise AssertionError(f"waited {seconds} s for {what}")
 
 
 class Load:
@@ -45,9 +64,8 @@ class Load:
                         self.acked.append(txn)
 
     def wait_for(self, count: int, seconds: float = 30) -> None:
-        deadline = time.monotonic() + seconds
-        while len(self.acked) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
+        """Until `count` sales are acknowledged (fails after `seconds`)."""
+        wait_until(lambda: len(self.acked) >= count, f"{count} acknowledged sales", seconds)
 
     def stop(self) -> list[str]:
         self._stop.set()

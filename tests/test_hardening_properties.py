@@ -20,12 +20,16 @@ reports each broken endpoint as its own bug with its own minimal batch.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
+import httpx2
+import openpyxl
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import OP
+from tests.helpers import parse_finance_csv
 from tests.hostile import BATCHES, HANDLERS, Act, Server, describe, running_server, settle
 from tests.hypothesis_profiles import examples
 
@@ -52,21 +56,25 @@ def test_hostile_values_never_break_the_server(batches: list[list[Act]]) -> None
 
 
 # -- the reads the issue names, one by one, over sales dated at both ends of the range -----------
+EDGE_AMOUNT = 10**12
+EDGE_COMMISSION = 3 * 10**11  # the tenants' programs pay 30 %
+# (path, params, answer): "200" is checked by `_read_back`; a field name is a 422
+# `validation_error` naming that field.
 HOSTILE_READS = (
-    ("reports/finance", {"period": "9999-12"}),
-    ("reports/finance", {"period": "9999-12", "format": "xlsx"}),
-    ("reports/finance", {"period": "1970-01", "format": "csv"}),
-    ("reports/finance", {"period": "0000-01"}),
-    ("reports/finance", {"period": "1969-12"}),
-    ("reports/finance", {"period": "10000-01"}),
-    ("reports/double-counting", {"period": "9999-12"}),
-    ("commissions", {"period": "9999-12"}),
-    ("commissions", {"period": "0000-01"}),
-    ("sales", {"from": "0001-01-01", "to": "9999-12-31"}),
-    ("sales", {"from": "0000-01-01"}),
-    ("sales", {"to": "10000-01-01"}),
-    ("sales", {"from": "9999-12-31T23:59:59-01:00"}),
-    ("sales", {"to": "0001-01-01T00:00:00+14:00"}),
+    ("reports/finance", {"period": "9999-12"}, "200"),
+    ("reports/finance", {"period": "9999-12", "format": "xlsx"}, "200"),
+    ("reports/finance", {"period": "1970-01", "format": "csv"}, "200"),
+    ("reports/finance", {"period": "0000-01"}, "period"),
+    ("reports/finance", {"period": "1969-12"}, "period"),
+    ("reports/finance", {"period": "10000-01"}, "period"),
+    ("reports/double-counting", {"period": "9999-12"}, "200"),
+    ("commissions", {"period": "9999-12"}, "200"),
+    ("commissions", {"period": "0000-01"}, "period"),
+    ("sales", {"from": "0001-01-01", "to": "9999-12-31"}, "from"),
+    ("sales", {"from": "0000-01-01"}, "from"),
+    ("sales", {"to": "10000-01-01"}, "to"),
+    ("sales", {"from": "9999-12-31T23:59:59-01:00"}, "from"),
+    ("sales", {"to": "0001-01-01T00:00:00+14:00"}, "to"),
 )
 
 
@@ -78,17 +86,58 @@ def dated_server() -> Iterator[Server]:
         click = server.client.post(
             "/api/v1/track/click", json={"program_id": t.program_id, "partner_code": t.partner_code}
         )
+        assert click.status_code == 201, click.text
         for n, when in enumerate(("1970-01-01T00:00:00Z", "9999-12-29T23:59:59Z")):
-            body = {"transaction_id": f"edge{n}", "customer_external_id": "c", "amount": 10**12}
+            body = {"transaction_id": f"edge{n}", "customer_external_id": "c", "amount": EDGE_AMOUNT}
             body |= {"occurred_at": when, "click_id": click.json()["data"]["click_id"]}
-            server.client.post("/api/v1/track/sale", json=body, headers=t.key)
-        server.client.post("/api/v1/operator/reconcile", headers=OP)
+            r = server.client.post("/api/v1/track/sale", json=body, headers=t.key)
+            assert r.status_code == 200 and r.json()["data"]["attributed"] is True, r.text
+        r = server.client.post("/api/v1/operator/reconcile", headers=OP)
+        assert r.status_code == 200 and r.json()["data"]["sales"] == 2, r.text
         yield server
 
 
-@pytest.mark.parametrize(("path", "params"), HOSTILE_READS)
-def test_hostile_report_ranges_never_5xx(dated_server: Server, path: str, params: dict[str, str]) -> None:
+def _read_back(program_id: str, path: str, params: dict[str, str], r: httpx2.Response) -> None:
+    """The month's one edge sale (edge1 in 9999-12, edge0 in 1970-01), in the format asked for."""
+    period = params["period"]
+    fmt = params.get("format", "json")
+    if path == "reports/finance" and fmt == "json":
+        data = r.json()["data"]
+        assert (data["period"], data["currencies"]) == (period, ["usd"])
+        [usd] = data["summary"]
+        assert (usd["sales_count"], usd["gross_sales"], usd["commissions"]) == (
+            1,
+            EDGE_AMOUNT,
+            EDGE_COMMISSION,
+        )
+    elif path == "reports/finance" and fmt == "csv":
+        parsed = parse_finance_csv(r.text)
+        assert parsed["report"][0]["period"] == period
+        [usd] = parsed["summary"]
+        assert (usd["currency"], usd["sales_count"], usd["gross_sales"]) == ("usd", "1", str(EDGE_AMOUNT))
+    elif path == "reports/finance":
+        summary = openpyxl.load_workbook(io.BytesIO(r.content))["Summary"]
+        assert (summary["B3"].value, summary["B7"].value) == (period, "USD")
+    elif path == "reports/double-counting":
+        empty = {"summary": [], "totals": [], "double_counts": []}
+        assert r.json()["data"] == {"program_id": program_id, "period": period, **empty}
+    else:
+        [line] = r.json()["data"]
+        assert (line["transaction_id"], line["amount"], line["period"]) == ("edge1", EDGE_COMMISSION, period)
+        assert (line["dated_at"], line["available_at"]) == ("9999-12-29T23:59:59Z", "9999-12-30T23:59:59Z")
+
+
+@pytest.mark.parametrize(("path", "params", "answer"), HOSTILE_READS)
+def test_hostile_report_ranges_never_5xx(
+    dated_server: Server, path: str, params: dict[str, str], answer: str
+) -> None:
     t = dated_server.tenants[0]
     base = f"/api/v1/programs/{t.program_id}"
     r = dated_server.send(f"read_{path}", "GET", f"{base}/{path}", None, t.owner, params)
-    assert r.status_code in (200, 422), describe(r)
+    if answer == "200":
+        assert r.status_code == 200, describe(r)
+        _read_back(t.program_id, path, params, r)
+    else:
+        assert r.status_code == 422, describe(r)
+        error = r.json()["error"]
+        assert error["code"] == "validation_error" and [f["field"] for f in error["fields"]] == [answer]

@@ -30,7 +30,7 @@ import pytest
 from tests.conftest import OP, WEBHOOK_SECRET, LiveServer, bearer, live_program, start_server
 from tests.helpers import csrf_of
 from tests.pg import Cluster, Server
-from tests.processes import Load, kill
+from tests.processes import Load, kill, wait_until
 from tests.stripe_fixtures import load_event, signed_delivery, with_metadata
 
 pytestmark = pytest.mark.slow
@@ -234,14 +234,13 @@ def test_scheduled_reconciles_take_turns_and_every_replica_reads_the_latest(
         with httpx.Client(base_url=b.url, timeout=10) as cb:
             for n in range(20):
                 assert _sold(cb, key, f"in_{n}").status_code == 200
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def caught_up() -> bool:
             runs = _runs(database)
-            if len(runs) >= 6 and runs[-1][3] == 20:
-                break
-            time.sleep(0.5)
+            return len(runs) >= 6 and runs[-1][3] == 20
+
+        wait_until(caught_up, "six scheduled runs, the last with every sale", 60, every=0.2)
         runs = _runs(database)
-        assert len(runs) >= 6 and runs[-1][3] == 20
         spans = sorted((r[1], r[2]) for r in runs)
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end  # no run started before the one before it had finished
@@ -279,14 +278,15 @@ def test_a_replica_killed_mid_reconcile_leaves_the_previous_results_and_frees_th
         blocker.execute(b"LOCK TABLE rc_runs IN EXCLUSIVE MODE")  # reads go on, writes wait
         run = threading.Thread(target=_reconcile_quietly, args=(a.url,))
         run.start()
-        deadline = time.monotonic() + 30
-        while _rows(database, waiting) != [(1,)]:
-            assert time.monotonic() < deadline, "A's publish never reached rc_runs"
-            time.sleep(0.05)
+        wait_until(lambda: _rows(database, waiting) == [(1,)], "A's publish to wait on rc_runs", every=0.05)
         kill(a.process)
         blocker.rollback()
     run.join(30)
-    time.sleep(0.5)  # the killed replica's transaction is rolled back once its server process sees it gone
+    # The killed replica's sessions end once their server processes see it gone: its publish
+    # transaction is rolled back and its run lock (an advisory lock) released.
+    held = "SELECT count(*) FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname ="
+    held += " current_database()) AND (locktype = 'advisory' OR relation = 'rc_runs'::regclass)"
+    wait_until(lambda: _rows(database, held) == [(0,)], "the killed replica's sessions to end")
     assert _runs(database) == before  # the published tables are still the previous run's
     r = httpx.get(f"{b.url}/api/v1/programs/{pid}/sales", params={"limit": 100}, headers=owner)
     assert len(r.json()["data"]) == 30
@@ -304,7 +304,7 @@ def test_a_replica_killed_under_load_loses_no_acknowledged_event(
     loads = [Load(a.url, key, workers=4), Load(b.url, key, workers=4)]
     loads[0].wait_for(300)
     kill(a.process)
-    time.sleep(0.5)
+    loads[1].wait_for(len(loads[1].acked) + 100)  # B goes on taking sales once A is gone
     acked = [txn for load in loads for txn in load.stop()]
     assert len(acked) >= 300
     accepted = "SELECT transaction_id FROM raw_events WHERE outcome = 'accepted'"
@@ -332,9 +332,7 @@ def test_while_postgresql_is_down_a_replica_answers_503_and_recovers_by_itself(t
                 assert c.get("/readyz").status_code == 503
                 assert c.get("/healthz").status_code == 200  # the process is up
                 cluster.start()
-                deadline = time.monotonic() + 30
-                while c.get("/readyz").status_code != 200 and time.monotonic() < deadline:
-                    time.sleep(0.2)
+                wait_until(lambda: c.get("/readyz").status_code == 200, "the replica to be ready", every=0.2)
                 assert _sold(c, key, "in_after").status_code == 200
                 assert _sold(c, key, "in_before").status_code == 409  # acknowledged before: still there
         finally:

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from tests.conftest import OP, WEBHOOK_SECRET, World, make_world
 from tests.helpers import without_provenance
-from tests.stripe_fixtures import serialise, signed_delivery
+from tests.stripe_fixtures import signed_delivery
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 ACCOUNT = "acct_backfill_brand"
@@ -25,11 +25,18 @@ def _ts(day: str) -> int:
     return int(datetime.fromisoformat(f"{day}T10:00:00+00:00").timestamp())
 
 
-def _deliver(client: TestClient, event: dict[str, Any]) -> None:
+def _deliver(world: World, event: dict[str, Any]) -> None:
+    """Deliver `event`: taken as a new live event of the world's program (routed by account)."""
     body, header = signed_delivery(event, WEBHOOK_SECRET, int(time.time()))
-    r = client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header})
+    r = world.client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header})
     assert r.status_code == 200, r.text
-    assert serialise(event)
+    assert r.json()["data"] == {
+        "received": True,
+        "event_id": event["id"],
+        "program_id": world.program_id,
+        "duplicate": False,
+        "test_mode": False,
+    }
 
 
 def _event(eid: str, etype: str, day: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +83,7 @@ def _setup(client: TestClient) -> tuple[World, str]:
     )
     meta = {"svc_click_id": click, "svc_customer_key": "u1", "program_id": world.program_id}
     _deliver(
-        client,
+        world,
         _event(
             "evt_cs_1",
             "checkout.session.completed",
@@ -95,8 +102,8 @@ def _setup(client: TestClient) -> tuple[World, str]:
             },
         ),
     )
-    _deliver(client, _renewal("in_oct", "2026-10-05"))
-    _deliver(client, _renewal("in_nov", "2026-11-05"))
+    _deliver(world, _renewal("in_oct", "2026-10-05"))
+    _deliver(world, _renewal("in_nov", "2026-11-05"))
     return world, click
 
 

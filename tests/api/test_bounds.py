@@ -319,6 +319,35 @@ def test_edge_periods_are_taken_by_commissions_and_double_counting(world: World)
         assert world.client.get(path, headers=world.owner).status_code == 200
 
 
+def test_a_sale_at_the_last_day_reads_back_with_every_time_within_the_bounds(world: World) -> None:
+    """A sale at the end of the time range, held 30 days (the default): its commission would be
+    approved in year 10000, which no read can show (nor PostgreSQL's client load); the line is
+    available at the last moment of the range instead, and every read of the month answers."""
+    click = world.client.post(
+        "/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "alice"}
+    )
+    r = world.sale(
+        transaction_id="in_edge",
+        occurred_at="9999-12-29T23:59:59Z",
+        click_id=click.json()["data"]["click_id"],
+    )
+    assert r.status_code == 200 and r.json()["data"]["attributed"] is True, r.text
+    assert world.client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    base = f"/api/v1/programs/{world.program_id}"
+    r = world.client.get(f"{base}/commissions?period=9999-12", headers=world.owner)
+    assert r.status_code == 200, r.text
+    [line] = r.json()["data"]
+    assert (line["transaction_id"], line["status"]) == ("in_edge", "pending")
+    assert (line["dated_at"], line["available_at"]) == ("9999-12-29T23:59:59Z", "9999-12-30T23:59:59Z")
+    for path in (
+        f"{base}/commissions?period=9999-12&format=csv",
+        f"{base}/reports/finance?period=9999-12",
+        f"{base}/sales",
+    ):
+        r = world.client.get(path, headers=world.owner)
+        assert r.status_code == 200, r.text
+
+
 @pytest.mark.parametrize(
     ("query", "field"),
     [

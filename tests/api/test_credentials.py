@@ -40,10 +40,24 @@ def test_missing_and_malformed_authorization(world: World) -> None:
 
 
 def test_unknown_key_on_track_is_invalid_api_key(world: World) -> None:
-    for token in ("aff_" + "x" * 40, "not-a-key-at-all"):
+    """An unknown key is answered as unknown, never as the program's key: even while that key is
+    flagged and past its rotation deadline, and even when it differs from it by one character,
+    the refusal carries no rotation code, deadline or headers."""
+    r = world.client.post(
+        f"/api/v1/operator/programs/{world.program_id}/api-key/rotation",
+        json={"deadline": "2020-01-01T00:00:00Z"},
+        headers=OP,
+    )
+    assert r.status_code == 200, r.text
+    flagged = world.client.post("/api/v1/track/sale", json=SALE, headers=world.key)
+    assert _code(flagged) == (401, "api_key_rotation_required")  # the program's own key is refused so
+    assert {"deprecation", "sunset"} <= set(flagged.headers)
+    near = world.api_key[:-1] + ("y" if world.api_key.endswith("x") else "x")
+    for token in ("aff_" + "x" * 40, "not-a-key-at-all", near):
         r = world.client.post("/api/v1/track/sale", json=SALE, headers=bearer(token))
-        assert _code(r) == (401, "invalid_api_key")
-        assert r.json()["error"]["code"] != "api_key_rotation_required"
+        assert _code(r) == (401, "invalid_api_key"), token
+        assert "deadline" not in r.json()["error"] and "warnings" not in r.json()
+        assert not {"deprecation", "sunset"} & set(r.headers), token
 
 
 def test_wrong_kinds_on_track_endpoints(client: TestClient, world: World) -> None:

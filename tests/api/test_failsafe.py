@@ -21,7 +21,7 @@ from api import serving
 from api.app import create_app
 from api.settings import Settings
 from ingest import tracking
-from tests.conftest import World, free_port
+from tests.conftest import World
 
 
 async def boom(request: Request) -> Response:
@@ -32,19 +32,22 @@ async def boom(request: Request) -> Response:
 def server(settings: Settings) -> Iterator[int]:
     app = create_app(settings)
     app.router.routes.append(Route("/test/boom", boom, methods=["GET"]))
-    port = free_port()
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))  # bound here and handed over: no other test can take it
+    port = listening.getsockname()[1]
     srv = uvicorn.Server(serving.config(app, "127.0.0.1", port, header_timeout=10))
-    thread = threading.Thread(target=srv.run, daemon=True)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.02)
     try:
+        deadline = time.monotonic() + 30
+        while not srv.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+            time.sleep(0.02)
         yield port
     finally:
         srv.should_exit = True
         thread.join(20)
+        listening.close()
 
 
 def read_response(sock: socket.socket, buffered: bytearray) -> tuple[int, dict[str, str], bytes]:

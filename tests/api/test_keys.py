@@ -74,9 +74,20 @@ def test_member_cannot_regenerate(world: World) -> None:
 
 
 def test_second_owner_can_regenerate(world: World) -> None:
+    """An owner added later regenerates the key as the first owner would: a new key that works
+    at once, and the old one refused from that instant."""
     owner2 = world.member("owner")
     r = world.client.post(f"/api/v1/programs/{world.program_id}/api-key", headers=owner2)
-    assert r.status_code == 201
+    assert r.status_code == 201, r.text
+    new_key = r.json()["data"]["api_key"]
+    assert new_key.startswith("aff_") and new_key != world.api_key
+    assert r.json()["data"]["api_token_masked"] == f"aff_••••••••{new_key[-4:]}"
+    test_sale = {"additional_data": {"test_mode": True}}
+    r = world.client.post("/api/v1/track/sale", json=test_sale, headers=world.key)
+    assert r.status_code == 401, r.text
+    assert r.json()["error"]["code"] == "invalid_api_key"
+    r = world.client.post("/api/v1/track/sale", json=test_sale, headers=bearer(new_key))
+    assert r.status_code == 200, r.text
 
 
 def test_legacy_key_without_prefix_keeps_working(world: World) -> None:

@@ -17,7 +17,18 @@ def test_bucket_refills_at_rate() -> None:
     limiter.check("a", now=0.6)  # 0.5 s at 2/s refilled one token
 
 
+def _taken(limiter: RateLimiter, calls: int) -> int:
+    """How many of `calls` checks of one client at the same instant the limiter lets through."""
+    taken = 0
+    for _ in range(calls):
+        try:
+            limiter.check("a", now=0.0)
+        except RateLimited:
+            continue
+        taken += 1
+    return taken
+
+
 def test_zero_rate_disables() -> None:
-    limiter = RateLimiter(rate=0, burst=1)
-    for _ in range(100):
-        limiter.check("a", now=0.0)
+    assert _taken(RateLimiter(rate=0, burst=1), 100) == 100
+    assert _taken(RateLimiter(rate=0.001, burst=1), 100) == 1  # any positive rate limits

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from ingest.storage.duckdb.store import DuckStore
 from tests.browser.cdp import Chromium, Page
 from tests.browser.conftest import launch
-from tests.conftest import LiveServer, bearer, free_port, make_world
+from tests.conftest import LiveServer, bearer, make_world
 from tests.helpers import sql_rows
 
 BRAND_HOST = "brand.test"
@@ -109,8 +109,8 @@ class BrandSite:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.port = free_port()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # the port the kernel gave
+        self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="brand-site", daemon=True)
         self._thread.start()
         self.origin = f"http://{BRAND_HOST}:{self.port}"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ingest.domain.bounds import MAX_AMOUNT
 from ingest.domain.errors import InvalidJson, InvalidSignature
 from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.stripe import STRIPE_FIELDS, extract, parse_event, sign, verify_signature
@@ -420,6 +420,8 @@ def test_malformed_events_never_raise(event: dict[str, Any]) -> None:
 
 _KEYS: tuple[str, ...] = ("id", "object", "invoice", "subscription", "metadata", "parent", "amount_paid")
 _KEYS += ("subscription_details", "refunds", "data", "payments", "payment", "created")
+# every amount the extraction reads: checkout totals and tax, invoice totals and taxes, refunds
+_KEYS += ("amount_total", "amount_refunded", "total_details", "amount_tax", "tax", "total_taxes", "amount")
 _TYPES: tuple[str, ...] = ("checkout.session.completed", "invoice.paid", "charge.refunded")
 _TYPES += ("customer.subscription.updated", "plan.created")
 _json = st.recursive(
@@ -436,17 +438,37 @@ _json = st.recursive(
 )
 
 
+# Where each event type's amount is read from its object.
+_AMOUNT_AT = {
+    "checkout.session.completed": "amount_total",
+    "invoice.paid": "amount_paid",
+    "charge.refunded": "amount_refunded",
+}
+MAX, BEYOND = MAX_AMOUNT, MAX_AMOUNT + 1
+
+
 @settings(max_examples=examples(200, ci=1000), deadline=None)
 @given(
     event_type=st.sampled_from(_TYPES),
     obj=_json,
     created=_json,
 )
+# Amounts just beyond each end of the range, where the bounds are easiest to get wrong.
+@example(event_type="checkout.session.completed", obj={"amount_total": -1}, created=None)
+@example(event_type="checkout.session.completed", obj={"total_details": {"amount_tax": BEYOND}}, created=None)
+@example(event_type="invoice.paid", obj={"amount_paid": BEYOND, "tax": -1}, created=None)
+@example(event_type="invoice.paid", obj={"total_taxes": [{"amount": MAX}, {"amount": 1}]}, created=None)
+@example(event_type="charge.refunded", obj={"amount_refunded": -1}, created=None)
 def test_extract_is_total_on_arbitrary_json(event_type: str, obj: Any, created: Any) -> None:
+    """Whatever the payload: every field is there, an amount or tax is None or an int within
+    0..10^12, and the amount is the object's own when that is such an int (else None)."""
     fields = extract({"type": event_type, "created": created, "data": {"object": obj}})
     assert tuple(fields) == STRIPE_FIELDS
     for key in ("amount", "tax"):
-        assert fields[key] is None or type(fields[key]) is int
+        assert fields[key] is None or (type(fields[key]) is int and 0 <= fields[key] <= MAX_AMOUNT)
+    if event_type in _AMOUNT_AT and isinstance(obj, dict):
+        own = obj.get(_AMOUNT_AT[event_type])
+        assert fields["amount"] == (own if type(own) is int and 0 <= own <= MAX_AMOUNT else None)
 
 
 def test_parse_event_accepts_objects_only() -> None:
@@ -455,7 +477,8 @@ def test_parse_event_accepts_objects_only() -> None:
         with pytest.raises(InvalidJson) as info:
             parse_event(body)
         assert info.value.code == "invalid_json"
-    assert json.loads(serialise({"a": 1})) == {"a": 1}
+    # any JSON object, whatever its layout, as the object it is
+    assert parse_event(b' {\n "a" : [1, {"b": null}], "c": "\\u00e9"}\t') == {"a": [1, {"b": None}], "c": "é"}
 
 
 # --- signatures -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from reconcile.pipeline import reconcile
 from tests.reconcile import builders as b
@@ -42,7 +43,21 @@ def test_any_arrival_order_gives_identical_output(stream: Stream, data: st.DataO
 @profile(5, ci=40)
 @given(stream=streams())
 def test_running_twice_gives_identical_output(stream: Stream) -> None:
-    raw = stream.frame()
-    first = reconcile(raw, stream.programs, stream.partners, stream.now)
-    second = reconcile(raw.lazy(), stream.programs, stream.partners, stream.now)
+    """The same inputs twice give the same output, and a run leaves its inputs as they were
+    (nothing is kept from one run to the next, nothing written back)."""
+    raw, programs, partners = stream.frame(), stream.programs, stream.partners
+    kept = (raw.clone(), programs.clone(), partners.clone())
+    first = reconcile(raw, programs, partners, stream.now)
+    for given_frame, as_given in zip((raw, programs, partners), kept, strict=True):
+        assert_frame_equal(given_frame, as_given)
+    second = reconcile(raw, programs, partners, stream.now)
     assert_results_equal(first, second)
+
+
+@profile(5, ci=40)
+@given(stream=streams())
+def test_a_lazy_log_gives_the_output_of_an_eager_one(stream: Stream) -> None:
+    raw = stream.frame()
+    eager = reconcile(raw, stream.programs, stream.partners, stream.now)
+    lazy = reconcile(raw.lazy(), stream.programs, stream.partners, stream.now)
+    assert_results_equal(eager, lazy)

@@ -4,11 +4,15 @@ that stay byte-identical, and the same report whether built from frames or read 
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import openpyxl
 import polars as pl
 import pytest
 
@@ -17,7 +21,8 @@ from ingest.storage.duckdb.reader import DuckReader
 from reconcile.run import job
 from reports import load
 from reports.finance import FinanceReport, from_result, rechecked
-from reports.render import FINANCE_FORMATS, finance_data, render
+from reports.render import FINANCE_FORMATS, REPORT_FIELDS, SECTIONS, finance_data, render
+from tests.helpers import as_cell, parse_finance_csv
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
 from tests.reports.scenario import FEBRUARY, JANUARY, NOW, PROGRAM, january, only, run
@@ -266,11 +271,28 @@ def test_the_loader_reads_the_same_report_the_pipeline_built(con: duckdb.DuckDBP
     assert load.finance(DuckReader(con.cursor()), "prog_other", JANUARY).currencies == ()
 
 
+def _filled(sheet: Any) -> list[tuple[Any, ...]]:
+    """The rows of an xlsx sheet with anything in them."""
+    return [tuple(r) for r in sheet.iter_rows(values_only=True) if any(v is not None for v in r)]
+
+
 def test_before_the_first_run_the_report_is_empty(con: duckdb.DuckDBPyConnection) -> None:
+    """Every format renders the empty report: the program and month, no currency, no row."""
     empty = load.finance(DuckReader(con.cursor()), PROGRAM, JANUARY)
-    assert empty.currencies == () and empty.reconciled and empty.checks.is_empty()
-    for fmt in FINANCE_FORMATS:
-        body, _, _ = render(empty, fmt)
-        assert body
+    assert empty.currencies == () and empty.reconciled is True and empty.checks.is_empty()
+    head = dict.fromkeys(REPORT_FIELDS) | {"program_id": PROGRAM, "period": JANUARY, "reconciled": True}
+    head["closed"] = False
+    assert json.loads(render(empty, "json")[0]) == {
+        "data": {**head, "currencies": [], **{section: [] for section in SECTIONS}}
+    }
+    assert parse_finance_csv(render(empty, "csv")[0].decode()) == {
+        "report": [{k: as_cell(v) for k, v in head.items()}]
+    }
+    book = openpyxl.load_workbook(io.BytesIO(render(empty, "xlsx")[0]))
+    summary, *tables = book.sheetnames
+    assert all(len(_filled(book[name])) == 1 for name in tables)  # each sheet's headings alone
+    figures = _filled(book[summary])
+    figures = figures[figures.index(("Figure", None, None, None, None, None)) + 1 :]
+    assert figures and all(row[1:] == (None,) * 5 for row in figures if row[0] != "Currency")
     assert b'id="no-activity"' in render(empty, "html")[0]
     assert load.double_counting(DuckReader(con.cursor()), PROGRAM).rows.is_empty()

@@ -140,23 +140,28 @@ def test_non_positive_or_non_integer_amounts_rejected_before_sending(world: Worl
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"),
+    ("kwargs", "field", "message"),
     [
-        ({"customer_external_id": ""}, "customer_external_id"),
-        ({"invoice_id": "  "}, "invoice_id"),
-        ({"is_recurring": "yes"}, "is_recurring"),
-        ({"occurred_at": datetime(2026, 1, 1)}, "occurred_at"),  # noqa: DTZ001 - naive on purpose
-        ({"currency": 840}, "currency"),
+        ({"customer_external_id": ""}, "customer_external_id", "must be a non-empty string"),
+        ({"invoice_id": "  "}, "invoice_id", "must be a non-empty string"),
+        ({"is_recurring": "yes"}, "is_recurring", "must be a boolean"),
+        (
+            {"occurred_at": datetime(2026, 1, 1)},  # noqa: DTZ001 - naive on purpose
+            "occurred_at",
+            "must be an aware datetime or an RFC 3339 string",
+        ),
+        ({"currency": 840}, "currency", "must be a non-empty string"),
     ],
 )
 def test_other_invalid_arguments_rejected_before_sending(
-    world: World, kwargs: dict[str, Any], field: str
+    world: World, kwargs: dict[str, Any], field: str, message: str
 ) -> None:
     app = RealApp(world)
     args: dict[str, Any] = {"customer_external_id": "u", "amount": 100, "invoice_id": "in_1"}
     with pytest.raises(ValidationError) as info:
         real_client(app).track_sale(**(args | kwargs))
-    assert info.value.fields == [{"field": field, "message": info.value.fields[0]["message"]}]
+    assert info.value.fields == [{"field": field, "message": message}]
+    assert info.value.message == f"{field} {message} (refused by the SDK, nothing was sent)"
     assert app.requests == []
 
 
