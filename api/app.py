@@ -71,13 +71,14 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
         app.state.tally = State(settings, store, writer, limiter, reconciler, refusals)
         reconciler.start()
-        log.info("tally: database %s open, accepting writes", settings.database_name)
+        log.info("database %s open, accepting writes", settings.database_name)
         try:
             yield
         finally:
             reconciler.stop()
             writer.stop()
             store.close()
+            log.info("stopped: database %s closed", settings.database_name)
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *backfill.routes, *payouts.routes]

@@ -184,6 +184,11 @@ class _LogWriter(threading.Thread):
 
 # What configure_logging put in place, and the root level it found.
 _installed: list[tuple[_BatchingHandler, _LogWriter, int]] = []
+# Libraries whose INFO records are chatter beside tally's own lines (APScheduler: three lines at
+# start, two per scheduled run, which tally.reconcile already reports): WARNING and above only,
+# unless TALLY_LOG_LEVEL is DEBUG. Their levels before, restored by stop_logging.
+QUIET_LOGGERS = ("apscheduler",)
+_quieted: dict[str, int] = {}
 # Access lines while configure_logging's writer runs: (time, method, route, status, ms, request id),
 # appended by the event loop and made into lines by the writer thread (no LogRecord per request).
 AccessEntry = tuple[float, str, str, int, float, "str | None"]
@@ -209,6 +214,11 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None, hold: b
     _access_sink.append(access)
     root.addHandler(handler)
     root.setLevel(settings.log_level)
+    if settings.log_level != "DEBUG":
+        for name in QUIET_LOGGERS:
+            library = logging.getLogger(name)
+            _quieted[name] = library.level
+            library.setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
     writer.start()
 
 
@@ -222,6 +232,9 @@ def stop_logging(discard: bool = False) -> None:
     """Flush (or with `discard`, drop what is still queued) and remove what `configure_logging`
     installed."""
     _access_sink.clear()
+    while _quieted:
+        name, level = _quieted.popitem()
+        logging.getLogger(name).setLevel(level)
     while _installed:
         handler, writer, level = _installed.pop()
         if discard:
