@@ -15,7 +15,7 @@ from api.failsafe import FailsafeMiddleware
 from api.hotpath import TallyApp
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
-from api.observability import ObserveMiddleware, Observer
+from api.observability import ObserveMiddleware, Observer, engine_version
 from api.ratelimit import RateLimiter
 from api.routes import (
     accounts,
@@ -37,7 +37,7 @@ from api.routes import metrics as metrics_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
-from ingest.backend import open_store
+from ingest.backend import is_shared, open_store
 from ingest.writer import Writer
 
 log = logging.getLogger("tally")
@@ -63,6 +63,8 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         writer = Writer(store)
         if observer is not None:
             writer.on_commit = observer.commit
+            backend = "postgresql" if is_shared(settings.database) else "duckdb"
+            observer.started(backend, engine_version(store))
         writer.start()
         limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
         refusals = RateLimiter(
