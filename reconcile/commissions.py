@@ -17,12 +17,16 @@ calendar months (month ends clamp: Jan 31 + 1 month = Feb 28/29).
   sale's email equals the partner's email, case-insensitively); else `approved` when
   now >= occurred_at + holding_days, else `pending`. (The sale's view; its ledger lines, which
   never rewrite approved money, are reconcile/ledger.py's.)
+- available_at: occurred_at + holding_days, capped at the latest time tally takes in
+  (ingest/bounds.py LATEST, 9999-12-30T23:59:59Z): a sale dated near the end of year 9999 is
+  taken, and the time its commission becomes available still reads as RFC 3339.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from ingest.bounds import LATEST
 from reconcile import customers, terms
 from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
@@ -187,7 +191,9 @@ def finish(sales: pl.DataFrame, totals: pl.DataFrame, now: pl.Expr) -> pl.DataFr
         .lazy()
         .with_columns(
             pl.col("refunded", "reversed", "fee_reversed").fill_null(0),
-            available_at=pl.col("occurred_at") + pl.duration(days=pl.col("holding_days")),
+            available_at=pl.min_horizontal(
+                pl.col("occurred_at") + pl.duration(days=pl.col("holding_days")), pl.lit(LATEST, UTC)
+            ),
         )
         .with_columns(
             commission=pl.col("gross_commission") - pl.col("reversed"),
