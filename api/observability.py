@@ -189,9 +189,11 @@ class _LogWriter(threading.Thread):
             {"time": _utc(created), "level": "INFO", "logger": "tally.access", "message": message, **fields}
         ).decode()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Write what is queued and end; give up after `timeout` seconds (a write blocked on a
+        full pipe nobody reads; the thread is a daemon)."""
         self._stop_event.set()
-        self.join()
+        self.join(timeout)
 
 
 # What configure_logging put in place, and the root level it found.
@@ -240,9 +242,9 @@ def release_logging() -> None:
         writer.held = False
 
 
-def stop_logging(discard: bool = False) -> None:
+def stop_logging(discard: bool = False, timeout: float | None = None) -> None:
     """Flush (or with `discard`, drop what is still queued) and remove what `configure_logging`
-    installed."""
+    installed; with `timeout`, wait at most that long for the last write."""
     _access_sink.clear()
     while _quieted:
         name, level = _quieted.popitem()
@@ -254,7 +256,7 @@ def stop_logging(discard: bool = False) -> None:
         root = logging.getLogger()
         root.removeHandler(handler)
         root.setLevel(level)
-        writer.stop()
+        writer.stop(timeout)
 
 
 # -- metrics ---------------------------------------------------------------------------------------

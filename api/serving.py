@@ -13,7 +13,8 @@ failed start reported as one line.
   `StartupFailed` carries the reason in one line instead.
 - Stopped by a signal (SIGTERM, Ctrl-C), uvicorn shuts down gracefully and then raises the same
   signal again, which ends the process at once: the log lines still queued (the app's `stopped`
-  line among them) are written before that (`_Server.capture_signals`).
+  line among them) are written before that (`_Server.capture_signals`), waiting at most
+  `FLUSH_ON_SIGNAL_SECONDS` (stderr may be a full pipe nobody reads: never a hang at exit).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from api import observability
+
+FLUSH_ON_SIGNAL_SECONDS = 2.0
 
 
 class StartupFailed(Exception):
@@ -149,7 +152,7 @@ class _Server(uvicorn.Server):
         with super().capture_signals():
             yield
             if self._captured_signals:
-                observability.stop_logging()
+                observability.stop_logging(timeout=FLUSH_ON_SIGNAL_SECONDS)
 
 
 def run(
