@@ -15,7 +15,7 @@ from api.failsafe import FailsafeMiddleware
 from api.hotpath import TallyApp
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
-from api.observability import ObserveMiddleware, Observer
+from api.observability import ObserveMiddleware, Observer, engine_version
 from api.ratelimit import RateLimiter
 from api.routes import (
     accounts,
@@ -39,7 +39,7 @@ from api.routes import metrics as metrics_routes
 from api.serving import one_line
 from api.settings import Settings
 from api.state import State
-from ingest.storage.factory import open_store
+from ingest.storage.factory import is_shared, open_store
 from ingest.writer import Writer
 
 log = logging.getLogger("tally")
@@ -65,6 +65,8 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         writer = Writer(store)
         if observer is not None:
             writer.on_commit = observer.commit
+            backend = "postgresql" if is_shared(settings.database) else "duckdb"
+            observer.started(backend, engine_version(store))
         writer.start()
         limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst)
         refusals = RateLimiter(
@@ -73,13 +75,14 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
         app.state.tally = State(settings, store, writer, limiter, reconciler, refusals)
         reconciler.start()
-        log.info("tally: database %s open, accepting writes", settings.database_name)
+        log.info("database %s open, accepting writes", settings.database_name)
         try:
             yield
         finally:
             reconciler.stop()
             writer.stop()
             store.close()
+            log.info("stopped: database %s closed", settings.database_name)
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *demo.routes, *backfill.routes, *payouts.routes]

@@ -7,7 +7,8 @@ formatted there. One access line per request, the
 same from both lanes (`api.hotpath` calls `Observer.request` itself; `ObserveMiddleware` does it for
 the full stack). Only the route template is logged, never the raw path, query or headers.
 
-Metrics: `Observer` owns one `CollectorRegistry` per app (tests create many apps). Request counts
+Metrics: `Observer` owns one `CollectorRegistry` per app (tests create many apps), with
+prometheus_client's `process_*` collector and `tally_build_info`; no `_created` series. Request counts
 and latency histograms are plain dicts updated on the event loop (`_RequestStats`), read when
 `/metrics` is scraped (on the loop as well). What the store and the
 reconciler already know (journal backlog, set-aside batches, events ingested, unroutable events)
@@ -17,6 +18,7 @@ is read when `/metrics` is scraped, by `_StoreCollector`, not counted on the hot
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -24,10 +26,19 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 if TYPE_CHECKING:
     from api.settings import Settings
     from api.state import State
+    from ingest.storage.contract import Store
     from reconcile.run.job import RunSummary
 
 access_log = logging.getLogger("tally.access")
@@ -177,13 +189,20 @@ class _LogWriter(threading.Thread):
             {"time": _utc(created), "level": "INFO", "logger": "tally.access", "message": message, **fields}
         ).decode()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Write what is queued and end; give up after `timeout` seconds (a write blocked on a
+        full pipe nobody reads; the thread is a daemon)."""
         self._stop_event.set()
-        self.join()
+        self.join(timeout)
 
 
 # What configure_logging put in place, and the root level it found.
 _installed: list[tuple[_BatchingHandler, _LogWriter, int]] = []
+# Libraries whose INFO records are chatter beside tally's own lines (APScheduler: three lines at
+# start, two per scheduled run, which tally.reconcile already reports): WARNING and above only,
+# unless TALLY_LOG_LEVEL is DEBUG. Their levels before, restored by stop_logging.
+QUIET_LOGGERS = ("apscheduler",)
+_quieted: dict[str, int] = {}
 # Access lines while configure_logging's writer runs: (time, method, route, status, ms, request id),
 # appended by the event loop and made into lines by the writer thread (no LogRecord per request).
 AccessEntry = tuple[float, str, str, int, float, "str | None"]
@@ -209,6 +228,11 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None, hold: b
     _access_sink.append(access)
     root.addHandler(handler)
     root.setLevel(settings.log_level)
+    if settings.log_level != "DEBUG":
+        for name in QUIET_LOGGERS:
+            library = logging.getLogger(name)
+            _quieted[name] = library.level
+            library.setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
     writer.start()
 
 
@@ -218,10 +242,13 @@ def release_logging() -> None:
         writer.held = False
 
 
-def stop_logging(discard: bool = False) -> None:
+def stop_logging(discard: bool = False, timeout: float | None = None) -> None:
     """Flush (or with `discard`, drop what is still queued) and remove what `configure_logging`
-    installed."""
+    installed; with `timeout`, wait at most that long for the last write."""
     _access_sink.clear()
+    while _quieted:
+        name, level = _quieted.popitem()
+        logging.getLogger(name).setLevel(level)
     while _installed:
         handler, writer, level = _installed.pop()
         if discard:
@@ -229,7 +256,7 @@ def stop_logging(discard: bool = False) -> None:
         root = logging.getLogger()
         root.removeHandler(handler)
         root.setLevel(level)
-        writer.stop()
+        writer.stop(timeout)
 
 
 # -- metrics ---------------------------------------------------------------------------------------
@@ -351,12 +378,41 @@ class _RequestStats(Collector):
         return [requests, latency]
 
 
+def tally_version() -> str:
+    """The installed tally's version (`tally --version`), or `unknown` when not installed."""
+    try:
+        return metadata.version("tally")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def engine_version(store: Store) -> str:
+    """The database engine's version (`1.4.1` for DuckDB, `17.6` for a PostgreSQL server), from
+    `SELECT version()`, which both speak; `unknown` when it cannot be read."""
+    try:
+        with store.reader() as db:
+            row = db.one("SELECT version()")
+    except Exception:  # a label is not worth failing a start for
+        return "unknown"
+    found = re.search(r"\d+(?:\.\d+)+", str(row[0])) if row else None
+    return found.group(0) if found else "unknown"
+
+
 class Observer:
     """One app's metrics registry and its request, commit and reconcile instruments."""
 
     def __init__(self, state: Callable[[], State | None]) -> None:
+        # `_created` samples (when each series began) are noise beside the process start time;
+        # prometheus_client reads this switch when it collects, for every registry.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
+        ProcessCollector(registry=reg)  # process_*: CPU seconds, memory, open fds, start time
+        self.build = Info(
+            "tally_build",
+            "The running tally: its version, the database backend and engine version.",
+            registry=reg,
+        )
         self.http = _RequestStats()
         reg.register(self.http)
         self.commit_size = Histogram(
@@ -401,6 +457,10 @@ class Observer:
         )
         self.unroutable: int | None = None
         reg.register(_StoreCollector(state, self))
+
+    def started(self, backend: str, engine: str) -> None:
+        """Label `tally_build_info` once the store is open: `backend` duckdb or postgresql."""
+        self.build.info({"version": tally_version(), "backend": backend, "engine_version": engine})
 
     # -- requests: both lanes ----------------------------------------------------------------------
     def request(self, method: str, route: str, status: int, started: float, request_id: str | None) -> None:

@@ -11,19 +11,28 @@ failed start reported as one line.
   `TALLY_BODY_TOTAL_TIMEOUT_SECONDS` for the whole body, 408).
 - `run`: uvicorn's start-up errors (lifespan failure, port in use) are held back while starting;
   `StartupFailed` carries the reason in one line instead.
+- Stopped by a signal (SIGTERM, Ctrl-C), uvicorn shuts down gracefully and then raises the same
+  signal again, which ends the process at once: the log lines still queued (the app's `stopped`
+  line among them) are written before that (`_Server.capture_signals`), waiting at most
+  `FLUSH_ON_SIGNAL_SECONDS` (stderr may be a full pipe nobody reads: never a hang at exit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, ClassVar
 
 import uvicorn
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from api import observability
+
+FLUSH_ON_SIGNAL_SECONDS = 2.0
 
 
 class StartupFailed(Exception):
@@ -135,6 +144,15 @@ class _Server(uvicorn.Server):
             self.on_started()
         if self.started and self.announce:
             print(self.announce, flush=True)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's; and once a signal has stopped the server, the queued log lines are
+        written before uvicorn raises that signal again (which ends the process at once)."""
+        with super().capture_signals():
+            yield
+            if self._captured_signals:
+                observability.stop_logging(timeout=FLUSH_ON_SIGNAL_SECONDS)
 
 
 def run(

@@ -4,9 +4,12 @@ it; the endpoint is operator-only and refuses a path that cannot take the copy w
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -16,6 +19,7 @@ from starlette.testclient import TestClient
 
 from ingest.storage.duckdb.backup import check_target, copy_database
 from ingest.storage.duckdb.journal import read_segment
+from ingest.storage.factory import backup_offline
 from ingest.storage.schema import RAW_EVENT_FIELDS
 from tests.conftest import (
     OP,
@@ -171,6 +175,44 @@ def test_offline_backup_includes_rows_only_in_the_journal(tmp_path: Path) -> Non
     assert [t for t in acked if t not in stored] == []
     assert {t: n for t, n in stored.items() if n > 1} == {}
     _assert_whole_groups(copy, db)
+
+
+@contextlib.contextmanager
+def loose_umask() -> Iterator[None]:
+    """The umask most systems start a process with (files 0644); this process's own may already
+    be tally's 077, set by a store a test opened in-process."""
+    before = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+@pytest.mark.slow
+def test_backups_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """A copy holds partner emails, raw bodies and credential hashes: the server writes it 0600
+    (owner only) when started under umask 022, and so does an offline backup."""
+    db = tmp_path / "private.duckdb"
+    with loose_umask():
+        server = start_server(db)
+    try:
+        auth, program_id, _ = live_program(server.url)
+        partner = {"code": "alice", "name": "Alice", "email": "alice@partner.test"}
+        r = httpx.post(f"{server.url}/api/v1/programs/{program_id}/partners", json=partner, headers=auth)
+        assert r.status_code == 201, r.text
+        served = tmp_path / "served.duckdb"
+        r = httpx.post(server.url + BACKUP, json={"path": str(served)}, headers=OP, timeout=120)
+        assert r.status_code == 200, r.text
+    finally:
+        server.stop()
+    offline = tmp_path / "offline.duckdb"
+    with loose_umask():
+        backup_offline(str(db), str(offline), lambda stage, done, total: None)
+    for copy in (served, offline):
+        _assert_standalone(copy)
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o600, (copy, oct(copy.stat().st_mode))
+        with duckdb.connect(str(copy), read_only=True) as con:
+            assert con.execute("SELECT email FROM partners").fetchall() == [("alice@partner.test",)]
 
 
 def test_offline_backup_of_a_postgresql_database_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -259,7 +259,7 @@ def _apply(
                 f"migration {migration.version} ({migration.description}) failed, "
                 f"the database stays at version {migration.version - 1}: {exc}"
             ) from exc
-        log.info("tally: schema migrated to version %d (%s)", migration.version, migration.description)
+        log.info("schema migrated to version %d (%s)", migration.version, migration.description)
         done.append(migration)
     return done
 

@@ -1,14 +1,21 @@
-"""Tally's Python server SDK: track sales, leads and refunds from a brand's server.
+"""Tally's Python server SDK: track sales, leads and refunds from a brand's server, and read
+sales, commissions, payouts, partners and programs back.
 
     from tally_sdk import Tally
-    tally = Tally()  # SERVICE_API_KEY (and TALLY_BASE_URL) from the environment
+    tally = Tally()  # SERVICE_API_KEY, TALLY_ACCOUNT_TOKEN (and TALLY_BASE_URL) from the environment
     result = tally.track_sale(customer_external_id="user_42", amount=4900, invoice_id="in_123")
+    for line in tally.list_commissions("prog_...", period="2026-01"):  # every page, as needed
+        ...
 
-`AsyncTally` has the same methods, awaited. Errors are `TallyAPIError` subclasses keyed on the
-API's `error.code`; a key flagged for rotation emits `ApiKeyRotationWarning` and sets
-`result.rotation_deadline`. `tally_sdk.renewals.handle_invoice_paid` tracks subscription renewals.
-`result.data` is typed (`tally_sdk.responses`); `tally_sdk.__version__` is the SDK's version.
+`AsyncTally` has the same methods, awaited. Every call takes `timeout=` and `retry=` for itself.
+Errors are `TallyAPIError` subclasses keyed on the API's `error.code`, carrying the raw answer;
+a key flagged for rotation emits `ApiKeyRotationWarning` and sets `result.rotation_deadline`.
+`tally_sdk.renewals.handle_invoice_paid` tracks subscription renewals. `result.data` is typed
+(`tally_sdk.responses`); `logging.getLogger("tally_sdk")` logs each request at DEBUG and each
+retry at INFO (never a credential or a body); `tally_sdk.__version__` is the SDK's version.
 """
+
+import logging
 
 from tally_sdk._core import RetryPolicy, TrackResult
 from tally_sdk._version import __version__
@@ -30,15 +37,34 @@ from tally_sdk.errors import (
     TallyAPIError,
     ValidationError,
 )
-from tally_sdk.responses import ApiWarning, LeadData, RefundData, SaleData, SaleTestModeData
+from tally_sdk.pagination import AsyncPager, Page, Pager
+from tally_sdk.responses import (
+    ApiWarning,
+    CommissionRow,
+    LeadData,
+    PartnerData,
+    PayoutBatch,
+    PayoutRow,
+    PayoutTotal,
+    ProgramData,
+    RefundData,
+    SaleData,
+    SaleRow,
+    SaleTestModeData,
+)
+
+# A library's logger stays silent until the application configures logging.
+logging.getLogger("tally_sdk").addHandler(logging.NullHandler())
 
 __all__ = [
     "ApiKeyRotationRequired",
     "ApiKeyRotationWarning",
     "ApiWarning",
+    "AsyncPager",
     "AsyncTally",
     "AuthenticationError",
     "BadRequestError",
+    "CommissionRow",
     "ConfigurationError",
     "ConflictError",
     "ConnectionFailed",
@@ -46,11 +72,19 @@ __all__ = [
     "InvalidResponseError",
     "LeadData",
     "NotFoundError",
+    "Page",
+    "Pager",
+    "PartnerData",
+    "PayoutBatch",
+    "PayoutRow",
+    "PayoutTotal",
     "PermissionDeniedError",
+    "ProgramData",
     "RateLimitError",
     "RefundData",
     "RetryPolicy",
     "SaleData",
+    "SaleRow",
     "SaleTestModeData",
     "ServerError",
     "Tally",

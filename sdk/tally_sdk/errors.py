@@ -1,8 +1,9 @@
 """Errors and warnings raised by the Tally SDK, keyed on the API's `error.code`.
 
 Branch on the class (or on `error.code`), never on the message text. Every API error keeps the
-HTTP `status` (None when the SDK refused the call before sending it), the server's `request_id`
-and the rest of the error envelope in `details`.
+HTTP `status` (None when the SDK refused the call before sending it), the server's `request_id`,
+the rest of the error envelope in `details`, and the raw answer: `headers`, `body` (its text),
+`json_body` (parsed, or None) and `response` (the `httpx.Response` itself).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+import httpx
 
 
 class ApiKeyRotationWarning(UserWarning):
@@ -39,6 +42,7 @@ class TallyAPIError(Exception):
         rotation_deadline: datetime | None = None,
         retry_after: float | None = None,
         after_retry: bool = False,
+        response: httpx.Response | None = None,
     ) -> None:
         super().__init__(f"{code}: {message}" + (f" (request {request_id})" if request_id else ""))
         self.code = code
@@ -50,6 +54,28 @@ class TallyAPIError(Exception):
         self.rotation_deadline = rotation_deadline
         self.retry_after = retry_after
         self.after_retry = after_retry
+        self.response = response
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """The answer's headers (empty when there was no answer: refused before sending, or
+        the server not reached)."""
+        return self.response.headers if self.response is not None else httpx.Headers()
+
+    @property
+    def body(self) -> str | None:
+        """The answer's body as text (tally's JSON envelope, or a proxy's page), or None."""
+        return self.response.text if self.response is not None else None
+
+    @property
+    def json_body(self) -> Any:
+        """The answer's body parsed as JSON, or None when there is none or it is not JSON."""
+        if self.response is None:
+            return None
+        try:
+            return self.response.json()
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+            return None
 
 
 class ConnectionFailed(TallyAPIError):
@@ -138,12 +164,16 @@ ERROR_CLASSES: Mapping[str, type[TallyAPIError]] = {
     "duplicate_transaction": DuplicateError,
     "duplicate_refund": DuplicateError,
     "conflict": ConflictError,
+    "stripe_account_in_use": ConflictError,
+    "line_paid": ConflictError,
+    "invalid_transition": ConflictError,
     "validation_error": ValidationError,
     "program_mismatch": ValidationError,
     "refund_exceeds_sale": ValidationError,
     "rate_limited": RateLimitError,
     "internal_error": ServerError,
     "service_unavailable": ServerError,
+    "database_unavailable": ServerError,
 }
 
 _STATUS_CLASSES: Mapping[int, type[TallyAPIError]] = {

@@ -1,9 +1,11 @@
-"""The `data` of each track call's success envelope, and the envelope's `warnings`, as typed dicts.
+"""The `data` of each call's success envelope, and the envelope's `warnings`, as typed dicts.
 
 `TrackResult.data` is one of these, read as the server sent it (JSON object, keys as documented
 in the contract's section 4): `track_sale` -> `SaleData`, `track_test_sale` -> `SaleTestModeData`,
-`track_lead` -> `LeadData`, `track_refund` -> `RefundData`. They are `TypedDict`s, so a newer
-server may add keys without breaking a brand server; the keys listed here are always present.
+`track_lead` -> `LeadData`, `track_refund` -> `RefundData`. The reads' rows (section 7) are
+`SaleRow`, `CommissionRow`, `PayoutBatch` (with `PayoutRow`, `PayoutTotal`), `PartnerData` and
+`ProgramData`. They are `TypedDict`s, so a newer server may add keys without breaking a brand
+server; the keys listed here are always present.
 """
 
 # No `from __future__ import annotations` here: `NotRequired` must be seen when the class is made,
@@ -57,3 +59,131 @@ class ApiWarning(TypedDict):
     code: str
     message: NotRequired[str]
     deadline: NotRequired[str]  # RFC 3339, on `api_key_rotation_required`
+
+
+# -- reads (account token): each row of a `Tally.list_*` answer ------------------------------------
+# Times are RFC 3339 UTC strings (`2026-01-02T10:00:00Z`), money integer minor units of `currency`.
+AttributionRule = Literal["click", "promo_code", "email", "processor_customer", "customer_key"]
+LineStatus = Literal["pending", "approved", "held", "reversed", "void", "paid"]
+
+
+class SaleRow(TypedDict):
+    """A reconciled sale (`list_sales`) with its attribution and commission."""
+
+    sale_id: str
+    transaction_id: str | None  # a connect sale's invoice, else payment intent, else checkout session id
+    source: Literal["connect", "self_hosted"]
+    amount: int  # net of tax
+    gross_amount: int
+    tax: int
+    currency: str | None
+    is_recurring: bool | None
+    test_mode: bool
+    partner_code: str | None
+    attribution_rule: AttributionRule | None
+    unattributed_reason: str | None  # no_attribution_data, click_not_found, customer_not_found, ...
+    warnings: list[str]
+    commission: int  # net of reversals; 0 where none is due
+    platform_fee: int
+    commission_status: LineStatus | None  # None: not commissionable (test, unattributed, outside the window)
+    refunded: int
+    occurred_at: str | None
+    period: str | None  # YYYY-MM of occurred_at
+    customer_key: str | None
+    subscription_id: str | None
+
+
+class CommissionRow(TypedDict):
+    """A commission line (`list_commissions`): a sale's commission, or a later adjustment or
+    clawback of it, dated in its own month."""
+
+    transaction_id: str | None
+    sale_id: str
+    partner_code: str | None
+    amount: int
+    gross: int
+    reversed: int
+    platform_fee: int
+    currency: str | None
+    status: LineStatus
+    period: str  # YYYY-MM the line is dated in
+    sale_period: str | None
+    kind: Literal["commission", "adjustment", "clawback"]
+    adjusts: str | None  # the transaction id a non-commission line corrects
+    cause: str | None  # the raw event or action id that caused a non-commission line
+    payout_id: str | None
+    self_referral: bool
+    available_at: str | None  # when the holding period ends
+    dated_at: str | None
+    booked: bool  # a booking holds the line: it never changes again
+    status_reason: str | None
+    status_by: str | None
+
+
+class PayoutRow(TypedDict):
+    """What one batch pays one partner in one currency."""
+
+    partner_code: str
+    partner_name: str | None
+    partner_email: str | None
+    amount: int
+    amount_decimal: str  # `amount` in whole units, e.g. "12.50"
+    currency: str
+    lines: int
+    net: int  # the batch's lines netted
+    carried_in: int  # what earlier batches carried (<= 0)
+    carried_forward: int  # owed back, netted by the partner's next batch (<= 0)
+
+
+class PayoutTotal(TypedDict):
+    currency: str
+    amount: int
+    amount_decimal: str
+    lines: int
+
+
+class PayoutBatch(TypedDict):
+    """A payout batch (`list_payouts`, owners only), newest first."""
+
+    payout_id: str
+    number: int
+    up_to: str  # YYYY-MM-DD
+    created_at: str
+    created_by: str | None
+    status: Literal["open", "paid"]
+    paid_at: str | None
+    paid_by: str | None
+    rows: list[PayoutRow]
+    totals: list[PayoutTotal]
+    lines: int
+
+
+class PartnerData(TypedDict):
+    """A partner of a program (`list_partners`)."""
+
+    partner_id: str
+    program_id: str
+    code: str  # the `?aff=` code
+    name: str
+    email: str | None
+    created_at: str
+
+
+class ProgramData(TypedDict):
+    """A program the account can see (`list_programs`); never the key, only its masked form."""
+
+    program_id: str
+    workspace_id: str
+    name: str
+    commission_type: Literal["percent", "flat"]
+    commission_bps: int
+    commission_flat: int
+    recurring_months: int | None
+    platform_fee_bps: int
+    holding_days: int
+    requires_server_side_leads: bool
+    stripe_account_id: str | None
+    api_token_masked: str | None
+    api_key_rotation_deadline: str | None
+    created_at: str
+    updated_at: str

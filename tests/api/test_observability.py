@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,7 +29,7 @@ from ingest import writer as writer_module
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.store import DuckStore
 from ingest.stripe import sign
-from tests.conftest import OP, WEBHOOK_SECRET, World, bearer
+from tests.conftest import OP, ROOT, WEBHOOK_SECRET, World, bearer
 from tests.helpers import journal_record, sale_row
 
 
@@ -254,3 +257,32 @@ def test_each_app_has_its_own_registry(settings: Settings, tmp_path: Path) -> No
         health = {"method": "GET", "route": "/healthz", "status": "200"}
         assert value(scrape(a), "tally_http_requests_total", **health) == 2
         assert value(scrape(b), "tally_http_requests_total", **health) == 1
+
+
+def test_process_metrics_and_build_info_and_no_created_series(client: TestClient, backend: str) -> None:
+    assert client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200  # histograms move
+    text = client.get("/metrics", headers=OP).text
+    samples = scrape(client)
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"):
+        assert value(samples, name) > 0, name
+    assert value(samples, "process_start_time_seconds") > time.time() - 3600
+    build = [dict(labels) for name, labels in samples if name == "tally_build_info"]
+    assert len(build) == 1 and value(samples, "tally_build_info", **build[0]) == 1
+    assert build[0]["backend"] == backend
+    assert build[0]["version"] == metadata.version("tally")
+    if backend == "duckdb":
+        assert build[0]["engine_version"] == duckdb.__version__
+    else:
+        assert int(build[0]["engine_version"].split(".")[0]) >= 13  # the PostgreSQL server's
+    assert "_created" not in text  # prometheus_client's per-series start times are off
+    assert value(samples, "tally_reconcile_duration_seconds_count", mode="full") == 1
+
+
+def test_every_metric_served_is_documented(client: TestClient) -> None:
+    assert client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    docs = (ROOT / "docs" / "observability.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", docs, re.MULTILINE))
+    served = set()
+    for family in text_string_to_metric_families(client.get("/metrics", headers=OP).text):
+        served.add(family.name + ("_total" if family.type == "counter" else ""))
+    assert served <= documented, sorted(served - documented)

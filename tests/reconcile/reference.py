@@ -817,10 +817,22 @@ def reverse(total: int, refunded: int, gross: int) -> int:
     return round_half_even(total * refunded, gross)
 
 
+# The latest time tally takes in (ingest/bounds.py LATEST), restated: no available_at is later.
+LATEST = datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC)
+
+
+def available_at(occurred_at: datetime, holding_days: int) -> datetime:
+    """occurred_at + the holding days, capped at LATEST (and past year 9999 a datetime overflows)."""
+    try:
+        return min(occurred_at + timedelta(days=holding_days), LATEST)
+    except OverflowError:
+        return LATEST
+
+
 def finish(sales: list[Row], now: datetime) -> None:
     for s in sales:
         s["period"] = period(s["occurred_at"])
-        s["available_at"] = s["occurred_at"] + timedelta(days=s["holding_days"])
+        s["available_at"] = available_at(s["occurred_at"], s["holding_days"])
         s["commission"] = s["gross_commission"] - s["reversed"]
         s["platform_fee"] = s["gross_fee"] - s["fee_reversed"]
         if not s["commissionable"]:

@@ -6,8 +6,9 @@ proxy's page, a network failure) is written by hand."""
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 import httpx
 from starlette.requests import Request
@@ -203,3 +204,45 @@ def settled_lead(world: World, customer: str) -> str:
     )
     assert r.status_code == 200, r.text
     return click_id
+
+
+# -- the typed response data against what the app answers ------------------------------------------
+def shape_problems(data: Any, typed: Any) -> list[str]:
+    """What keeps the JSON object `data` from being a `typed` (a TypedDict): missing or
+    undeclared keys, values of another type (lists and nested TypedDicts followed)."""
+    if not isinstance(data, dict):
+        return [f"{typed.__name__}: {data!r} is not an object"]
+    hints = get_type_hints(typed)
+    problems = [
+        f"{typed.__name__}: {k} missing from {data}" for k in sorted(typed.__required_keys__ - set(data))
+    ]
+    problems += [f"{typed.__name__}: {k} not declared, in {data}" for k in sorted(set(data) - set(hints))]
+    for key, value in data.items():
+        if key in hints and not conforms(value, hints[key]):
+            problems.append(f"{typed.__name__}.{key}: {value!r} is not {hints[key]}")
+    return problems
+
+
+def conforms(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a type hint made of str, int, bool, None, unions, Literals,
+    lists and TypedDicts."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        return value in get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(conforms(value, arg) for arg in get_args(hint))
+    if origin is list:
+        return isinstance(value, list) and all(conforms(item, get_args(hint)[0]) for item in value)
+    if is_typeddict(hint):
+        return not shape_problems(value, hint)
+    if hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    assert hint in (str, bool), f"conforms() does not know {hint!r}"
+    return isinstance(value, hint)
+
+
+def check_shape(data: Any, typed: Any) -> None:
+    problems = shape_problems(data, typed)
+    assert problems == [], problems

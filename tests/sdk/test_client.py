@@ -37,7 +37,7 @@ def test_track_sale_sends_documented_camelcase_shape(world: World) -> None:
     assert str(request.url) == f"{APP_URL}/api/v1/track/sale"
     assert request.headers["authorization"] == f"Bearer {world.api_key}"
     assert request.headers["content-type"] == "application/json"
-    assert request.headers["user-agent"] == "tally-python/0.1.0"
+    assert request.headers["user-agent"] == "tally-python/0.2.0"
     assert len(request.headers["x-request-id"]) == 32
     assert app.bodies[0] == {
         "customerExternalId": "user_42",
@@ -212,12 +212,16 @@ def test_settings_come_from_the_environment(world: World, monkeypatch: pytest.Mo
 
 def test_defaults_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVICE_API_KEY", raising=False)
+    monkeypatch.delenv("TALLY_ACCOUNT_TOKEN", raising=False)
     monkeypatch.delenv("TALLY_BASE_URL", raising=False)
-    with pytest.raises(ConfigurationError, match="SERVICE_API_KEY"):
+    with pytest.raises(ConfigurationError, match=r"SERVICE_API_KEY.*TALLY_ACCOUNT_TOKEN"):
         Tally()
     with pytest.raises(ConfigurationError):
         AsyncTally()
     assert Tally(api_key="aff_x").base_url == "http://127.0.0.1:8000"
+    assert Tally(account_token="acct_x").base_url == "http://127.0.0.1:8000"  # reads only
+    monkeypatch.setenv("TALLY_ACCOUNT_TOKEN", "acct_env")
+    assert repr(Tally()) == "Tally(base_url='http://127.0.0.1:8000')"  # never a credential
 
 
 def test_explicit_arguments_win_over_environment(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import types
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +16,7 @@ import tally_sdk
 from tally_sdk import LeadData, RefundData, SaleData, SaleTestModeData, Tally, TrackResult
 from tally_sdk.responses import ApiWarning
 from tests.conftest import ROOT, World
-from tests.sdk.helpers import APP_URL, RealApp, settled_lead
+from tests.sdk.helpers import APP_URL, RealApp, check_shape, settled_lead
 
 SDK = ROOT / "sdk"
 ALLOWED_IMPORTS = {"httpx", "tally_sdk"}  # and the standard library
@@ -69,29 +68,6 @@ def test_one_version_in_the_package_readme_metadata_and_user_agent(world: World)
 
 
 # -- typed response data against the real app ---------------------------------------------------
-def conforms(value: Any, hint: Any) -> bool:
-    """Whether a JSON value fits a type hint made of str, int, bool, None, unions and Literals."""
-    origin = get_origin(hint)
-    if origin is Literal:
-        return value in get_args(hint)
-    if origin in (Union, types.UnionType):
-        return any(conforms(value, arg) for arg in get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    assert hint in (str, bool), f"conforms() does not know {hint!r}"
-    return isinstance(value, hint)
-
-
-def check_shape(data: Any, typed: Any) -> None:
-    hints = get_type_hints(typed)
-    assert set(data) >= typed.__required_keys__, f"{typed.__name__}: keys missing from {data}"
-    assert set(data) <= set(hints), f"{typed.__name__}: keys the type does not declare in {data}"
-    for key, value in data.items():
-        assert conforms(value, hints[key]), f"{typed.__name__}.{key}: {value!r} is not {hints[key]}"
-
-
 def check_result(result: TrackResult[Any], typed: Any) -> None:
     check_shape(result.data, typed)
     for warning in result.warnings:

@@ -78,19 +78,55 @@ def test_retryable_statuses_are_retried_then_succeed(world: World, code: int, sl
     assert outcomes(world) == [(*SALE, result.request_id)]
 
 
+def internal_error() -> TallyError:
+    return TallyError("internal error; request req_1 identifies it in the logs")
+
+
+def test_a_500_is_retried_for_a_sale(world: World) -> None:
+    """The sale is idempotent (its invoice id): a 500 is retried, and the sale is recorded once."""
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [app.error(internal_error())]
+    result = track(real_client(app, sleeps))
+    assert (len(app.requests), sleeps, result.attempts) == (2, [0.5], 2)
+    assert processed(world) == [SALE]
+
+
+def test_a_500_after_the_sale_landed_makes_the_retry_a_duplicate_after_retry(world: World) -> None:
+    app = RealApp(world)
+
+    def landed_then_500(request: httpx.Request) -> httpx.Response:
+        app.forward(request)  # the sale is written, then the answer is the error map's 500
+        return app.error(internal_error())(request)
+
+    app.faults = [landed_then_500]
+    with pytest.raises(DuplicateError) as info:
+        track(real_client(app))
+    assert info.value.after_retry is True  # a 500 may come after the write: the sale is in, once
+    assert processed(world) == [SALE, DUPLICATE]
+
+
 @pytest.mark.parametrize(
     ("error", "status"),
     [
-        (TallyError("internal error; request req_1 identifies it in the logs"), 500),
         (Refusal("not_implemented", 501, "no"), 501),
+        (Refusal("http_version_not_supported", 505, "no"), 505),
     ],
 )
-def test_other_server_errors_are_not_retried(world: World, error: TallyError, status: int) -> None:
+def test_server_errors_that_cannot_pass_are_not_retried(world: World, error: TallyError, status: int) -> None:
     app, sleeps = RealApp(world), Sleeps()
     app.faults = [app.error(error)]
     with pytest.raises(ServerError) as info:
         track(real_client(app, sleeps))
     assert (len(app.requests), sleeps, info.value.status) == (1, [], status)
+
+
+def test_a_500_is_not_retried_for_the_test_sale(world: World) -> None:
+    """The test sale has no idempotency key: after a 500 it may be in already."""
+    app, sleeps = RealApp(world), Sleeps()
+    app.faults = [app.error(internal_error())]
+    with pytest.raises(ServerError) as info:
+        real_client(app, sleeps).track_test_sale()
+    assert (len(app.requests), sleeps, info.value.status, info.value.after_retry) == (1, [], 500, False)
 
 
 WRONG_KEY = "aff_" + "x" * 40

@@ -129,14 +129,19 @@ def test_a_fresh_venv_gets_httpx_and_its_dependencies_and_nothing_else(installed
 
 
 GOOD = """\
-from tally_sdk import LeadData, SaleData, Tally, TrackResult
+from tally_sdk import CommissionRow, LeadData, SaleData, Tally, TrackResult
 
 
 def track(tally: Tally) -> tuple[str, bool, str]:
-    lead: TrackResult[LeadData] = tally.track_lead(customer_external_id="user_1")
+    lead: TrackResult[LeadData] = tally.track_lead(customer_external_id="user_1", timeout=2.0)
     sale = tally.track_sale(customer_external_id="user_1", amount=4900, invoice_id="in_1")
     data: SaleData = sale.data
     return lead.data["status"], data["attributed"], data["sale_id"]
+
+
+def owed(tally: Tally) -> int:
+    lines: list[CommissionRow] = list(tally.list_commissions("prog_1", period="2026-01"))
+    return sum(line["amount"] for line in lines if line["status"] == "approved")
 """
 BAD = """\
 from tally_sdk import Tally
@@ -145,6 +150,10 @@ from tally_sdk import Tally
 def track(tally: Tally) -> int:
     sale = tally.track_sale(customer_external_id="user_1", amount=4900, invoice_id="in_1")
     return sale.data["sale_id"]
+
+
+def first_code(tally: Tally) -> int:
+    return next(iter(tally.list_partners("prog_1")))["code"]
 """
 
 
@@ -162,7 +171,8 @@ def test_the_installed_types_reach_a_type_checker_through_py_typed(installed: In
     out = run(*mypy, "bad.py", cwd=code, env=env, status=1)
     errors = [line for line in out.splitlines() if ": error: " in line]
     assert errors == [
-        'bad.py:6: error: Incompatible return value type (got "str", expected "int")  [return-value]'
+        'bad.py:6: error: Incompatible return value type (got "str", expected "int")  [return-value]',
+        'bad.py:10: error: Incompatible return value type (got "str", expected "int")  [return-value]',
     ]
 
 
@@ -171,10 +181,12 @@ import json, warnings
 from tally_sdk import Tally
 
 warnings.simplefilter("error")  # a rotation warning or any other would fail the script
-with Tally() as tally:  # SERVICE_API_KEY and TALLY_BASE_URL from the environment
+with Tally() as tally:  # SERVICE_API_KEY, TALLY_ACCOUNT_TOKEN and TALLY_BASE_URL from the environment
     lead = tally.track_lead(customer_external_id="user_wheel", click_id=CLICK_ID)
     sale = tally.track_sale(customer_external_id="user_wheel", amount=4900, invoice_id="in_wheel_1")
-print(json.dumps({"lead": lead.data, "sale": sale.data, "ids": [lead.request_id, sale.request_id]}))
+    partners = [p["code"] for p in tally.list_partners(PROGRAM_ID)]
+ids = [lead.request_id, sale.request_id]
+print(json.dumps({"lead": lead.data, "sale": sale.data, "ids": ids, "partners": partners}))
 """
 
 
@@ -192,9 +204,18 @@ def test_the_installed_wheel_tracks_a_lead_and_a_sale_against_a_live_server(
     )
     assert r.status_code == 201, r.text
     click_id = r.json()["data"]["click_id"]
-    script = SCRIPT.replace("CLICK_ID", json.dumps(click_id))
-    out = venv_python(installed, script, SERVICE_API_KEY=live_world.api_key, TALLY_BASE_URL=live_server.url)
+    script = SCRIPT.replace("CLICK_ID", json.dumps(click_id)).replace(
+        "PROGRAM_ID", json.dumps(live_world.program_id)
+    )
+    out = venv_python(
+        installed,
+        script,
+        SERVICE_API_KEY=live_world.api_key,
+        TALLY_ACCOUNT_TOKEN=live_world.account_token,
+        TALLY_BASE_URL=live_server.url,
+    )
     result = json.loads(out)
+    assert result["partners"] == ["alice"]  # a read, with the account token
     assert result["lead"] == {
         "lead_id": result["lead"]["lead_id"],
         "customer_external_id": "user_wheel",

@@ -340,7 +340,7 @@ class DuckStore(KeyLookups):
                     self._seq,
                 )
             if self._seq:
-                log.warning("tally: building the key index from the raw log: %d raw rows", self._seq)
+                log.warning("building the key index from the raw log: %d raw rows", self._seq)
             applied = keys.rebuild(self._raw_after(0), self._seq, on_progress)
             self._keys_stale = False
             return applied
@@ -348,7 +348,7 @@ class DuckStore(KeyLookups):
             return 0
         total = self._seq - seq
         if total > 100_000:
-            log.warning("tally: bringing the key index up to date: %d raw rows to apply", total)
+            log.warning("bringing the key index up to date: %d raw rows to apply", total)
         applied = keys.apply(self._raw_after(seq), total, on_progress)
         self._keys_stale = False
         return applied

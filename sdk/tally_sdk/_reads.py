@@ -1,0 +1,119 @@
+"""The reads (account token): which endpoint, which query, and how its pages follow each other.
+
+Each function checks its arguments before anything is sent (`ValidationError`, `status is None`)
+and returns a `Listing`; `Listing.call(offset)` is the call for the page starting at `offset`.
+Sales and commissions are paged by the API (`limit`, at most 1000, and `offset`, in a fixed
+order: sales by `occurred_at` then `sale_id`, commission lines by period, date and key); the
+programs, partners and payout batches of a program come in one answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from urllib.parse import quote
+
+from tally_sdk._bodies import _invalid, _text
+from tally_sdk._core import Call
+
+MAX_PAGE_SIZE = 1000  # the API's largest `limit`
+DEFAULT_PAGE_SIZE = 100
+
+DateLike = date | datetime | str
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A read: its path and query; `page_size` when the API pages it (limit/offset), else None."""
+
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+    page_size: int | None = None
+
+    def call(self, offset: int = 0) -> Call:
+        """The call for the page starting at row `offset` (the whole list when not paged)."""
+        params = dict(self.params)
+        if self.page_size is not None:
+            params.update(limit=str(self.page_size), offset=str(offset))
+        return Call(
+            self.path,
+            None,
+            idempotent=True,
+            method="GET",
+            params=params,
+            credential="account",
+            expects="list",
+        )
+
+
+def programs() -> Listing:
+    """`GET /api/v1/programs`: the programs of every workspace the account belongs to."""
+    return Listing("/api/v1/programs")
+
+
+def partners(program_id: str) -> Listing:
+    """`GET /api/v1/programs/{id}/partners`."""
+    return Listing(f"{_program(program_id)}/partners")
+
+
+def payouts(program_id: str) -> Listing:
+    """`GET /api/v1/programs/{id}/payouts` (an owner's): every batch, newest first."""
+    return Listing(f"{_program(program_id)}/payouts")
+
+
+def sales(
+    program_id: str,
+    *,
+    transaction_id: str | None = None,
+    start: DateLike | None = None,
+    end: DateLike | None = None,
+    attributed: bool | None = None,
+    page_size: int = DEFAULT_PAGE_SIZE,
+) -> Listing:
+    """`GET /api/v1/programs/{id}/sales`: `start` / `end` are the API's `from` / `to` (a date is
+    its whole day, `end`'s included; an aware datetime is that instant)."""
+    params: dict[str, str] = {}
+    if transaction_id is not None:
+        params["transaction_id"] = _text("transaction_id", transaction_id)
+    if start is not None:
+        params["from"] = _moment("start", start)
+    if end is not None:
+        params["to"] = _moment("end", end)
+    if attributed is not None:
+        if not isinstance(attributed, bool):
+            raise _invalid("attributed", "must be a boolean")
+        params["attributed"] = "true" if attributed else "false"
+    return Listing(f"{_program(program_id)}/sales", params, _page_size(page_size))
+
+
+def commissions(
+    program_id: str, *, period: str | date | None = None, page_size: int = DEFAULT_PAGE_SIZE
+) -> Listing:
+    """`GET /api/v1/programs/{id}/commissions`: every line, or those of one month `period`
+    (`YYYY-MM`, or any date in it)."""
+    params: dict[str, str] = {}
+    if isinstance(period, date):
+        params["period"] = f"{period.year:04d}-{period.month:02d}"
+    elif period is not None:
+        params["period"] = _text("period", period)
+    return Listing(f"{_program(program_id)}/commissions", params, _page_size(page_size))
+
+
+def _program(program_id: str) -> str:
+    return f"/api/v1/programs/{quote(_text('program_id', program_id), safe='')}"
+
+
+def _page_size(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAGE_SIZE:
+        raise _invalid("page_size", f"must be an integer from 1 to {MAX_PAGE_SIZE}, got {value!r}")
+    return value
+
+
+def _moment(name: str, value: DateLike) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise _invalid(name, "must be an aware datetime, a date or a string")
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    return _text(name, value)
