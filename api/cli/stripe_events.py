@@ -146,13 +146,16 @@ def invoice(
         "status_transitions": {"finalized_at": paid_at, "paid_at": paid_at},
         "subtotal": amount - tax,
         "total": amount,
-        "total_taxes": [{"amount": tax, "tax_behavior": "exclusive"}] if tax else [],
     }
     details = {"metadata": metadata or {}}
-    if legacy:
+    if legacy:  # tax as `tax` and `total_tax_amounts`, the subscription at the top
+        obj["tax"] = tax or None
+        obj["total_tax_amounts"] = [{"amount": tax, "inclusive": False}] if tax else []
         obj["subscription"] = subscription
         obj["subscription_details"] = details
-    elif subscription is not None:
+        return obj
+    obj["total_taxes"] = [{"amount": tax, "tax_behavior": "exclusive"}] if tax else []
+    if subscription is not None:
         obj["parent"] = {
             "type": "subscription_details",
             "subscription_details": {"subscription": subscription, **details},
@@ -208,7 +211,6 @@ def refunded_charge(
             "object": "list",
             "data": [refund],
             "has_more": False,
-            "total_count": 1,
             "url": f"/v1/charges/{charge}/refunds",
         },
         "status": "succeeded",
