@@ -117,7 +117,10 @@ def test_version_and_usage_errors_are_one_line(tmp_path: Path) -> None:
 def _commands(command: click.Command, path: str = "tally") -> list[tuple[str, click.Command]]:
     found = [(path, command)]
     if isinstance(command, click.Group):
-        for name, child in command.commands.items():
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            child = command.get_command(ctx, name)
+            assert child is not None, name
             found += _commands(child, f"{path} {name}")
     return found
 

@@ -10,6 +10,7 @@ codes)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -18,21 +19,35 @@ from typing import Any
 
 import click
 
-from api.cli.auth import auth, login, logout
-from api.cli.backup import backup
-from api.cli.books import backfill, explain, report
-from api.cli.completion import completion
 from api.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, CliError
-from api.cli.finance import commissions, fixes, periods
-from api.cli.migrate import migrate
-from api.cli.operations import demo, reconcile, unroutable
 from api.cli.options import examples
-from api.cli.payouts import payouts
-from api.cli.programs import keys, programs
-from api.cli.serve import serve
-from api.cli.stripe import stripe
 from ingest import private
 from reconcile import allocator
+
+# Each command, from the module that defines it; a module is imported only when its command
+# runs (or help lists it), so `tally programs list` does not load the database's modules.
+COMMANDS = {
+    "serve": "api.cli.serve:serve",
+    "login": "api.cli.auth:login",
+    "logout": "api.cli.auth:logout",
+    "auth": "api.cli.auth:auth",
+    "programs": "api.cli.programs:programs",
+    "keys": "api.cli.programs:keys",
+    "reconcile": "api.cli.operations:reconcile",
+    "unroutable": "api.cli.operations:unroutable",
+    "demo": "api.cli.operations:demo",
+    "backfill": "api.cli.books:backfill",
+    "report": "api.cli.books:report",
+    "explain": "api.cli.books:explain",
+    "payouts": "api.cli.payouts:payouts",
+    "periods": "api.cli.finance:periods",
+    "fixes": "api.cli.finance:fixes",
+    "commissions": "api.cli.finance:commissions",
+    "migrate": "api.cli.migrate:migrate",
+    "backup": "api.cli.backup:backup",
+    "stripe": "api.cli.stripe:stripe",
+    "completion": "api.cli.completion:completion",
+}
 
 
 def version() -> str:
@@ -60,7 +75,18 @@ class _Piped(Exception):
 
 
 class Tally(click.Group):
-    """The root group: a closed stdout ends the command quietly with 141 (click would exit 1)."""
+    """The root group: its commands loaded when asked for (`COMMANDS`), and a closed stdout
+    ending the command quietly with 141 (click would exit 1)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name].split(":")
+        command: click.Command = getattr(importlib.import_module(module), name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -82,31 +108,6 @@ class Tally(click.Group):
 @click.version_option(version(), "--version", prog_name="tally", message="%(prog)s %(version)s")
 def cli() -> None:
     """Partner-referral tracking: the server, and a client of a running server."""
-
-
-for command in (
-    serve,
-    login,
-    logout,
-    auth,
-    programs,
-    keys,
-    reconcile,
-    unroutable,
-    backfill,
-    report,
-    explain,
-    demo,
-    payouts,
-    periods,
-    fixes,
-    commissions,
-    migrate,
-    backup,
-    stripe,
-    completion,
-):
-    cli.add_command(command)
 
 
 def _usage(exc: click.UsageError) -> int:

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import click
 
 from api.cli.client import call, operator_target, stream, streamed_result
+from api.cli.demo import run_demo
 from api.cli.options import examples, json_option, url_option
 from api.cli.output import Listing, Progress, emit, show
 
@@ -107,7 +108,5 @@ def demo(url: str | None, state: str) -> None:
     """Create a demo account and program and send it clicks, leads, sales and signed processor
     webhooks. Needs TALLY_OPERATOR_TOKEN and TALLY_STRIPE_WEBHOOK_SECRETS as the server has
     them."""
-    from api.cli.demo import run_demo  # its event builders only when it runs
-
     target, token = operator_target(url)
     run_demo(target, token, Path(state))
