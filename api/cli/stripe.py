@@ -74,7 +74,7 @@ def record_click(url: str, program: str, partner: str) -> str:
 
 def build(event_type: str, o: dict[str, Any], metadata: dict[str, str], created: int) -> dict[str, Any]:
     """The event's object for `event_type` from the command's options `o`."""
-    live, amount, currency = not o["test_mode"], o["amount"], o["currency"]
+    live, amount, currency = not o["test_mode"], o["amount"], o["currency"].lower()
     customer = o["customer"] or events.new_id("cus")
     subscription = o["subscription"] or events.new_id("sub")
     if event_type in CHECKOUT_EVENTS:
