@@ -431,7 +431,7 @@ def test_the_cli_reports_a_refusal_in_one_line(live_server: LiveServer, tmp_path
         timeout=120,
         env={k: v for k, v in os.environ.items() if k != "TALLY_OPERATOR_TOKEN"},
     )
-    assert done.returncode == 1
+    assert done.returncode == 4  # an authentication failure (the server answered 401)
     assert "operator_token_required" in done.stderr
     assert not (tmp_path / "c.duckdb").exists()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import stat
@@ -11,9 +10,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import click
 import httpx
 
-from api.cli import build_parser
+from api.cli import cli
 from tests.conftest import OP, ROOT, LiveServer
 
 
@@ -47,7 +47,7 @@ def test_login_programs_and_keys(live_server: LiveServer, tmp_path: Path) -> Non
     assert r.returncode != 0 and "not logged in" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
     r = tally(home, "login", "--url", live_server.url, "--token", "acct_wrong")
-    assert r.returncode == 1 and r.stderr.startswith("tally: unknown account token:")
+    assert r.returncode == 4 and r.stderr.startswith("tally: unknown account token:")  # an auth failure
     assert len(r.stderr.strip().splitlines()) == 1 and "acct_wrong" not in r.stderr
     r = tally(home, "login", "--url", live_server.url, "--token", "-", stdin=acct["token"] + "\n")
     assert r.returncode == 0, r.stderr
@@ -55,12 +55,15 @@ def test_login_programs_and_keys(live_server: LiveServer, tmp_path: Path) -> Non
     stored = home / "tally" / "credentials.json"
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
 
+    # `programs create` prints the row `programs list` prints (a table; tab-separated in a pipe)
     r = tally(home, "programs", "create", "--workspace", acct["workspace_id"], "--name", "CLI program")
     assert r.returncode == 0, r.stderr
-    assert '"api_token_masked"' in r.stdout and 'api_key"' not in r.stdout
+    [created] = r.stdout.splitlines()
+    program_id, workspace, masked, name = created.split("\t")
+    assert (workspace, name) == (acct["workspace_id"], "CLI program") and program_id.startswith("prog_")
+    assert masked.startswith("aff_\u2022") and "keys regenerate" in r.stderr  # the key: masked, never shown
     r = tally(home, "programs", "list")
-    assert r.returncode == 0 and "CLI program" in r.stdout
-    program_id = r.stdout.split("\t")[0]
+    assert r.returncode == 0 and r.stdout.splitlines() == [created]
 
     r = tally(home, "keys", "regenerate", "--program", program_id)
     assert r.returncode == 0, r.stderr
@@ -90,8 +93,12 @@ def test_login_takes_the_token_from_the_environment_and_lists_programs_as_json(
     home = tmp_path / "cfg"
     r = tally(home, "login", "--url", live_server.url, stdin="", TALLY_ACCOUNT_TOKEN=acct["token"])
     assert r.returncode == 0, r.stderr
-    r = tally(home, "programs", "create", "--workspace", acct["workspace_id"], "--name", "JSON program")
+    r = tally(
+        home, "programs", "create", "--workspace", acct["workspace_id"], "--name", "JSON program", "--json"
+    )
     assert r.returncode == 0, r.stderr
+    assert '"api_token_masked"' in r.stdout and 'api_key"' not in r.stdout
+    assert json.loads(r.stdout)["name"] == "JSON program"
     r = tally(home, "programs", "list", "--json")
     assert r.returncode == 0, r.stderr
     [program] = json.loads(r.stdout)
@@ -107,31 +114,31 @@ def test_version_and_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "pdf" in r.stderr
 
 
-def _commands(
-    parser: argparse.ArgumentParser, path: str = "tally"
-) -> list[tuple[str, argparse.ArgumentParser]]:
-    found = [(path, parser)]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                found += _commands(child, f"{path} {name}")
+def _commands(command: click.Command, path: str = "tally") -> list[tuple[str, click.Command]]:
+    found = [(path, command)]
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            child = command.get_command(ctx, name)
+            assert child is not None, name
+            found += _commands(child, f"{path} {name}")
     return found
 
 
 def test_every_option_has_a_description_and_every_command_an_example() -> None:
-    """The CLI follows its own help: walked over the whole parser tree, so a command or an
+    """The CLI follows its own help: walked over the whole command tree, so a command or an
     option added later without them fails here."""
-    commands = _commands(build_parser())
+    commands = _commands(cli)
     assert len(commands) > 12
-    missing_examples = [path for path, p in commands if not (p.epilog or "").startswith("example")]
+    missing_examples = [path for path, c in commands if not (c.epilog or "").startswith("\b\nexample")]
     missing_help = [
-        f"{path} {'/'.join(a.option_strings) or a.dest}"
-        for path, p in commands
-        for a in p._actions
-        if not isinstance(a, argparse._SubParsersAction | argparse._HelpAction) and not a.help
+        f"{path} {'/'.join(p.opts)}"
+        for path, c in commands
+        for p in c.params
+        if isinstance(p, click.Option) and not p.help
     ]
-    leaves = [
-        path for path, p in commands if not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
-    ]
+    missing_summary = [path for path, c in commands if not (c.short_help or c.help)]
+    leaves = [path for path, c in commands if not isinstance(c, click.Group)]
     assert {"tally migrate", "tally backup", "tally report finance", "tally serve"} <= set(leaves)
-    assert missing_examples == [] and missing_help == []
+    assert {"tally auth status", "tally logout", "tally completion", "tally stripe trigger"} <= set(leaves)
+    assert missing_examples == [] and missing_help == [] and missing_summary == []

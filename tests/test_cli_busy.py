@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from api.cli_http import ApiError, call_status, stream
+from api.cli.client import call_status, stream
+from api.cli.errors import ApiError
 
 BUSY = json.dumps({"error": {"code": "reconcile_running", "message": "busy", "doc_url": "x"}}).encode()
 OTHER = json.dumps({"error": {"code": "conflict", "message": "no", "doc_url": "x"}}).encode()

@@ -63,6 +63,7 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
         "--requires-server-side-leads",
         "--stripe-account",
         "acct_1CliSettings",
+        "--json",
     )
     assert r.returncode == 0, r.stderr
     program = json.loads(r.stdout)
@@ -75,7 +76,15 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
     )
 
     r = tally(
-        home, *create, "--name", "Flat", "--commission-flat", "1.250 kwd", "--recurring-months", "lifetime"
+        home,
+        *create,
+        "--name",
+        "Flat",
+        "--commission-flat",
+        "1.250 kwd",
+        "--recurring-months",
+        "lifetime",
+        "--json",
     )
     assert r.returncode == 0, r.stderr
     flat = json.loads(r.stdout)
@@ -120,7 +129,8 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
 
     r = tally(home, "fixes", "add", "--program", pid, "--transaction-id", "in_jan", "--svc-click-id", "clk_x")
     assert r.returncode == 0, r.stderr
-    assert "recorded for transaction in_jan: svc_click_id=clk_x" in r.stdout and "backfill" in r.stdout
+    [row] = [line.split("\t") for line in r.stdout.splitlines() if "\t" in line]  # the recorded fix's row
+    assert row[0].startswith("fix") and row[1:] == ["-", "in_jan", "-", "clk_x"] and "backfill" in r.stdout
     fix = ("--subscription-id", "sub_1", "--svc-customer-key", "cust_42", "--json")
     r = tally(home, "fixes", "add", "--program", pid, *fix)
     assert r.returncode == 0, r.stderr
@@ -147,7 +157,9 @@ def test_commissions_hold_release_void(live_server: LiveServer, tmp_path: Path) 
     home = tmp_path / "cfg"
     assert tally(home, "login", "--url", url, "--token", acct["token"]).returncode == 0
     r = tally(
-        home, "programs", "create", "--workspace", acct["workspace_id"], "--name", "P", "--holding-days", "0"
+        home,
+        *("programs", "create", "--workspace", acct["workspace_id"], "--name", "P", "--holding-days", "0"),
+        "--json",
     )
     pid = json.loads(r.stdout)["program_id"]
     owner = {"Authorization": f"Bearer {acct['token']}"}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from api.cli import build_parser
+import click
+
+from api.cli import cli
 from api.settings import Settings
 from ingest.domain.errors import ALL_ERRORS
 from tests.conftest import ROOT
@@ -29,13 +31,12 @@ def test_every_setting_is_in_the_readme() -> None:
 
 
 def test_every_cli_verb_is_in_the_readme() -> None:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
     verbs = []
-    for name, subparser in sub.choices.items():  # type: ignore[union-attr]
-        nested = [a for a in subparser._actions if a.dest == "action"]
-        if nested:
-            verbs += [f"tally {name} {child}" for child in nested[0].choices]  # type: ignore[union-attr]
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            verbs += [f"tally {name} {child}" for child in command.list_commands(ctx)]
         else:
             verbs.append(f"tally {name}")
     flat = re.sub(r"\s+", " ", README)

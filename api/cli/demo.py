@@ -19,8 +19,9 @@ from urllib.parse import urlencode
 
 import httpx
 
-from api.cli_http import BUSY_TRIES, CliError, busy_wait
-from ingest.stripe import sign
+from api.cli import stripe_events as stripe
+from api.cli.client import BUSY_TRIES, busy_wait
+from api.cli.errors import CliError
 
 ACCOUNT = "acct_demo_brand"  # the demo program's Connect account id
 
@@ -50,13 +51,7 @@ class Demo:
         return r.json().get("data") if r.content else None
 
     def webhook(self, event: dict[str, Any]) -> None:
-        payload = json.dumps(event).encode()
-        header = sign(payload, self.secret, int(time.time()))
-        r = self.client.post(
-            self.url + "/webhooks/stripe",
-            content=payload,
-            headers={"Stripe-Signature": header, "Content-Type": "application/json"},
-        )
+        r = stripe.deliver(self.client, self.url, event, self.secret)
         if r.status_code != 200:
             raise CliError(f"demo: webhook {event['id']} -> {r.status_code} {r.text[:200]}")
 
@@ -73,16 +68,7 @@ def _meta(program_id: str, click: str | None, customer: str) -> dict[str, str]:
 
 
 def _event(eid: str, etype: str, obj: dict[str, Any], days_ago: float, live: bool = True) -> dict[str, Any]:
-    return {
-        "id": eid,
-        "object": "event",
-        "type": etype,
-        "created": _ts(days_ago),
-        "livemode": live,
-        "account": ACCOUNT,
-        "api_version": "2025-03-31.basil",
-        "data": {"object": obj},
-    }
+    return stripe.event(etype, obj, created=_ts(days_ago), livemode=live, account=ACCOUNT, event_id=eid)
 
 
 def _session(
@@ -93,20 +79,20 @@ def _session(
     customer: str,
     email: str,
     meta: dict[str, str],
+    days_ago: float,
     **extra: Any,
 ) -> dict[str, Any]:
-    return {
-        "id": sid,
-        "object": "checkout.session",
-        "mode": mode,
-        "payment_status": "paid",
-        "amount_total": amount,
-        "currency": currency,
-        "customer": customer,
-        "customer_details": {"email": email},
-        "metadata": meta,
+    return stripe.checkout_session(
+        session_id=sid,
+        mode=mode,
+        amount=amount,
+        currency=currency,
+        customer=customer,
+        email=email,
+        metadata=meta,
+        created=_ts(days_ago),
         **extra,
-    }
+    )
 
 
 def _invoice(
@@ -118,25 +104,20 @@ def _invoice(
     days_ago: float,
     sub_meta: dict[str, str] | None,
     legacy: bool = False,
+    currency: str = "usd",
 ) -> dict[str, Any]:
-    inv: dict[str, Any] = {
-        "id": iid,
-        "object": "invoice",
-        "amount_paid": amount,
-        "currency": "usd",
-        "customer": customer,
-        "billing_reason": reason,
-        "status_transitions": {"paid_at": _ts(days_ago)},
-    }
-    if legacy:
-        inv["subscription"] = sub
-        inv["subscription_details"] = {"metadata": sub_meta or {}}
-    else:
-        inv["parent"] = {
-            "type": "subscription_details",
-            "subscription_details": {"subscription": sub, "metadata": sub_meta or {}},
-        }
-    return inv
+    return stripe.invoice(
+        invoice_id=iid,
+        amount=amount,
+        currency=currency,
+        customer=customer,
+        email=None,
+        subscription=sub,
+        billing_reason=reason,
+        paid_at=_ts(days_ago),
+        metadata=sub_meta,
+        legacy=legacy,
+    )
 
 
 def _setup(demo: Demo, state: Path) -> dict[str, Any]:
@@ -222,6 +203,7 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
                 "cus_ana",
                 "u_ana@buyers.test",
                 _meta(pid, clicks["u_ana"], "u_ana"),
+                65,
                 payment_intent="pi_demo_pay_1",
             ),
             65,
@@ -231,16 +213,16 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
         _event(
             "evt_demo_refund_1",
             "charge.refunded",
-            {
-                "id": "ch_demo_pay_1",
-                "object": "charge",
-                "amount": 12000,
-                "amount_refunded": 3000,
-                "currency": "usd",
-                "payment_intent": "pi_demo_pay_1",
-                "customer": "cus_ana",
-                "refunds": {"data": [{"id": "re_demo_1"}]},
-            },
+            stripe.refunded_charge(
+                charge_id="ch_demo_pay_1",
+                refund_id="re_demo_1",
+                amount=12000,
+                refunded=3000,
+                currency="usd",
+                customer="cus_ana",
+                payment_intent="pi_demo_pay_1",
+                created=_ts(20),
+            ),
             20,
         )
     )
@@ -258,6 +240,7 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
                 "cus_ben",
                 "u_ben@buyers.test",
                 meta_ben,
+                62,
                 subscription="sub_demo_ben",
                 invoice="in_demo_ben_1",
             ),
@@ -312,6 +295,7 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
                 "cus_cy",
                 "u_cy@buyers.test",
                 meta_cy,
+                50,
                 subscription="sub_demo_cy",
                 invoice="in_demo_cy_1",
             ),
@@ -345,8 +329,8 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
                 "subscription_cycle",
                 5,
                 _meta(pid, clicks["u_dee"], "u_dee"),
-            )
-            | {"currency": "eur"},
+                currency="eur",
+            ),
             5,
         )
     )
@@ -386,6 +370,8 @@ def _traffic(demo: Demo, saved: dict[str, Any]) -> None:
                 "cus_test",
                 "test@buyers.test",
                 _meta(pid, None, "u_ana"),
+                1,
+                livemode=False,
             ),
             1,
             live=False,
@@ -412,11 +398,11 @@ def _payouts(demo: Demo, saved: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_demo(url: str, operator_token: str, state: Path) -> None:
-    secrets = [s for s in os.environ.get("TALLY_STRIPE_WEBHOOK_SECRETS", "").split(",") if s.strip()]
-    if not secrets:
+    secret = stripe.configured_secret()
+    if secret is None:
         raise CliError("tally demo signs webhooks: set TALLY_STRIPE_WEBHOOK_SECRETS as the server has it")
     with httpx.Client(timeout=60) as client:
-        demo = Demo(url, operator_token, secrets[0].strip(), client)
+        demo = Demo(url, operator_token, secret, client)
         for _ in range(100):
             try:
                 if client.get(url + "/healthz").status_code == 200:
