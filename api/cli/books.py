@@ -71,6 +71,8 @@ def not_reconciled(exc: ApiError, program: str, transaction: str) -> str | None:
     """What to add to a `sale_not_found` when the sale is only waiting for the reconciler: the
     server's hint when it gives one, else a hint when the tracking log has the sale."""
     hint = exc.extra.get("hint")
+    if exc.extra.get("recorded") is False:  # never recorded: the server's hint says what to check
+        return hint if isinstance(hint, str) and hint.strip() else None
     if isinstance(hint, str) and hint.strip():
         return hint if "tally reconcile" in hint else f"{hint.rstrip('. ')}: {RECONCILE_HINT}"
     if "tally reconcile" in exc.message:
