@@ -45,7 +45,7 @@ from datetime import datetime
 import polars as pl
 
 from ingest.actions import BOOKED_FIELDS
-from reconcile.schema import ENGINE, UTC, norm_email, period_of
+from reconcile.schema import ENGINE, UTC, first_open, norm_email, period_of
 
 BOOKING = "booking"
 ACTION = "commission_action"
@@ -314,10 +314,11 @@ def _outside_closed(changes: pl.DataFrame, closed: pl.DataFrame, now: datetime) 
     }
     moved: list[dict[str, object]] = []
     for program, period, seq in changes.select("program_id", "period", "cause_seq").unique().iter_rows():
-        month = period
-        while (program, month) in shut and (seq is None or shut[(program, month)] < seq):
-            year, m = int(month[:4]), int(month[5:7])
-            month = f"{year + m // 12:04d}-{m % 12 + 1:02d}"
+
+        def closed_before(month: str, program: str = program, seq: int | None = seq) -> bool:
+            return (program, month) in shut and (seq is None or shut[(program, month)] < seq)
+
+        month = first_open(period, closed_before)
         moved.append({"program_id": program, "period": period, "cause_seq": seq, "month": month})
     months = pl.DataFrame(
         moved,

@@ -40,7 +40,7 @@ from collections.abc import Callable
 import polars as pl
 
 from reconcile import bookings
-from reconcile.schema import ENGINE, period_of
+from reconcile.schema import ENGINE, first_open, next_month, period_of
 
 VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 KEY = ("sale_id", "partner_code", "kind", "cause")
@@ -67,11 +67,6 @@ def closes(log: pl.LazyFrame) -> pl.DataFrame:
         .agg(close_seq=pl.col("seq").min())
         .collect(engine=ENGINE)
     )
-
-
-def next_month(period: str) -> str:
-    year, month = int(period[:4]), int(period[5:7])
-    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
 
 
 def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute, sales: pl.DataFrame) -> pl.DataFrame:
@@ -147,9 +142,7 @@ def _months(close_at: dict[str, int], seqs: list[int], wanted: pl.DataFrame) -> 
     rows: list[dict[str, object]] = []
     for line_period, snap, floor in wanted.select("line_period", "snap", "floor").unique().iter_rows():
         shut = {p for p, s in close_at.items() if s <= seqs[snap]}
-        month = max(next_month(line_period), floor or "")
-        while month in shut:
-            month = next_month(month)
+        month = first_open(max(next_month(line_period), floor or ""), shut.__contains__)
         rows.append({"line_period": line_period, "snap": snap, "floor": floor, "month": month})
     return pl.DataFrame(
         rows, schema={"line_period": pl.String, "snap": pl.Int64, "floor": pl.String, "month": pl.String}

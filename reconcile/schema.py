@@ -8,6 +8,7 @@ also gives empty results the right columns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import polars as pl
@@ -446,3 +447,17 @@ def norm_email(expr: pl.Expr) -> pl.Expr:
 def period_of(expr: pl.Expr) -> pl.Expr:
     """The 'YYYY-MM' month of an aware UTC timestamp."""
     return expr.dt.strftime("%Y-%m")
+
+
+def next_month(period: str) -> str:
+    """The month after `period` (YYYY-MM)."""
+    year, month = int(period[:4]), int(period[5:7])
+    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
+
+
+def first_open(month: str, shut: Callable[[str], bool]) -> str:
+    """`month`, or the first month after it that is not `shut` (reconcile/periods.py and
+    reconcile/bookings.py: where a correction of a closed month goes)."""
+    while shut(month):
+        month = next_month(month)
+    return month
