@@ -5,6 +5,7 @@ proxy's page, a network failure) is written by hand."""
 
 from __future__ import annotations
 
+import copy
 import json
 import types
 from collections.abc import Callable
@@ -62,7 +63,10 @@ class RealApp:
         if fault is None:
             return self.forward(request)
         if isinstance(fault, Exception):
-            raise fault
+            # a fresh exception per raise: a scripted one (a parametrize value, a list `* 3`) lives
+            # as long as the module, and its traceback would keep this test's frames, with their
+            # database connections, alive until the interpreter exits
+            raise copy.copy(fault).with_traceback(None)
         if isinstance(fault, httpx.Response):
             return fault
         return fault(request)
