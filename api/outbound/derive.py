@@ -98,6 +98,7 @@ LINE_FIELDS = (
     ("booked", "t.booked_seq IS NOT NULL"),
     ("status_reason", "t.status_reason"),
     ("status_by", "t.status_by"),
+    ("_booked_seq", "t.booked_seq"),  # the log row that booked the line's current state
 )
 SEP = "|"
 LINES = Kind(
@@ -281,10 +282,13 @@ def _line_events(
             created = ev.COMMISSION_CREATED if data["kind"] == "commission" else ev.COMMISSION_ADJUSTED
             out.add(when, created, c.program_id, c.key, "", data)
         if c.fresh or c.state_changed:
+            # approving and voiding a line are bookings, rows of the log: the booking names the change
+            booked = c.data.get("_booked_seq")
+            version = f"booked {booked}" if booked is not None else c.version
             if data["status"] == "approved":
-                out.add(when, ev.COMMISSION_APPROVED, c.program_id, c.key, c.version, data)
+                out.add(when, ev.COMMISSION_APPROVED, c.program_id, c.key, version, data)
             elif data["status"] == "void":
-                out.add(when, ev.COMMISSION_VOIDED, c.program_id, c.key, c.version, data)
+                out.add(when, ev.COMMISSION_VOIDED, c.program_id, c.key, version, data)
     gone = [g for g in gone if g[2] != "void"]
     if not gone:
         return
