@@ -13,8 +13,10 @@ replica may run one: what each sends is decided in the database.
   attempt's timestamp; a 2xx within 10 s succeeds; anything else (another status, a redirect,
   which is never followed, a refused address, a timeout) fails and is retried on the schedule
   of ingest/webhooks_out/schedule.py, and the answer's first 4 KiB are kept.
-- Record: each attempt, the delivery's new status and the endpoint's failing streak in one
-  transaction; the lease ends with it.
+- Record: each attempt, the delivery's new status and the endpoint's failing streak, in one
+  transaction with the other endpoints' attempts that finished meanwhile (a group commit, on a
+  thread of its own while the sending goes on); the lease ends with it. An endpoint's next
+  delivery is sent once its previous attempt is recorded.
 - A worker that dies (SIGKILL) leaves its leases: its process no longer runs, so any worker of
   this host frees them when it starts, and any other when they run out. Only a delivery that
   was being sent at that moment can be sent twice (at least once, never lost).
@@ -25,6 +27,7 @@ replica may run one: what each sends is decided in the database.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -99,6 +102,8 @@ class Deliverer:
         self._stopping = False
         self._failing: str | None = None  # the database error the loop last logged
         self.sent = 0  # attempts made by this worker (bench, tests)
+        # where attempts are recorded: one thread, so one database connection, whatever the load
+        self._db = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tally-webhooks-db")
 
     # -- running on a thread of its own -------------------------------------------------------------
     def start(self) -> None:
@@ -113,6 +118,7 @@ class Deliverer:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        self._db.shutdown(wait=True)
 
     def wake(self) -> None:
         """Look for due deliveries now (new events, a ping, a resend), from any thread."""
@@ -135,6 +141,7 @@ class Deliverer:
         running: dict[str, asyncio.Task[None]] = {}
         held: dict[str, list[str]] = {}  # endpoint -> delivery ids leased and not yet recorded
         housekept = 0.0
+        recorder = _Recorder(self._write, self._db)
         async with transport.client(self._allow_private, self._resolver, schedule.TIMEOUT_SECONDS) as client:
             try:
                 while not self._stopping:
@@ -144,7 +151,9 @@ class Deliverer:
                     claimed = self._guarded(lambda: self._claim(list(running))) or []
                     for endpoint_id, group in _by_endpoint(claimed).items():
                         held[endpoint_id] = [c.delivery_id for c in group]
-                        task = asyncio.create_task(self._send_group(client, group, held[endpoint_id]))
+                        task = asyncio.create_task(
+                            self._send_group(client, recorder, group, held[endpoint_id])
+                        )
                         running[endpoint_id] = task
                         task.add_done_callback(functools.partial(self._finished, running, held, endpoint_id))
                     if claimed:
@@ -194,6 +203,7 @@ class Deliverer:
 
     async def _drain(self) -> int:
         made = 0
+        recorder = _Recorder(self._write, self._db)
         async with transport.client(self._allow_private, self._resolver, schedule.TIMEOUT_SECONDS) as client:
             self._housekeeping()
             while True:
@@ -201,7 +211,7 @@ class Deliverer:
                 if not claimed:
                     return made
                 groups = _by_endpoint(claimed)
-                await asyncio.gather(*(self._send_group(client, g, []) for g in groups.values()))
+                await asyncio.gather(*(self._send_group(client, recorder, g, []) for g in groups.values()))
                 made += len(claimed)
 
     # -- the steps ----------------------------------------------------------------------------------
@@ -227,33 +237,33 @@ class Deliverer:
             outbox.release(db, delivery_ids, self.holder)
 
     async def _send_group(
-        self, client: httpx.AsyncClient, group: list[outbox.Claimed], held: list[str]
+        self, client: httpx.AsyncClient, recorder: _Recorder, group: list[outbox.Claimed], held: list[str]
     ) -> None:
         for claimed in group:
             if self._stopping:
                 return
-            await self.attempt(client, claimed)
+            await self.attempt(client, recorder, claimed)
             with contextlib.suppress(ValueError):
                 held.remove(claimed.delivery_id)
 
-    async def attempt(self, client: httpx.AsyncClient, claimed: outbox.Claimed) -> outbox.Outcome:
-        """Sign and send one delivery, and record the attempt."""
+    def _write(self, attempts: list[outbox.Attempt]) -> None:
+        now = self._clock()
+        with self._store.outbox() as db:
+            disabled = outbox.record(db, attempts, now - schedule.DISABLE_AFTER)
+        for endpoint_id, reason in disabled.items():
+            log.warning("webhook endpoint %s disabled: %s", endpoint_id, reason)
+
+    async def attempt(
+        self, client: httpx.AsyncClient, recorder: _Recorder, claimed: outbox.Claimed
+    ) -> outbox.Outcome:
+        """Sign and send one delivery, and record the attempt (this returns once it is committed)."""
         now = self._clock()
         outcome = await self._send(client, claimed, now)
         self.sent += 1
         failed_attempts = claimed.attempts + 1
         first = claimed.first_attempt_at or now
         next_at = None if outcome.succeeded else schedule.next_attempt(first, failed_attempts, now, self._rng)
-        try:
-            with self._store.outbox() as db:
-                disabled = outbox.record(db, claimed, outcome, now, next_at, now - schedule.DISABLE_AFTER)
-        except Exception:
-            log.exception(
-                "could not record an attempt of delivery %s (it is sent again later)", claimed.delivery_id
-            )
-            return outcome
-        if disabled is not None:
-            log.warning("webhook endpoint %s disabled: %s", claimed.endpoint_id, disabled)
+        await recorder.record(outbox.Attempt(claimed, outcome, now, next_at))
         if not outcome.succeeded:
             log.info(
                 "webhook delivery %s (%s) to endpoint %s failed: %s; %s",
@@ -299,6 +309,45 @@ class Deliverer:
             error = f"HTTP {status}" + (" (redirects are not followed)" if 300 <= status < 400 else "")
         succeeded = error is None and status is not None
         return outbox.Outcome(succeeded, status, elapsed, kept, error)
+
+
+class _Recorder:
+    """Group commit of attempts: each `record` waits until its attempt is committed, together
+    with every attempt that came in while the previous commit ran (outbox.record)."""
+
+    def __init__(
+        self, write: Callable[[list[outbox.Attempt]], None], executor: concurrent.futures.Executor
+    ) -> None:
+        self._write = write
+        self._executor = executor
+        self._waiting: list[tuple[outbox.Attempt, asyncio.Future[None]]] = []
+        self._writing = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def record(self, attempt: outbox.Attempt) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._waiting.append((attempt, done))
+        if not self._writing:
+            self._writing = True
+            self._task = loop.create_task(self._drain())
+        await done
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                try:
+                    await loop.run_in_executor(self._executor, self._write, [a for a, _ in group])
+                except Exception:
+                    ids = ", ".join(a.claimed.delivery_id for a, _ in group)
+                    log.exception("could not record attempts of %s (they are sent again later)", ids)
+                for _, done in group:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self._writing = False
 
 
 def _by_endpoint(claimed: list[outbox.Claimed]) -> dict[str, list[outbox.Claimed]]:

@@ -157,7 +157,7 @@ def delivery_view(row: dict[str, Any]) -> dict[str, Any]:
         "created_at": row["created_at"],
         "last_attempt_at": row["last_attempt_at"],
         "error": row["error"],
-        "attempt_log": row["attempts_made"],
+        "attempt_log": row["attempt_log"],
     }
 
 

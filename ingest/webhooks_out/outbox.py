@@ -11,12 +11,12 @@ Tables (migration 7, `DDL`):
   ingest/webhooks_out/events.py), with the exact body every attempt sends and its place in the
   order events were made (`event_order`, a sequence).
 - `webhook_deliveries`: one row per (event, endpoint): `pending` | `succeeded` | `failed`, the
-  attempts made, when the next is due, and a lease (`lease_holder`, `lease_until`): a worker
-  claims due deliveries by setting the lease in one conditional UPDATE (on PostgreSQL with
-  `FOR UPDATE SKIP LOCKED`), so two replicas never send one delivery at once; a lease whose
-  holder died is freed (`free_dead_leases`) or runs out.
-- `webhook_attempts`: every attempt: when, the answer's status, how long it took, the first
-  4 KiB of its body, the error.
+  attempts made, when the next is due, every attempt (`attempt_log`, one JSON line each: when,
+  the answer's status, how long it took, the first 4 KiB of its body, the error), and a lease
+  (`lease_holder`, `lease_until`): a worker claims due deliveries by setting the lease in one
+  conditional UPDATE (on PostgreSQL with `FOR UPDATE SKIP LOCKED`), so two replicas never send
+  one delivery at once; a lease whose holder died is freed (`free_leases`) or runs out. Attempts
+  are recorded a group at a time (`record`: one UPDATE for the group), the lease ending with it.
 - `webhook_marks`: what the deriver last saw of each sale, commission line and payout batch
   (api/outbound/derive.py), so a change is an event once.
 """
@@ -73,19 +73,9 @@ DDL = (
     response_status INTEGER,
     duration_ms INTEGER,
     error VARCHAR,
+    attempt_log VARCHAR,
     lease_holder VARCHAR,
     lease_until TIMESTAMPTZ)""",
-    """CREATE TABLE IF NOT EXISTS webhook_attempts (
-    delivery_id VARCHAR NOT NULL,
-    attempt INTEGER NOT NULL,
-    attempted_at TIMESTAMPTZ NOT NULL,
-    status VARCHAR NOT NULL,
-    response_status INTEGER,
-    duration_ms INTEGER,
-    response_body VARCHAR,
-    error VARCHAR,
-    next_attempt_at TIMESTAMPTZ,
-    PRIMARY KEY (delivery_id, attempt))""",
     """CREATE TABLE IF NOT EXISTS webhook_marks (
     program_id VARCHAR NOT NULL,
     kind VARCHAR NOT NULL,
@@ -211,13 +201,8 @@ def update_endpoint(db: Executor, endpoint_id: str, changes: dict[str, Any]) -> 
 
 
 def delete_endpoint(db: Executor, endpoint_id: str) -> None:
-    """An endpoint, its deliveries and their attempts, in one transaction (the events stay)."""
+    """An endpoint and its deliveries, in one transaction (the events stay)."""
     with transaction(db):
-        db.execute(
-            "DELETE FROM webhook_attempts WHERE delivery_id IN"
-            " (SELECT delivery_id FROM webhook_deliveries WHERE endpoint_id = ?)",
-            [endpoint_id],
-        )
         db.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", [endpoint_id])
         db.execute("DELETE FROM webhook_endpoints WHERE endpoint_id = ?", [endpoint_id])
 
@@ -302,11 +287,13 @@ class Claimed:
     secret: str
     previous_secret: str | None
     previous_until: datetime | None
+    failing: bool = False  # the endpoint had a failing streak when the delivery was claimed
 
 
 _CLAIMED = (
     "SELECT d.delivery_id, d.endpoint_id, d.event_id, d.type, d.event_order, d.attempts, d.first_attempt_at,"
-    " ev.body, e.url, e.secret, e.previous_secret, e.previous_until FROM webhook_deliveries d"
+    " ev.body, e.url, e.secret, e.previous_secret, e.previous_until, e.failing_since IS NOT NULL"
+    " FROM webhook_deliveries d"
     " JOIN webhook_events ev ON ev.event_id = d.event_id"
     " JOIN webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
 )
@@ -371,6 +358,7 @@ def claim(
             str(r[9]),
             r[10],
             r[11],
+            bool(r[12]),
         )
         for r in found
     ]
@@ -397,77 +385,97 @@ class Outcome:
     error: str | None
 
 
-def record(
-    db: Executor,
-    claimed: Claimed,
-    outcome: Outcome,
-    now: datetime,
-    next_at: datetime | None,
-    disable_before: datetime,
-) -> str | None:
-    """Record an attempt in one transaction: the attempt row, the delivery's status (`succeeded`;
-    `pending` again until `next_at`; or `failed` when there is no next attempt) with its lease
-    given up, and the endpoint's failing streak (ended by a success; an endpoint failing since
-    before `disable_before` is disabled). The reason an endpoint was disabled, or None."""
-    status = "succeeded" if outcome.succeeded else ("pending" if next_at is not None else "failed")
+@dataclass(frozen=True)
+class Attempt:
+    """An attempt to record: the delivery, what it came to, when, and when to try again (None:
+    no more attempts after a failure)."""
+
+    claimed: Claimed
+    outcome: Outcome
+    at: datetime
+    next_at: datetime | None
+
+    @property
+    def status(self) -> str:
+        if self.outcome.succeeded:
+            return "succeeded"
+        return "pending" if self.next_at is not None else "failed"
+
+    def line(self) -> str:
+        """The attempt as a line of the delivery's `attempt_log`."""
+        entry = {
+            "attempted_at": rfc3339(self.at),
+            "status": "succeeded" if self.outcome.succeeded else "failed",
+            "response_status": self.outcome.response_status,
+            "duration_ms": self.outcome.duration_ms,
+            "response_body": self.outcome.response_body,
+            "error": self.outcome.error,
+            "next_attempt_at": rfc3339(self.next_at) if self.status == "pending" and self.next_at else None,
+        }
+        return json.dumps(entry, ensure_ascii=False) + "\n"
+
+
+_ROW = (
+    "(CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS TIMESTAMPTZ), CAST(? AS TIMESTAMPTZ),"
+    " CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS VARCHAR))"
+)
+
+
+def record(db: Executor, attempts: Sequence[Attempt], disable_before: datetime) -> dict[str, str]:
+    """Record a group of attempts in one transaction: each delivery's status (`succeeded`;
+    `pending` again until its next attempt; `failed` when there is none), its attempt log, its
+    lease given up; and each endpoint's failing streak (ended by a success; an endpoint failing
+    since before `disable_before` is disabled). The endpoints disabled, with the reason."""
+    if not attempts:
+        return {}
+    values: list[Any] = []
+    for a in attempts:
+        o = a.outcome
+        values += [a.claimed.delivery_id, a.status, a.next_at if a.status == "pending" else None, a.at]
+        values += [o.response_status, o.duration_ms, o.error, a.line()]
+    last: dict[str, Attempt] = {}
+    for a in attempts:
+        last[a.claimed.endpoint_id] = a
+    well = sorted(e for e, a in last.items() if a.outcome.succeeded and a.claimed.failing)
+    failing = {e: a for e, a in last.items() if not a.outcome.succeeded}
+    disabled: dict[str, str] = {}
     with transaction(db):
-        rows = db.rows(
-            "UPDATE webhook_deliveries SET attempts = attempts + 1, status = ?, next_attempt_at = ?,"
-            " first_attempt_at = coalesce(first_attempt_at, ?), last_attempt_at = ?, response_status = ?,"
-            " duration_ms = ?, error = ?, lease_holder = NULL, lease_until = NULL WHERE delivery_id = ?"
-            " RETURNING attempts",
-            [
-                status,
-                next_at if status == "pending" else None,
-                now,
-                now,
-                outcome.response_status,
-                outcome.duration_ms,
-                outcome.error,
-                claimed.delivery_id,
-            ],
-        )
-        if not rows:  # its endpoint was deleted meanwhile
-            return None
         db.execute(
-            "INSERT INTO webhook_attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [
-                claimed.delivery_id,
-                int(rows[0][0]),
-                now,
-                "succeeded" if outcome.succeeded else "failed",
-                outcome.response_status,
-                outcome.duration_ms,
-                outcome.response_body,
-                outcome.error,
-                next_at if status == "pending" else None,
-            ],
+            "UPDATE webhook_deliveries SET attempts = webhook_deliveries.attempts + 1, status = v.v_status,"
+            " next_attempt_at = v.v_next,"
+            " first_attempt_at = coalesce(webhook_deliveries.first_attempt_at, v.v_at),"
+            " last_attempt_at = v.v_at, response_status = v.v_code, duration_ms = v.v_ms, error = v.v_error,"
+            " attempt_log = coalesce(webhook_deliveries.attempt_log, '') || v.v_line,"
+            " lease_holder = NULL, lease_until = NULL"
+            f" FROM (VALUES {', '.join([_ROW] * len(attempts))})"
+            " AS v(v_id, v_status, v_next, v_at, v_code, v_ms, v_error, v_line)"
+            " WHERE webhook_deliveries.delivery_id = v.v_id",
+            values,
         )
-        if outcome.succeeded:
+        if well:
             db.execute(
                 "UPDATE webhook_endpoints SET failing_since = NULL"
-                " WHERE endpoint_id = ? AND failing_since IS NOT NULL",
-                [claimed.endpoint_id],
+                f" WHERE endpoint_id IN ({_marks(len(well))}) AND failing_since IS NOT NULL",
+                well,
             )
-            return None
-        db.execute(
-            "UPDATE webhook_endpoints SET failing_since = ? WHERE endpoint_id = ? AND failing_since IS NULL",
-            [now, claimed.endpoint_id],
-        )
-        last = outcome.error or f"HTTP {outcome.response_status}"
-        since = db.rows(
-            "SELECT failing_since FROM webhook_endpoints WHERE endpoint_id = ?", [claimed.endpoint_id]
-        )
-        if not since or since[0][0] is None or since[0][0] > disable_before:
-            return None
-        reason = f"every delivery failed for 5 days (since {rfc3339(since[0][0])}); the last: {last}"[:500]
-        disabled = db.rows(
-            "UPDATE webhook_endpoints SET enabled = false, disabled_at = ?, disabled_reason = ?,"
-            " updated_at = ?"
-            " WHERE endpoint_id = ? AND enabled RETURNING endpoint_id",
-            [now, reason, now, claimed.endpoint_id],
-        )
-        return reason if disabled else None
+        for endpoint_id, a in sorted(failing.items()):
+            first = min(x.at for x in attempts if x.claimed.endpoint_id == endpoint_id)
+            rows = db.rows(
+                "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?)"
+                " WHERE endpoint_id = ? AND enabled RETURNING failing_since",
+                [first, endpoint_id],
+            )
+            if not rows or rows[0][0] is None or rows[0][0] > disable_before:
+                continue
+            why = a.outcome.error or f"HTTP {a.outcome.response_status}"
+            reason = f"every delivery failed for 5 days (since {rfc3339(rows[0][0])}); the last: {why}"[:500]
+            db.execute(
+                "UPDATE webhook_endpoints SET enabled = false, disabled_at = ?, disabled_reason = ?,"
+                " updated_at = ? WHERE endpoint_id = ?",
+                [a.at, reason, a.at, endpoint_id],
+            )
+            disabled[endpoint_id] = reason
+    return disabled
 
 
 def lease_holders(db: Executor) -> list[str]:
@@ -508,25 +516,27 @@ DELIVERY_COLUMNS = (
     "created_at",
     "last_attempt_at",
     "error",
+    "attempt_log",
 )
-ATTEMPT_COLUMNS = (
-    "delivery_id",
-    "attempt",
-    "attempted_at",
-    "status",
-    "response_status",
-    "duration_ms",
-    "response_body",
-    "error",
-    "next_attempt_at",
-)
+
+
+def attempt_log(text: str | None) -> list[dict[str, Any]]:
+    """A delivery's attempts, oldest first, numbered from 1, times as datetimes."""
+    found = []
+    for n, line in enumerate((text or "").splitlines(), start=1):
+        entry = json.loads(line)
+        for name in ("attempted_at", "next_attempt_at"):
+            if entry[name] is not None:
+                entry[name] = datetime.fromisoformat(entry[name])
+        found.append({"attempt": n, **entry})
+    return found
 
 
 def deliveries(
     db: Executor, endpoint_id: str, status: str | None, limit: int, delivery: str | None = None
 ) -> list[dict[str, Any]]:
     """An endpoint's deliveries, newest event first (of one status, or one delivery), each with
-    its attempts (oldest first) under `attempts_made`."""
+    its attempts (oldest first) under `attempt_log`."""
     where, params = ["endpoint_id = ?"], [endpoint_id]
     if status is not None:
         where.append("status = ?")
@@ -541,20 +551,8 @@ def deliveries(
         " ORDER BY event_order DESC, delivery_id LIMIT ?",
         [*params, limit],
     )
-    if not rows:
-        return rows
-    ids = [r["delivery_id"] for r in rows]
-    attempts: dict[str, list[dict[str, Any]]] = {}
-    for a in _dicts(
-        db,
-        ATTEMPT_COLUMNS,
-        f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM webhook_attempts WHERE delivery_id IN ({_marks(len(ids))})"
-        " ORDER BY delivery_id, attempt",
-        ids,
-    ):
-        attempts.setdefault(a.pop("delivery_id"), []).append(a)
     for row in rows:
-        row["attempts_made"] = attempts.get(row["delivery_id"], [])
+        row["attempt_log"] = attempt_log(row["attempt_log"])
     return rows
 
 
