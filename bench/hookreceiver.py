@@ -1,5 +1,6 @@
-"""bench/webhooks_out's receiver: a minimal ASGI app that answers every POST 204 and counts them
-(`GET /count`), run by uvicorn as a process of its own, as a brand's server would be."""
+"""bench/webhooks_out's receiver: answers every POST 204 and counts them (`GET /count`: requests,
+and distinct (endpoint, webhook-id) pairs), run by uvicorn as a process of its own, as a brand's
+server would be."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ _seen: set[str] = set()
 async def take(request: Request) -> Response:
     await request.body()
     _received["count"] += 1
-    webhook_id = request.headers.get("webhook-id", "")
-    if webhook_id not in _seen:
-        _seen.add(webhook_id)
+    delivery = f"{request.url.path} {request.headers.get('webhook-id', '')}"  # one event to one endpoint
+    if delivery not in _seen:
+        _seen.add(delivery)
         _received["ids"] += 1
     return Response(status_code=204)
 

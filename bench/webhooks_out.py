@@ -3,8 +3,8 @@
 1. Deliveries per second: `BENCH_WEBHOOK_SALES` sales (default 2,000) reconciled into
    `sale.created` events for 3 endpoints on a local receiver (bench/hookreceiver.py, uvicorn),
    timed from the end of the reconcile until the receiver has every delivery (signing, the
-   guarded transport, the lease and the recorded attempt included). Each webhook-id is counted
-   once and in all, so a delivery sent twice would show.
+   guarded transport, the lease and the recorded attempt included). Requests are counted in all
+   and once per (endpoint, webhook-id), so a delivery sent twice would show.
 2. Ingest cost: `POST /api/v1/track/sale` under wrk (32 connections, `BENCH_SECONDS` each) on
    a tally with no endpoint, with 3 endpoints subscribed (no reconcile runs during the load, so
    no event is due: the cost of the worker waiting), and with 3 endpoints while the worker drains
@@ -115,7 +115,7 @@ def throughput(sales: int) -> dict[str, object]:
         "sales": sales,
         "endpoints": ENDPOINTS,
         "deliveries": got["count"],
-        "distinct_webhook_ids": got["ids"],
+        "distinct_deliveries": got["ids"],
         "reconcile_and_derive_s": round(reconciled - started, 3),
         "delivery_s": round(seconds, 3),
         "deliveries_per_s": round(got["count"] / seconds, 1),
@@ -153,7 +153,7 @@ def main(
 ) -> dict[str, object]:
     delivered = throughput(sales)
     print(
-        f"deliveries: {delivered['deliveries']} ({delivered['distinct_webhook_ids']} distinct ids) in "
+        f"deliveries: {delivered['deliveries']} ({delivered['distinct_deliveries']} distinct) in "
         f"{delivered['delivery_s']} s = {delivered['deliveries_per_s']} /s to {ENDPOINTS} endpoints"
     )
     modes = {"none": "no endpoint", "idle": "3 endpoints subscribed", "draining": "3 endpoints, draining"}

@@ -166,6 +166,7 @@ class Deliverer:
                 for task in running.values():
                     task.cancel()
                 await asyncio.gather(*running.values(), return_exceptions=True)
+                await recorder.finish()
                 unsent = [d for ids in held.values() for d in ids]
                 self._guarded(lambda: self._release(unsent))
 
@@ -212,6 +213,7 @@ class Deliverer:
                     return made
                 groups = _by_endpoint(claimed)
                 await asyncio.gather(*(self._send_group(client, recorder, g, []) for g in groups.values()))
+                await recorder.finish()
                 made += len(claimed)
 
     # -- the steps ----------------------------------------------------------------------------------
@@ -332,6 +334,11 @@ class _Recorder:
             self._writing = True
             self._task = loop.create_task(self._drain())
         await done
+
+    async def finish(self) -> None:
+        """Wait for the attempts being recorded (a worker stopping)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
