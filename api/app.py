@@ -16,6 +16,8 @@ from api.hotpath import TallyApp
 from api.http import RequestIdMiddleware
 from api.jobs import Reconciler
 from api.observability import ObserveMiddleware, Observer, engine_version
+from api.outbound.derive import Deriver
+from api.outbound.worker import Deliverer
 from api.ratelimit import RateLimiter
 from api.routes import (
     accounts,
@@ -24,6 +26,7 @@ from api.routes import (
     dashboard,
     dashboard_payouts,
     dashboard_sales,
+    dashboard_webhooks,
     demo,
     docs,
     operator,
@@ -32,6 +35,7 @@ from api.routes import (
     reports,
     script,
     track,
+    webhook_endpoints,
     webhooks,
 )
 from api.routes import backup as backup_routes
@@ -74,19 +78,33 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         )
         reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
         app.state.tally = State(settings, store, writer, limiter, reconciler, refusals)
+        deliverer = Deliverer(store, settings.webhooks_allow_private)
+        deriver = Deriver(store, on_new=deliverer.wake)
+        deliverer.every_so_often = deriver.rotations
+        reconciler.after_run = deriver.after_run
+        app.state.webhooks = deliverer
+        if settings.webhooks_delivery:
+            deliverer.start()
         reconciler.start()
         log.info("database %s open, accepting writes", settings.database_name)
         try:
             yield
         finally:
             reconciler.stop()
+            deliverer.stop()
             writer.stop()
             store.close()
             log.info("stopped: database %s closed", settings.database_name)
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *demo.routes, *backfill.routes, *payouts.routes]
-    routes += [*dashboard.routes, *dashboard_sales.routes, *dashboard_payouts.routes]
+    routes += webhook_endpoints.routes
+    routes += [
+        *dashboard.routes,
+        *dashboard_sales.routes,
+        *dashboard_payouts.routes,
+        *dashboard_webhooks.routes,
+    ]
     routes += reference.routes
     routes += backup_routes.routes
     routes += metrics_routes.routes

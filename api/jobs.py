@@ -72,6 +72,9 @@ class Reconciler:
         self._renewed = 0.0
         self._last_seconds = 1.0  # how long the last run took: the Retry-After of a busy answer
         self._scheduler: BackgroundScheduler | None = None
+        # Done after every run, the run lock still held, with the run's tables published: the
+        # webhook events of what changed (api/outbound/derive.py). It must not raise.
+        self.after_run: Callable[[], None] | None = None
 
     def start(self) -> None:
         if self._interval <= 0:
@@ -157,6 +160,8 @@ class Reconciler:
         summary = self._run_once(report)
         if self._book(summary.high_water_seq, report):
             summary = self._run_once(report)
+        if self.after_run is not None:
+            self.after_run()
         return summary
 
     def _run_once(self, report: Progress) -> reconcile.run.RunSummary:

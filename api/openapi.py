@@ -455,6 +455,7 @@ TAGS = {
     "reads": "Sales, explain, commissions, reports, the tracking log and the checklist (section 7).",
     "engineering": "Metadata fixes, backfill and period close (owner or operator, section 7).",
     "payouts": "Payout batches: create, list, export, mark paid (owner, section 7).",
+    "webhooks-out": "Webhooks to brand servers: endpoints, deliveries, pings (owner, section 13).",
     "agent": "Agent endpoints (agt_ keys with scopes, section 8).",
     "operator": "Operator endpoints (TALLY_OPERATOR_TOKEN).",
     "operations": "Health, readiness and this reference (section 12).",

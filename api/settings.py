@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     metrics_public: bool = False
+    # Webhooks to brand servers (CONTRACT section 13): `http://` URLs and private, loopback and
+    # link-local addresses allowed (development and tests only); and whether this process runs a
+    # delivery worker (any replica may; each delivery is leased in the database).
+    webhooks_allow_private: bool = False
+    webhooks_delivery: bool = True
 
     @field_validator("base_url")
     @classmethod

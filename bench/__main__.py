@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import sys
 
-from bench import ingest, ledger, pgingest, pgreconcile, reconcile, report, scale, slowclients, webhook
+from bench import (
+    ingest,
+    ledger,
+    pgingest,
+    pgreconcile,
+    reconcile,
+    report,
+    scale,
+    slowclients,
+    webhook,
+    webhooks_out,
+)
 
 
 def main() -> None:
@@ -14,6 +25,7 @@ def main() -> None:
         "observability": ingest.observability,
         "pgingest": pgingest.main,
         "webhook": webhook.main,
+        "webhooks_out": webhooks_out.main,
         "report": report.main,
         "reconcile": reconcile.main,
         "pgreconcile": pgreconcile.main,

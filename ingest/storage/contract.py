@@ -49,6 +49,7 @@ from ingest.domain.records import (
     StoredSession,
 )
 from ingest.progress import Progress
+from ingest.storage.sql import Executor
 
 
 class Reader(Protocol):
@@ -421,6 +422,11 @@ class Store(Protocol):
 
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease up if `holder` still holds it."""
+
+    def outbox(self) -> AbstractContextManager[Executor]:
+        """A connection for the webhook outbox's statements (ingest/webhooks_out/outbox.py), this
+        thread's own, in autocommit: a caller delimits a transaction with BEGIN and COMMIT
+        (`outbox.transaction`). `DatabaseUnavailable` while the database cannot be reached."""
 
     def close(self) -> None: ...
 

@@ -33,6 +33,7 @@ import duckdb
 from ingest.domain.clock import utcnow
 from ingest.storage.schema import CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
 from ingest.storage.sql import DuckExecutor, Executor
+from ingest.webhooks_out import outbox
 
 log = logging.getLogger("tally")
 
@@ -151,6 +152,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "leases: the reconcile run lock in the database", _leases),
     Migration(5, "PostgreSQL: log head, ingest's keyed tables, append-only raw log", _shared_log),
     Migration(6, "dashboard values shown once, sealed with the session's id", _shown_once),
+    Migration(7, "webhooks to brand servers: endpoints, the outbox, deliveries, attempts", outbox.migrate),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -56,6 +56,7 @@ from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, KeyLookups, anchor_of
 from ingest.storage.duckdb.reader import DuckReader
 from ingest.storage.duckdb.tx import DuckTx
 from ingest.storage.schema import RAW_EVENT_FIELDS
+from ingest.storage.sql import DuckExecutor
 
 log = logging.getLogger("tally.store")
 
@@ -258,6 +259,11 @@ class DuckStore(KeyLookups):
 
     def release_lease(self, name: str, holder: str) -> None:
         sessions.release_lease(self._reader(), name, holder)
+
+    @contextmanager
+    def outbox(self) -> Iterator[DuckExecutor]:
+        """The webhook outbox's statements, on this thread's cursor (ingest/webhooks_out/outbox.py)."""
+        yield DuckExecutor(self._reader())
 
     @contextmanager
     def reader(self) -> Iterator[DuckReader]:

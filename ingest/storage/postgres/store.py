@@ -87,7 +87,7 @@ from ingest.storage.postgres.reader import PgReader, reader_types
 from ingest.storage.postgres.sink import PgResultSink
 from ingest.storage.postgres.source import PgLogSource
 from ingest.storage.postgres.tx import Connection, PgTx
-from ingest.storage.sql import PgExecutor
+from ingest.storage.sql import Executor, PgExecutor
 
 POOL_MAX = 10  # pooled connections per replica (reads, reports)
 POOL_WAIT_SECONDS = 5.0  # longest wait for a pooled connection while the database is up
@@ -367,6 +367,16 @@ class PgStore:
             con.execute(b"DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))
             con.execute(b"SELECT pg_advisory_unlock(hashtext('tally:lease:' || %s))", (name,))
         con.close()
+
+    @contextmanager
+    def outbox(self) -> Iterator[Executor]:
+        """The webhook outbox's statements, on this thread's lookup connection (autocommit:
+        ingest/webhooks_out/outbox.py delimits its transactions). A transaction left open by a
+        failure is rolled back before the connection is used again."""
+        with self._conn() as con:
+            if con.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                con.execute(b"ROLLBACK")
+            yield PgExecutor(con)
 
     # -- reads for reports and the reconciler ----------------------------------------------------------
     @contextmanager
