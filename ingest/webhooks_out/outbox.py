@@ -312,7 +312,9 @@ def claim(
     enabled endpoints (a ping goes to a disabled one too) until `until`: the first
     `per_endpoint` of each endpoint in event order, at most `limit` in all, none of the
     endpoints in `busy`. The lease is taken by one conditional UPDATE: a delivery another
-    worker leased first is not taken (PostgreSQL skips rows another transaction holds)."""
+    worker leased first is not taken (PostgreSQL skips rows another transaction holds), nor
+    one of an endpoint another worker is sending to (one sender per endpoint keeps its events in
+    order; two workers claiming the same endpoint at the same instant may still both take some)."""
     skip = f" AND d.endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
     ranked = (
         "SELECT delivery_id FROM (SELECT d.delivery_id, d.event_order, row_number() OVER"
@@ -320,10 +322,11 @@ def claim(
         " FROM webhook_deliveries d JOIN webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
         " WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
         " AND (d.lease_until IS NULL OR d.lease_until <= ?)"
-        f" AND (e.enabled OR d.type = 'ping'){skip}) ranked"
+        f" AND (e.enabled OR d.type = 'ping'){skip} AND NOT EXISTS (SELECT 1 FROM webhook_deliveries x"
+        " WHERE x.endpoint_id = d.endpoint_id AND x.status = 'pending' AND x.lease_until > ?)) ranked"
         " WHERE n <= ? ORDER BY event_order, delivery_id LIMIT ?"
     )
-    params: list[Any] = [now, now, *busy, per_endpoint, limit]
+    params: list[Any] = [now, now, *busy, now, per_endpoint, limit]
     if db.dialect == "postgresql":
         ranked = (
             f"SELECT delivery_id FROM webhook_deliveries WHERE delivery_id IN ({ranked})"

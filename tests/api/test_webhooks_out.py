@@ -10,6 +10,7 @@ The app's own worker is off (`TALLY_WEBHOOKS_DELIVERY=0`): each test sends what 
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -294,7 +295,11 @@ def test_retries_end_after_three_days_and_an_endpoint_failing_for_five_is_disabl
         assert r.json()["data"]["disabled_reason"] is None and r.json()["data"]["enabled"] is True
 
 
-def test_a_rotation_signs_with_both_secrets_for_24_hours(app_client: TestClient, receiver: Receiver) -> None:
+def test_a_rotation_signs_with_both_secrets_for_24_hours(
+    app_client: TestClient, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    receiver.fail(1)  # a failed attempt is logged: never with a secret
     world = make_world(app_client)
     endpoint = _endpoint(world, receiver.url, ["ping"])
     endpoint_id, old = endpoint["endpoint_id"], endpoint["secret"]
@@ -306,6 +311,7 @@ def test_a_rotation_signs_with_both_secrets_for_24_hours(app_client: TestClient,
     app_client.post(_path(world, f"/{endpoint_id}/ping"), headers=world.owner)
     _deliverer(app_client).deliver_due()
     [first] = receiver.received
+    assert "failed: HTTP 500" in caplog.text
     assert len(first.headers["webhook-signature"].split(" ")) == 2
     assert _verified(old, first)["type"] == "ping"
     assert _verified(new, first)["type"] == "ping"
@@ -317,6 +323,8 @@ def test_a_rotation_signs_with_both_secrets_for_24_hours(app_client: TestClient,
         assert _verified(new, second)["type"] == "ping"
         with pytest.raises(WebhookVerificationError):
             _verified(old, second)
+    for secret in (old, new):
+        assert secret not in caplog.text and secret.removeprefix("whsec_") not in caplog.text
 
 
 def test_endpoints_are_an_owners_and_the_secret_is_shown_once(app_client: TestClient) -> None:
@@ -424,7 +432,9 @@ def test_two_workers_never_hold_one_delivery(app_client: TestClient, receiver: R
     taken_b = b._claim([])
     assert len(taken_a) == 30 and taken_b == []  # leased: the other worker finds none due
     a._release([c.delivery_id for c in taken_a[:10]])
-    assert len(b._claim([])) == 10
+    assert b._claim([]) == []  # one sender per endpoint: a still sends to it
+    a._release([c.delivery_id for c in taken_a[10:]])
+    assert len(b._claim([])) == 30
 
 
 def test_a_worker_that_died_leaves_its_deliveries_to_the_next(

@@ -372,11 +372,20 @@ class PgStore:
     def outbox(self) -> Iterator[Executor]:
         """The webhook outbox's statements, on this thread's lookup connection (autocommit:
         ingest/webhooks_out/outbox.py delimits its transactions). A transaction left open by a
-        failure is rolled back before the connection is used again."""
-        with self._conn() as con:
+        failure is rolled back before the connection is used again. A connection failure is
+        `DatabaseUnavailable` here, but does not mark the database down for the requests: the
+        delivery worker looks every second, and only what the requests and the probe see decides
+        whether this replica answers 503 at once."""
+        self._health.check()
+        try:
+            con = self._lookup_connection()
             if con.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 con.execute(b"ROLLBACK")
             yield PgExecutor(con)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(
+                f"tally cannot reach its database right now: {first_line(exc)}"
+            ) from exc
 
     # -- reads for reports and the reconciler ----------------------------------------------------------
     @contextmanager
