@@ -198,6 +198,51 @@ class LogLine:
 
 
 @dataclass(frozen=True)
+class PortalLink:
+    """A partner's one-time sign-in link as the database keeps it: the hash of its token, never
+    the token (api/portal.py)."""
+
+    token_hash: str
+    program_id: str
+    partner_code: str
+    created_at: datetime
+    expires_at: datetime
+    created_by: str
+
+
+@dataclass(frozen=True)
+class PartnerSession:
+    """A partner's portal session as the database keeps it: the hash of its id, never the id.
+    The partner it was opened for (`program_id`, `partner_code`) is who the portal shows."""
+
+    session_hash: str
+    program_id: str
+    partner_code: str
+    csrf_token: str
+    created_at: datetime
+    expires_at: datetime
+
+
+PayoutMethod = Literal["paypal", "wise"]
+
+
+@dataclass(frozen=True)
+class PayoutDetails:
+    """Where a partner of a program is paid: the method (`paypal` or `wise`), the account's
+    email, the account holder's name and the currency; set by the partner in the portal or by an
+    owner (`updated_by`: `partner` or the owner's account id)."""
+
+    program_id: str
+    partner_code: str
+    method: PayoutMethod
+    email: str
+    name: str
+    currency: str
+    updated_at: datetime
+    updated_by: str
+
+
+@dataclass(frozen=True)
 class StoredSession:
     """A dashboard session as the database keeps it: the hash of its id, never the id."""
 
