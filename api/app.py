@@ -27,7 +27,9 @@ from api.routes import (
     demo,
     docs,
     operator,
+    partners,
     payouts,
+    portal,
     reference,
     reports,
     script,
@@ -86,6 +88,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
 
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *demo.routes, *backfill.routes, *payouts.routes]
+    routes += [*partners.routes, *portal.routes]
     routes += [*dashboard.routes, *dashboard_sales.routes, *dashboard_payouts.routes]
     routes += reference.routes
     routes += backup_routes.routes

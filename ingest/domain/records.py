@@ -10,7 +10,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ingest.domain.bounds import SETTING_RANGES, Bps, FlatCommission, HoldingDays, Id, RecurringMonths
+from ingest.domain.bounds import (
+    SETTING_RANGES,
+    Bps,
+    FlatCommission,
+    HoldingDays,
+    Id,
+    PayoutMinimum,
+    RecurringMonths,
+    WebsiteUrl,
+)
 
 log = logging.getLogger("tally.ingest")
 
@@ -44,6 +53,11 @@ class ProgramSettings(BaseModel):
     holding_days: HoldingDays = 30
     requires_server_side_leads: bool = False
     stripe_account_id: Id | None = None
+    # CONTRACT 14: a partner whose net in a payout batch is below this (minor units of the row's
+    # currency) is paid nothing then; the balance carries to the next batch (reports/payouts.py).
+    payout_minimum: PayoutMinimum = 0
+    # The brand's site: partners' referral links point there (`?aff=<code>`, the portal).
+    website_url: WebsiteUrl | None = None
 
     @classmethod
     def from_stored(cls, stored: str | bytes, program_id: str = "(unknown)") -> ProgramSettings:
