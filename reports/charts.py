@@ -150,6 +150,8 @@ def activity_chart(periods: list[str], series: dict[str, list[int]]) -> str:
     shown = {name: values[-MAX_BARS:] for name, values in series.items()}
 
     def draw(ax: Any) -> None:
+        from matplotlib.ticker import MaxNLocator
+
         width = 0.8 / max(len(shown), 1)
         for i, ((name, values), colour) in enumerate(zip(shown.items(), ACTIVITY_COLOURS, strict=False)):
             positions = [p + (i - (len(shown) - 1) / 2) * width for p in range(len(periods))]
@@ -157,6 +159,7 @@ def activity_chart(periods: list[str], series: dict[str, list[int]]) -> str:
         ax.set_xticks(range(len(periods)), periods, rotation=45, ha="right")
         ax.grid(axis="y")
         ax.grid(axis="x", visible=False)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts
         ax.legend(loc="upper left", fontsize=8, frameon=False)
         ax.margins(y=0.15)
 
