@@ -13,6 +13,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -322,3 +323,28 @@ def test_the_owner_sets_a_partners_payout_details(world: World, client: TestClie
         assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error"), bad
     r = client.patch(partner_path(world), json=full, headers=world.member())
     assert (r.status_code, r.json()["error"]["code"]) == (403, "owner_required")
+
+
+@pytest.mark.embedded
+def test_a_rebuilt_key_index_still_knows_whose_code_is_whose(settings: Settings) -> None:
+    """The claims of promo-code assignments are derived from the log (ingest/domain/keys.py
+    `claims_of`): an embedded key index rebuilt from it refuses a second assignment as before."""
+    with TestClient(create_app(settings)) as client:
+        world = make_world(client)
+        body = {"code": "ALICE10", "promotion_code_id": "promo_1"}
+        assert (
+            client.post(partner_path(world, "/promo-codes"), json=body, headers=world.owner).status_code
+            == 201
+        )
+    for path in Path(settings.database).parent.glob(Path(settings.database).name + ".keys*"):
+        path.unlink()
+    with TestClient(create_app(settings)) as client:
+        for taken in ({"code": "alice10"}, {"code": "OTHER", "promotion_code_id": "promo_1"}):
+            r = client.post(partner_path(world, "/promo-codes"), json=taken, headers=world.owner)
+            assert (r.status_code, r.json()["error"]["code"]) == (409, "conflict"), taken
+        assert (
+            client.post(
+                partner_path(world, "/promo-codes"), json={"code": "NEW"}, headers=world.owner
+            ).status_code
+            == 201
+        )

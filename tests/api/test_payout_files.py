@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
+from tests.helpers import logged_in
 
 WISE_HEADER = [
     "name",
@@ -287,3 +289,38 @@ def test_paypal_takes_one_currency_per_file(client: TestClient, clock: time_mach
     )
     assert (r.status_code, r.json()["error"]["code"]) == (403, "owner_required")
     assert client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+
+
+def test_the_dashboards_batch_says_who_cannot_be_paid_and_why(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    world = make_world(client, holding_days=0, payout_minimum=5_000)
+    partner(
+        world,
+        "bob",
+        payout_method="paypal",
+        payout_email="bob@paypal.test",
+        payout_name="Bob",
+        payout_currency="usd",
+    )
+    partner(world, "carol")
+    referred_sale(world, "alice", "tx_1", 10_000)  # 30.00: below the minimum
+    referred_sale(world, "bob", "tx_2", 30_000)  # 90.00 by PayPal
+    referred_sale(world, "carol", "tx_3", 30_000)  # 90.00, no payout details
+    clock.move_to(at("2026-01-20T09:00:00Z"))
+    payout_id = make_batch(world, "2026-01-31")["payout_id"]
+    logged_in(client, world.account_token)
+    page = client.get(f"/dashboard/programs/{world.program_id}/payouts").text
+    box = re.search(rf'<div class="not-paid" id="not-paid-{payout_id}">(.*?)</div>', page, re.S)
+    assert box is not None
+    reasons = dict(re.findall(r'data-partner="([^"]+)" data-reason="([^"]+)"', box.group(1)))
+    assert reasons == {"alice": "below_minimum", "carol": "no_payout_details"}
+    assert "below the payout minimum: carried to the next batch" in box.group(1)
+    assert f"/payouts/{payout_id}/export?format=paypal&amp;currency=usd" in page
+    assert f"/payouts/{payout_id}/export?format=wise" in page
+    paypal = client.get(
+        f"/dashboard/programs/{world.program_id}/payouts/{payout_id}/export?format=paypal&currency=usd"
+    )
+    assert paypal.status_code == 200 and paypal.content.startswith(b"bob@paypal.test,90.00,USD,bob,")
+    settings_page = client.get(f"/dashboard/programs/{world.program_id}").text
+    assert 'id="s-payout_minimum" name="payout_minimum" inputmode="decimal" value="50.00"' in settings_page
