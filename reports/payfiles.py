@@ -63,6 +63,15 @@ class CurrencyNeeded(ValueError):
         self.currencies = list(currencies)
 
 
+class TooManyRows(ValueError):
+    """Raised by `paypal_csv` when one currency's PayPal rows are more than a PayPal file takes."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__(
+            f"PayPal takes at most {PAYPAL_MAX_ROWS} payouts per file; this one would have {rows}"
+        )
+
+
 def _decimal(amount: int, currency: str) -> str:
     return f"{units(amount, currency):.{exponent(currency)}f}"
 
@@ -135,6 +144,8 @@ def paypal_csv(
             raise CurrencyNeeded(currencies)
         currency = currencies[0] if currencies else None
     mine = [row for row in rows if row["currency"] == currency]
+    if len(mine) > PAYPAL_MAX_ROWS:
+        raise TooManyRows(len(mine))
     note = f"{program_name}: commissions, payout {payout['number']}"[:NOTE_MAX]
     lines = [
         (
@@ -145,7 +156,7 @@ def paypal_csv(
             note,
             "PAYPAL",
         )
-        for row in mine[:PAYPAL_MAX_ROWS]
+        for row in mine
     ]
     return _csv(None, lines), currency
 

@@ -211,7 +211,6 @@ def view(
 def empty(up_to: date, minimum: int = 0) -> dict[str, Any]:
     """What creating a batch answers when nothing new is payable and no batch has this cut-off."""
     return {
-        "payout_minimum": minimum,
         "payout_id": None,
         "number": None,
         "up_to": up_to.isoformat(),
@@ -220,6 +219,7 @@ def empty(up_to: date, minimum: int = 0) -> dict[str, Any]:
         "status": "empty",
         "paid_at": None,
         "paid_by": None,
+        "payout_minimum": minimum,
         "rows": [],
         "totals": [],
         "lines": 0,

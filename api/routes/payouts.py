@@ -120,6 +120,8 @@ async def export(
         if fmt == "paypal":
             try:
                 body, paid_in = payfiles.paypal_csv(found, details, program.name, currency)
+            except payfiles.TooManyRows as exc:
+                raise ValidationFailed(str(exc), fields=[{"field": "format", "message": str(exc)}]) from None
             except payfiles.CurrencyNeeded as exc:
                 raise ValidationFailed(
                     str(exc), fields=[{"field": "currency", "message": f"one of {', '.join(exc.currencies)}"}]

@@ -30,7 +30,7 @@ from api.openapi import HTML, PARTNER_SESSION, Doc, Param, document
 from api.pages import PAGE_HEADERS, SCRIPT_HEADERS, label, money, when
 from api.routes.reports import report_response
 from api.session import CSRF_FIELD, CsrfRefused, LoginRequired
-from api.state import read_tables
+from api.state import State, read_tables
 from api.templating import templates
 from ingest import partners
 from ingest.domain.errors import NotFound, TallyError, ValidationFailed
@@ -278,7 +278,7 @@ async def payout_lines(request: Request) -> Response:
     return report_response(numbers.lines_csv(found), payouts.CSV, name, "csv")
 
 
-def _details_form(st: Any, member: portal.Membership) -> dict[str, Any]:
+def _details_form(st: State, member: portal.Membership) -> dict[str, Any]:
     current = st.store.payout_details(member.program.program_id).get(member.partner.code)
     return partners.payout_view(current)
 

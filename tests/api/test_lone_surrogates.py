@@ -84,7 +84,12 @@ def test_every_json_endpoint_refuses_a_lone_surrogate(world: World) -> None:
     body whose only fault is the escape: 400 `invalid_json`, nothing stored."""
     client = world.client
     credentials = _credentials(world)
-    values = {"workspace_id": world.workspace_id, "program_id": world.program_id, "transaction_id": "tx_1"}
+    values = {
+        "workspace_id": world.workspace_id,
+        "program_id": world.program_id,
+        "transaction_id": "tx_1",
+        "code": world.partner_code,
+    }
     before = _stored(client)
     tried = []
     for path, operations in client.get("/openapi.json").json()["paths"].items():
