@@ -30,7 +30,9 @@ from api.routes import (
     demo,
     docs,
     operator,
+    partners,
     payouts,
+    portal,
     reference,
     reports,
     script,
@@ -99,6 +101,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
     routes = [*docs.routes, *track.routes, *accounts.routes, *operator.routes, *agent.routes, *reports.routes]
     routes += [*webhooks.routes, *script.routes, *demo.routes, *backfill.routes, *payouts.routes]
     routes += webhook_endpoints.routes
+    routes += [*partners.routes, *portal.routes]
     routes += [
         *dashboard.routes,
         *dashboard_sales.routes,

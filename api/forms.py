@@ -40,6 +40,9 @@ SETTINGS_LABELS = {
     "holding_days": "Holding days",
     "requires_server_side_leads": "Requires server-side leads",
     "stripe_account_id": "Payment-processor account id",
+    "payout_minimum": "Payout minimum",
+    "minimum_currency": "Currency of the payout minimum",
+    "website_url": "Website",
 }
 # The service's field -> the form input it came from.
 FORM_FIELD = {"commission_bps": "commission_percent", "platform_fee_bps": "platform_fee_percent"}
@@ -119,8 +122,8 @@ def money_for_form(amount: int, currency: str) -> str:
     return f"{units(amount, currency):.{exponent(currency)}f}"
 
 
-def flat_currency(form: dict[str, str]) -> str:
-    code = form.get("flat_currency", "").strip().lower()
+def flat_currency(form: dict[str, str], name: str = "flat_currency") -> str:
+    code = form.get(name, "").strip().lower()
     return code if code in FLAT_CURRENCIES else FLAT_CURRENCIES[0]
 
 
@@ -146,6 +149,13 @@ def settings_data(form: dict[str, str]) -> dict[str, Any]:
         data[name] = int(raw) if raw.isdigit() else (raw or None)
     data["requires_server_side_leads"] = form.get("requires_server_side_leads") == "on"
     data["stripe_account_id"] = form.get("stripe_account_id", "").strip() or None
+    try:  # minor units, the same number in every currency (as the flat commission)
+        data["payout_minimum"] = money_to_minor(
+            form.get("payout_minimum", ""), flat_currency(form, "minimum_currency")
+        )
+    except ValueError as exc:
+        fields.append({"field": "payout_minimum", "message": str(exc)})
+    data["website_url"] = form.get("website_url", "").strip() or None
     if fields:
         raise ValidationFailed("the settings form has values that are not valid", fields=fields)
     return data

@@ -36,6 +36,7 @@ OPERATOR_TOKEN = "operatorToken"  # noqa: S105 (a scheme name)
 AGENT_KEY = "agentKey"
 STRIPE_SIGNATURE = "stripeSignature"
 DASHBOARD_SESSION = "dashboardSession"
+PARTNER_SESSION = "partnerSession"
 
 SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
     PROGRAM_KEY: {
@@ -75,6 +76,12 @@ SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
         "name": "tally_session",
         "description": "The dashboard's session cookie, set by logging in with an account token.",
     },
+    PARTNER_SESSION: {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "tally_partner",
+        "description": "The partners' portal session cookie, set by a one-time sign-in link.",
+    },
 }
 
 # The errors each credential can answer (CONTRACT section 9).
@@ -91,6 +98,7 @@ AUTH_ERRORS: dict[str, tuple[type[E.TallyError], ...]] = {
     AGENT_KEY: (E.MissingCredentials, E.MalformedAuthorization, E.AgentKeyRequired, E.InsufficientScope),
     STRIPE_SIGNATURE: (E.InvalidSignature,),
     DASHBOARD_SESSION: (),
+    PARTNER_SESSION: (),
 }
 # Every request body can be refused these ways (api/http.py).
 BODY_ERRORS: tuple[type[E.TallyError], ...] = (

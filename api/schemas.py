@@ -111,6 +111,37 @@ class Program(ProgramSettings):
     updated_at: datetime
 
 
+class PartnerOut(_Out):
+    """A partner as the owner's reads show it, with its payout details (null until set)."""
+
+    partner_id: str
+    program_id: str
+    code: str
+    name: str
+    email: str | None
+    created_at: datetime
+    payout_method: Literal["paypal", "wise"] | None
+    payout_email: str | None
+    payout_name: str | None
+    payout_currency: str | None
+
+
+class PortalLink(_Out):
+    """A partner's one-time portal sign-in link (CONTRACT 14)."""
+
+    url: str
+    expires_at: datetime
+    sent: bool  # emailed to the partner
+
+
+class PromoCode(_Out):
+    program_id: str
+    partner_code: str
+    code: str
+    promotion_code_id: str | None
+    created_at: datetime
+
+
 class ApiKey(_Out):
     api_key: str
     api_token_masked: str
@@ -354,13 +385,23 @@ class PayoutRow(_Out):
     partner_code: str
     partner_name: str | None
     partner_email: str | None
-    amount: int  # paid: max(0, net + carried_in), minor units
+    amount: int  # paid: net + carried_in when at least the batch's payout minimum (and > 0), else 0
     amount_decimal: str  # the same in whole units, e.g. "147.00"
     currency: str
     lines: int
     net: int  # the batch's lines for this partner and currency
-    carried_in: int  # what earlier batches carried (<= 0)
-    carried_forward: int  # what this batch carries to the next (<= 0)
+    carried_in: int  # what earlier batches carried (< 0 owed back, > 0 held below the minimum)
+    carried_forward: int  # what this batch carries to the next (net + carried_in - amount)
+
+
+class NotPaid(_Out):
+    """A row of a batch that no payout file pays, and why (reports/payfiles.py)."""
+
+    partner_code: str
+    partner_name: str | None
+    currency: str
+    balance: int  # carried to the next batch, or (no_payout_details) what the batch pays
+    reason: Literal["below_minimum", "negative_balance", "no_payout_details", "nothing_due"]
 
 
 class PayoutTotal(_Out):
@@ -381,6 +422,8 @@ class Payout(_Out):
     status: Literal["open", "paid", "empty"]
     paid_at: datetime | None
     paid_by: str | None
+    payout_minimum: int  # the program's payout minimum when the batch was made (minor units)
     rows: list[PayoutRow]
     totals: list[PayoutTotal]
     lines: int
+    not_paid: list[NotPaid]

@@ -211,17 +211,18 @@ def check_origin(request: Request) -> None:
         raise CsrfRefused("this form was posted from another site (Referer)")
 
 
-def _same(sent: str, expected: str) -> bool:
+def same_token(sent: str, expected: str) -> bool:
+    """Whether a form's CSRF token is the expected one (constant time; empty never matches)."""
     return bool(sent) and bool(expected) and hmac.compare_digest(sent.encode(), expected.encode())
 
 
 def check_csrf(request: Request, session: Session, form: dict[str, str]) -> None:
     check_origin(request)
-    if not _same(form.get(CSRF_FIELD, ""), session.csrf_token):
+    if not same_token(form.get(CSRF_FIELD, ""), session.csrf_token):
         raise CsrfRefused("the form's CSRF token is missing or wrong; reload the page and try again")
 
 
 def check_login_csrf(request: Request, form: dict[str, str]) -> None:
     check_origin(request)
-    if not _same(form.get(CSRF_FIELD, ""), request.cookies.get(LOGIN_CSRF_COOKIE, "")):
+    if not same_token(form.get(CSRF_FIELD, ""), request.cookies.get(LOGIN_CSRF_COOKIE, "")):
         raise CsrfRefused("the login form expired or was not ours; reload the login page")

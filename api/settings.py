@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
+from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.proxies import parse_networks
@@ -13,6 +14,35 @@ from ingest.storage.factory import DEFAULT_DATABASE, describe
 
 class SettingsError(Exception):
     """Raised by `load_settings` when a required setting is missing or malformed."""
+
+
+class MailServer(NamedTuple):
+    """An SMTP server (`TALLY_SMTP_URL`): `tls` for smtps:// (TLS from the start)."""
+
+    host: str
+    port: int
+    tls: bool
+    user: str | None
+    password: str | None
+
+
+def mail_server(url: str) -> MailServer:
+    """`smtp://[user:password@]host[:port]` or `smtps://...`; ValueError naming what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("smtp", "smtps"):
+        raise ValueError("must be smtp://host:port or smtps://host:port")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("has a port that is not a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise ValueError("names no host (smtp://host:port)")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError("must be only smtp[s]://[user:password@]host:port")
+    tls = parts.scheme == "smtps"
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    return MailServer(parts.hostname, port or (465 if tls else 25), tls, user, password)
 
 
 class Settings(BaseSettings):
@@ -58,6 +88,11 @@ class Settings(BaseSettings):
     # delivery worker (any replica may; each delivery is leased in the database).
     webhooks_allow_private: bool = False
     webhooks_delivery: bool = True
+    # Mail (CONTRACT 14): where partners' sign-in links are sent from, `smtp://host:port` (STARTTLS
+    # when the server offers it) or `smtps://host:port` (TLS), with `user:password@` when the
+    # server wants a login; empty: no mail is sent. A secret: it may hold a password.
+    smtp_url: SecretStr = SecretStr("")
+    mail_from: str = ""
 
     @field_validator("base_url")
     @classmethod
@@ -88,6 +123,34 @@ class Settings(BaseSettings):
     def _trusted_proxies(cls, value: str) -> str:
         return ",".join(str(network) for network in parse_networks(value))
 
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp_url(cls, value: SecretStr) -> SecretStr:
+        raw = value.get_secret_value().strip()
+        if raw:
+            mail_server(raw)  # ValueError names what is wrong, never the password
+        return SecretStr(raw)
+
+    @field_validator("mail_from")
+    @classmethod
+    def _mail_from(cls, value: str) -> str:
+        value = value.strip()
+        if value and (value.count("@") != 1 or any(c.isspace() or ord(c) < 32 for c in value)):
+            raise ValueError("must be an email address, like partners@brand.test")
+        return value
+
+    @model_validator(mode="after")
+    def _mail_together(self) -> Settings:
+        if bool(self.smtp_url.get_secret_value()) != bool(self.mail_from):
+            raise ValueError("TALLY_SMTP_URL and TALLY_MAIL_FROM go together: set both or neither")
+        return self
+
+    @property
+    def mail(self) -> MailServer | None:
+        """Where mail goes, or None when the server sends none."""
+        raw = self.smtp_url.get_secret_value()
+        return mail_server(raw) if raw else None
+
     @property
     def database_name(self) -> str:
         """The database as messages show it (a URL without its password)."""
@@ -108,6 +171,9 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            name = "TALLY_" + "_".join(str(p) for p in err["loc"]).upper()
-            problems.append(f"{name}: {err['msg']}")
+            if err["loc"]:
+                name = "TALLY_" + "_".join(str(p) for p in err["loc"]).upper()
+                problems.append(f"{name}: {err['msg']}")
+            else:  # a rule on several settings: its message names them
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
         raise SettingsError("; ".join(problems)) from None

@@ -1,6 +1,7 @@
 """Engineer actions on the raw log: metadata fixes, backfill applications, period closes, payout
-batches and their payment, changes of a program's money terms, finance actions on a sale's
-commission lines (hold, release, void) and the ledger's bookings (reconcile/bookings.py).
+batches and their payment, changes of a program's money terms, promo codes assigned to partners,
+finance actions on a sale's commission lines (hold, release, void) and the ledger's bookings
+(reconcile/bookings.py).
 
 Each is appended as its own raw-log row (source `backfill`), never edited into earlier rows; the
 reconciler orders these human actions by `seq` (see reconcile/fixes.py, reconcile/periods.py and
@@ -149,14 +150,37 @@ def close_period(writer: Writer, program: Program, period: str, actor: str) -> d
 
 def payout_batch_row(program: Program, up_to: date, actor: str) -> dict[str, Any]:
     """The raw-log row of a payout batch with cut-off `up_to` (reconcile/payouts.py decides which
-    lines it takes: those approved by the row's receive time and dated up to the cut-off)."""
-    body = {"up_to": up_to.isoformat(), "by": actor}
+    lines it takes: those approved by the row's receive time and dated up to the cut-off). It
+    records the program's `payout_minimum` then, which the batch's netting keeps for good."""
+    body = {"up_to": up_to.isoformat(), "by": actor, "payout_minimum": program.settings.payout_minimum}
     return _row(program, "payout_batch", actor, body, event_id=new_id("po"))
 
 
 def payout_paid_row(program: Program, payout_id: str, actor: str) -> dict[str, Any]:
     """The raw-log row marking payout batch `payout_id` paid: its lines become `paid`."""
     return _row(program, "payout_paid", actor, {"payout_id": payout_id, "by": actor}, event_id=new_id("paid"))
+
+
+PROMO_CODE = "promo_code"
+
+
+def promo_code_row(
+    program: Program, partner_code: str, code: str, promotion_code_id: str | None, actor: str
+) -> dict[str, Any]:
+    """The raw-log row assigning promotion code `code` (and the processor's `promotion_code_id`)
+    to partner `partner_code`: a sale naming it is the partner's (reconcile/promos.py). Its code in
+    `promo_code`, its processor id in `object_id`, the partner in `partner_code`."""
+    body = {"code": code, "promotion_code_id": promotion_code_id, "partner_code": partner_code, "by": actor}
+    return _row(
+        program,
+        PROMO_CODE,
+        actor,
+        body,
+        event_id=new_id("promo"),
+        partner_code=partner_code,
+        promo_code=code,
+        object_id=promotion_code_id,
+    )
 
 
 def terms_row(

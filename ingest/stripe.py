@@ -39,7 +39,7 @@ STRIPE_FIELDS: tuple[str, ...] = (
     "transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id", "charge_id",
     "subscription_id", "billing_reason", "checkout_mode", "customer_key", "processor_customer_id",
     "email", "click_id", "meta_program_id", "sub_metadata_present", "amount", "tax", "currency",
-    "refund_id", "stripe_account",
+    "refund_id", "stripe_account", "promo_code",
 )
 # fmt: on
 
@@ -282,8 +282,20 @@ def _checkout(obj: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
             _get(obj, "total_details", "amount_tax"), f"{_OBJECT}.total_details.amount_tax"
         ),
         "currency": _currency(obj.get("currency")),
+        "promo_code": _promotion_code(obj),
         **_attribution(obj.get("metadata")),
     }
+
+
+def _promotion_code(session: Mapping[str, Any]) -> str | None:
+    """The id (`promo_...`) of the first promotion code a checkout session applied: its
+    `discounts[].promotion_code` (a string, or an expanded object with `id`), or in older layouts
+    the expanded `total_details.breakdown.discounts[].discount.promotion_code`; None without one."""
+    candidates = [_map(d) or {} for d in _list(session.get("discounts"))]
+    found = [_id(d.get("promotion_code")) for d in candidates]
+    breakdown = _list(_get(session, "total_details", "breakdown", "discounts"))
+    found += [_id(_get(item, "discount", "promotion_code")) for item in breakdown]
+    return next((code for code in found if code is not None), None)
 
 
 def _invoice(obj: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
@@ -389,6 +401,10 @@ def _attribution(metadata: Any, *, with_presence: bool = True) -> dict[str, Any]
 
 def _map(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _get(obj: Mapping[str, Any], *path: str) -> Any:

@@ -222,6 +222,7 @@ async def record_sale(
         "email": inp.email,
         "click_id": inp.click_id,
         "occurred_at": occurred,
+        "promo_code": inp.promo_code,
     }
 
     def op(tx: Tx) -> str | None:
@@ -261,11 +262,16 @@ async def record_sale(
     }
     warnings = []
     if not partner:
+        promo = (
+            f"; the reconciler gives it to the partner promo code {inp.promo_code} is assigned to, if any"
+            if inp.promo_code is not None
+            else ""
+        )
         warnings.append(
             _warning(
                 "customer_not_attributed",
                 f"customer {customer} has no settled lead or click in program {pid} yet; "
-                "the sale is recorded and will be attributed if data arrives",
+                f"the sale is recorded and will be attributed if data arrives{promo}",
             )
         )
     return Outcome(data, warnings)

@@ -4,16 +4,20 @@ For each counted sale, in this order, the first rule that yields a partner wins:
 
 1. `click`: the sale's click id -> the program's click -> its partner. A click id that the
    program does not know is remembered (`click_not_found`) and the ladder continues.
-2. `email`: the sale's email (normalised) -> the binding settled lead of that email -> partner.
-3. `processor_customer`: the sale's processor customer id -> the earliest *earlier* attributed
+2. `promo_code`: the sale's promotion code -> the partner the program assigned it to
+   (CONTRACT 14; reconcile/promos.py: a checkout's promotion code id, a track sale's code).
+3. `email`: the sale's email (normalised) -> the binding settled lead of that email -> partner.
+4. `processor_customer`: the sale's processor customer id -> the earliest *earlier* attributed
    sale of that customer in the program (same test/live world) -> its partner.
-4. `customer_key`: the sale's customer key -> the binding settled lead of that customer ->
+5. `customer_key`: the sale's customer key -> the binding settled lead of that customer ->
    partner (the first settled lead binds; see reconcile/leads.py).
 
 "Earlier" is the sales' total order (occurred_at, sale_id): earlier business time, ties broken by
 the stable sale id, never by arrival order. The earliest attributed sale of a customer is always
-attributed by rule 1, 2 or 4 (rule 3 needs an earlier one), so rule 3 reads the customer's first
-sale that rules 1, 2 or 4 attribute, if it is earlier than the sale at hand; no iteration needed.
+attributed by rule 1, 2, 3 or 5 (rule 4 needs an earlier one), so rule 4 reads the customer's first
+sale that rules 1, 2, 3 or 5 attribute, if it is earlier than the sale at hand; no iteration
+needed. So a renewal (an invoice, which names no promotion code) follows its customer: a
+subscription whose checkout a promo code attributed is that partner's by rule 4.
 
 Before the ladder: metadata whose `program_id` names another program is not trusted: the sale
 stays unattributed with `program_mismatch`. Sales whose metadata comes from a subscription that
@@ -22,8 +26,9 @@ by email or processor customer, and then carry the warning `subscription_metadat
 
 An unattributed sale gets one reason, the first that applies: `program_mismatch`,
 `subscription_metadata_missing`, `click_not_found`, `lead_provisional` (the customer key or
-email has provisional leads and no settled one), `customer_not_found` (some customer data was
-given), `no_attribution_data`. (`program_unroutable` belongs to unroutable events, which are
+email has provisional leads and no settled one), `customer_not_found` (some customer data, or a
+promotion code no partner has, was given), `no_attribution_data`. (`program_unroutable` belongs
+to unroutable events, which are
 reported apart and never become sales.)
 
 Warnings, in this order: `click_not_found` (attributed, though the click id it gave is
@@ -36,16 +41,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from reconcile import leads
+from reconcile import leads, promos
 from reconcile.lookup import lookup
 from reconcile.schema import ENGINE, norm_email
 
-RULES = ("click", "email", "processor_customer", "customer_key")
+RULES = ("click", "promo_code", "email", "processor_customer", "customer_key")
 
 # The columns of a sale the ladder reads.
 INPUT = (
     "program_id",
     "sale_id",
+    "source",
+    "promo_code",
     "occurred_at",
     "test_mode",
     "click_id",
@@ -72,6 +79,8 @@ EVIDENCE = (
     "meta_program_id",
     "eff_click",
     "click_partner",
+    "eff_promo",
+    "promo_partner",
     "email_norm",
     "e_lead",
     "e_click",
@@ -108,8 +117,10 @@ def attribute(
     click_table: pl.DataFrame,
     by_key: pl.DataFrame,
     by_email: pl.DataFrame,
+    promo_table: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The ladder for each sale (columns INPUT), aligned with `sales`: OUTPUT and EVIDENCE."""
+    """The ladder for each sale (columns INPUT), aligned with `sales`: OUTPUT and EVIDENCE.
+    `promo_table`: the partners promo codes name (reconcile/promos.py `assignments`)."""
     mismatch = pl.col("meta_program_id").is_not_null() & (pl.col("meta_program_id") != pl.col("program_id"))
     trusted = ~pl.col("mismatch") & ~pl.col("metadata_missing")
     base = (
@@ -118,19 +129,23 @@ def attribute(
         .with_columns(
             eff_click=pl.when(trusted).then(pl.col("click_id")),
             eff_key=pl.when(trusted).then(pl.col("customer_key")),
+            eff_promo=pl.when(~pl.col("mismatch")).then(pl.col("promo_code")),
             email_norm=pl.when(~pl.col("mismatch")).then(norm_email(pl.col("email"))),
             pc_id=pl.when(~pl.col("mismatch")).then(pl.col("processor_customer_id")),
         )
     )
     looked = base.with_columns(
-        click_partner=leads.click_partner(base, "program_id", "eff_click", click_table)
+        click_partner=leads.click_partner(base, "program_id", "eff_click", click_table),
+        promo_partner=promos.partner(base, "eff_promo", promo_table),
     ).hstack(
         [
             *_bound(base, "email_norm", by_email, "email_norm", "e").get_columns(),
             *_bound(base, "eff_key", by_key, "customer_key", "k").get_columns(),
         ]
     )
-    looked = looked.with_columns(static=pl.coalesce("click_partner", "e_partner", "k_partner"))
+    looked = looked.with_columns(
+        static=pl.coalesce("click_partner", "promo_partner", "e_partner", "k_partner")
+    )
     first_static = (
         looked.lazy()
         .filter(pl.col("static").is_not_null() & pl.col("pc_id").is_not_null())
@@ -151,10 +166,12 @@ def attribute(
     laddered = looked.hstack(firsts.get_columns()).with_columns(
         pc_partner=pl.when(earlier).then(pl.col("f_partner"))
     )
-    partner = pl.coalesce("click_partner", "e_partner", "pc_partner", "k_partner")
+    partner = pl.coalesce("click_partner", "promo_partner", "e_partner", "pc_partner", "k_partner")
     rule = (
         pl.when(pl.col("click_partner").is_not_null())
         .then(pl.lit("click"))
+        .when(pl.col("promo_partner").is_not_null())
+        .then(pl.lit("promo_code"))
         .when(pl.col("e_partner").is_not_null())
         .then(pl.lit("email"))
         .when(pl.col("pc_partner").is_not_null())
@@ -166,7 +183,10 @@ def attribute(
         pl.col("e_provisional").fill_null(False) & pl.col("e_lead").is_null()
     )
     any_customer = (
-        pl.col("email_norm").is_not_null() | pl.col("pc_id").is_not_null() | pl.col("eff_key").is_not_null()
+        pl.col("email_norm").is_not_null()
+        | pl.col("pc_id").is_not_null()
+        | pl.col("eff_key").is_not_null()
+        | pl.col("eff_promo").is_not_null()
     )
     reason = (
         pl.when(pl.col("partner_code").is_not_null())

@@ -72,7 +72,7 @@ _ACTION_DTYPE = pl.Struct({"action": pl.String, "sale_id": pl.String, "reason": 
 _SALE_IDS = ("transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
 _ROW_IDS = (*_SALE_IDS, "object_id", "subscription_id")
 # Program-wide actions that can change any sale's value.
-_PROGRAM_KINDS = ("metadata_fix", "backfill", "program_terms")
+_PROGRAM_KINDS = ("metadata_fix", "backfill", "program_terms", "promo_code")
 
 
 def _accepted(log: pl.LazyFrame, kind: str) -> pl.LazyFrame:

@@ -212,7 +212,16 @@ def uncounted(raw: pl.LazyFrame, self_hosted: pl.DataFrame, pairs: pl.DataFrame)
     (attribution.INPUT; `sale_id` is the line's `duplicate_id`): the self-hosted sales paired
     off (`pairs`) and the sale attempts refused at ingest, as they came (no fix applied), without
     their processor customer (see the module docstring)."""
-    columns = ("program_id", "sale_id", "occurred_at", "test_mode", "click_id", "customer_key", "email")
+    columns = (
+        "program_id",
+        "sale_id",
+        "occurred_at",
+        "test_mode",
+        "click_id",
+        "customer_key",
+        "email",
+        "promo_code",
+    )
     paired = self_hosted.join(
         pairs.select("program_id", sale_id=pl.col("duplicate_id")), on=["program_id", "sale_id"], how="semi"
     ).select(*columns, "meta_program_id")
@@ -231,12 +240,15 @@ def uncounted(raw: pl.LazyFrame, self_hosted: pl.DataFrame, pairs: pl.DataFrame)
             click_id="click_id",
             customer_key="customer_key",
             email="email",
+            promo_code="promo_code",
             meta_program_id="meta_program_id",
         )
         .collect(engine=ENGINE)
     )
     return pl.concat([paired, refused], how="vertical_relaxed").with_columns(
-        processor_customer_id=pl.lit(None, pl.String), metadata_missing=pl.lit(False)
+        processor_customer_id=pl.lit(None, pl.String),
+        metadata_missing=pl.lit(False),
+        source=pl.lit("self_hosted"),
     )
 
 

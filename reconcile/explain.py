@@ -3,12 +3,12 @@
 The reconciler keeps per sale only the evidence (`Result.evidence`, table `rc_evidence`; columns
 in reconcile/schema.py EVIDENCE_SCHEMA): what each rule looked up and what it found, as ids. What
 the sale itself holds (its transaction id, processor customer, partner, rule, reason) is read
-from the sale (`rc_sales`), not stored twice. One SQL query renders them as five rows per sale,
-the four rules in ladder order then `result`; it is both the view `rc_explain` the job creates
+from the sale (`rc_sales`), not stored twice. One SQL query renders them as six rows per sale,
+the five rules in ladder order then `result`; it is both the view `rc_explain` the job creates
 over `rc_evidence` and `rc_sales` (so a read of one sale renders one sale) and, run on an
 in-memory DuckDB, `steps()` (so the two can never disagree).
 
-- `looked_up`: what the rule looked for (`svc_click_id=...`, `email=...`,
+- `looked_up`: what the rule looked for (`svc_click_id=...`, `promo_code=...`, `email=...`,
   `processor_customer_id=...`, `svc_customer_key=...`), null when the sale had nothing for it
   or the rule was not tried.
 - `found`: what the lookup found, in words.
@@ -45,6 +45,16 @@ _STEPS = (
     ),
     (
         2,
+        "promo_code",
+        "eff_promo",
+        "promo_code",
+        "promo_partner",
+        "'promo code ' || eff_promo || ' of partner ' || promo_partner",
+        "'no partner has this promo code'",
+        "NULL",
+    ),
+    (
+        3,
         "email",
         "email_norm",
         "email",
@@ -54,7 +64,7 @@ _STEPS = (
         "NULL",
     ),
     (
-        3,
+        4,
         "processor_customer",
         "processor_customer_id",
         "processor_customer_id",
@@ -64,7 +74,7 @@ _STEPS = (
         "NULL",
     ),
     (
-        4,
+        5,
         "customer_key",
         "eff_key",
         "svc_customer_key",
@@ -74,6 +84,7 @@ _STEPS = (
         _MISSING,
     ),
 )
+RESULT_STEP = len(_STEPS) + 1
 
 
 def _ladder_step(step: int, rule: str, value: str, label: str, partner: str, *texts: str) -> str:
@@ -96,8 +107,8 @@ def query(evidence: str, sales: str) -> str:
     return f"""WITH ranked AS (
     SELECT e.*, s.transaction_id, s.processor_customer_id, s.partner_code, s.attribution_rule,
         s.unattributed_reason,
-        CASE s.attribution_rule WHEN 'click' THEN 1 WHEN 'email' THEN 2
-            WHEN 'processor_customer' THEN 3 WHEN 'customer_key' THEN 4 ELSE 9 END AS rule_index
+        CASE s.attribution_rule WHEN 'click' THEN 1 WHEN 'promo_code' THEN 2 WHEN 'email' THEN 3
+            WHEN 'processor_customer' THEN 4 WHEN 'customer_key' THEN 5 ELSE 9 END AS rule_index
     FROM {evidence} AS e JOIN {sales} AS s USING (program_id, sale_id)
 ), ladder AS (
     {ladder}
@@ -109,7 +120,7 @@ SELECT program_id, sale_id, transaction_id, CAST(step AS BIGINT) AS step, rule,
     result
 FROM ladder
 UNION ALL
-SELECT program_id, sale_id, transaction_id, CAST(5 AS BIGINT) AS step, 'result' AS rule,
+SELECT program_id, sale_id, transaction_id, CAST({RESULT_STEP} AS BIGINT) AS step, 'result' AS rule,
     CASE WHEN mismatch THEN 'program_id=' || meta_program_id END AS looked_up,
     CASE WHEN partner_code IS NOT NULL THEN 'partner ' || partner_code || ' by rule ' || attribution_rule
         ELSE unattributed_reason END AS found,
@@ -123,7 +134,7 @@ def view_ddl() -> str:
 
 
 def steps(evidence: pl.DataFrame, sales: pl.DataFrame) -> pl.DataFrame:
-    """The explain steps (five rows per sale) of the sales in `evidence` (the sales themselves
+    """The explain steps (six rows per sale) of the sales in `evidence` (the sales themselves
     in `sales`), in order."""
     with duckdb.connect() as con:
         con.register("evidence", evidence.to_arrow())

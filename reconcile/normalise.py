@@ -23,7 +23,9 @@ is no sale (zero-amount invoices, free trials). Amount is net of tax (gross - ta
 zero). Attribution metadata (click id, customer key, program id) comes from the session side when
 the sale has one, else from the invoice's subscription metadata (`metadata_source` =
 `subscription`, or `invoice` for an invoice without subscription). Email and processor customer:
-session side first. Ids (invoice, payment intent, charge, subscription): invoice side first;
+session side first. The promotion code id (`promo_code`) is the session side's only (an invoice
+names discounts, not codes; a renewal follows its customer, reconcile/attribution.py). Ids
+(invoice, payment intent, charge, subscription): invoice side first;
 checkout session id: session side first. `occurred_at` is the earliest record time; `test_mode`
 is set when any record is a test (`livemode: false`). A sale is recurring when it has no session
 and its invoice's billing reason is a subscription cycle, update or threshold.
@@ -80,6 +82,7 @@ SALE_COLUMNS = (
     "checkout_session_id",
     "charge_id",
     "occurred_at",
+    "promo_code",
 )
 
 # Read from the invoice side / the session side of a sale.
@@ -95,7 +98,7 @@ _BOTH_SIDES = (
 )
 _IDS = ("invoice_id", "payment_intent_id", "checkout_session_id", "charge_id", "subscription_id")
 INVOICE_SIDE = (*_BOTH_SIDES, "sub_metadata_present", "billing_reason", *_IDS)
-SESSION_SIDE = (*_BOTH_SIDES, *_IDS)
+SESSION_SIDE = (*_BOTH_SIDES, *_IDS, "promo_code")
 KEY = ["program_id", "sale_key"]
 ROW = "__row"
 
@@ -258,6 +261,7 @@ def connect_sales(raw: pl.LazyFrame) -> Connect:
             checkout_session_id=session_id,
             charge_id=pl.coalesce(inv("charge_id"), ses("charge_id")),
             occurred_at="occurred_at",
+            promo_code=ses("promo_code"),
         )
         .collect(engine=ENGINE)
     )
@@ -315,6 +319,7 @@ def self_hosted_sales(raw: pl.LazyFrame) -> pl.DataFrame:
             checkout_session_id=pl.lit(None, pl.String),
             charge_id=pl.lit(None, pl.String),
             occurred_at="occurred_at",
+            promo_code="promo_code",
         )
         .collect(engine=ENGINE)
     )

@@ -1,6 +1,6 @@
 """Payout batches: which ledger lines each batch pays, decided from the log alone. Pure.
 
-A `payout_batch` row of a program (body `{"up_to": "YYYY-MM-DD", "by": who}`, appended by
+A `payout_batch` row of a program (body `{"up_to": "YYYY-MM-DD", "by": who, "payout_minimum"}`, appended by
 ingest/engineering.py) takes every line of the program that is payable at the batch's log time
 T (its `received_at`) and that no earlier batch (lower `seq`) took:
 
@@ -10,9 +10,10 @@ T (its `received_at`) and that no earlier batch (lower `seq`) took:
 - dated on or before `up_to`: `dated_at` before the next day (UTC).
 
 Lines of every kind count, so a clawback or a negative adjustment is netted with the partner's
-other lines of the batch. Netting per partner and currency, and carrying a negative net to the
-partner's next batch (never a payment below zero), happen when a batch is read
-(reports/payouts.py): membership is decided line by line, so the ledger of a customer depends on
+other lines of the batch. Netting per partner and currency, and carrying a negative net, or one below
+the program's payout minimum as the batch recorded it, to the partner's next batch (never a
+payment below zero or below the minimum), happen when a batch is read (reports/payouts.py):
+membership is decided line by line, so the ledger of a customer depends on
 that customer's rows and the engineer actions only (what incremental runs rely on).
 
 A `payout_paid` row (body `{"payout_id", "by"}`) after its batch marks the batch paid (the first
@@ -44,7 +45,8 @@ def _actions(log: pl.LazyFrame, kind: str) -> pl.LazyFrame:
 
 def batches(log: pl.LazyFrame) -> pl.DataFrame:
     """program_id, payout_id, seq, up_to, cutoff (the instant after the up_to day, null when the
-    body has no valid date), created_at, created_by; in seq order."""
+    body has no valid date), created_at, created_by, payout_minimum (0 when the body names none,
+    as batches made before the setting existed); in seq order."""
     day = pl.col("body").str.json_path_match("$.up_to").str.slice(0, 10)
     parsed = day.str.to_date("%Y-%m-%d", strict=False)
     return (
@@ -57,6 +59,11 @@ def batches(log: pl.LazyFrame) -> pl.DataFrame:
             cutoff=parsed.cast(pl.Datetime("us")).dt.replace_time_zone("UTC") + pl.duration(days=1),
             created_at="received_at",
             created_by=pl.col("body").str.json_path_match("$.by"),
+            payout_minimum=pl.col("body")
+            .str.json_path_match("$.payout_minimum")
+            .cast(pl.Int64, strict=False)
+            .fill_null(0)
+            .clip(lower_bound=0),
         )
         .sort("seq")
         .unique(subset=["program_id", "payout_id"], keep="first", maintain_order=True)
@@ -98,6 +105,7 @@ def table(made: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
             status=pl.when(pl.col("paid_at").is_not_null()).then(pl.lit("paid")).otherwise(pl.lit("open")),
             paid_at=pl.col("paid_at").cast(UTC),
             paid_by="paid_by",
+            payout_minimum="payout_minimum",
         )
         .select(pl.col(name).cast(dtype) for name, dtype in PAYOUTS_SCHEMA.items())
     )

@@ -6,7 +6,7 @@ Stages (each module's docstring states its rules):
 2. reconcile/doubles.py: self-hosted records of connect sales are not counted; pairs reported
    (with the partner each record named, and each sale's money once).
 3. reconcile/fixes.py: backfilled metadata fixes folded into the sales' metadata.
-4. reconcile/leads.py + reconcile/attribution.py: the ladder, per program.
+4. reconcile/leads.py + reconcile/promos.py + reconcile/attribution.py: the ladder, per program.
 5. reconcile/customers.py + reconcile/commissions.py: eligibility (real, attributed, inside the
    customer's recurring window), amounts, under the program's terms in force when the sale
    occurred (reconcile/terms.py).
@@ -21,7 +21,8 @@ Stages (each module's docstring states its rules):
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
 actions (metadata fixes, backfills, period closes, payout batches and their payment, changes of
-a program's terms, bookings and finance actions), which are ordered by `seq`. Everything else
+a program's terms, promo-code assignments, bookings and finance actions), which are ordered by
+`seq`. Everything else
 is ordered by business time and stable ids: records by (occurred_at, event_id), sales by
 (occurred_at, sale_id), leads by (occurred_at, lead_id), refunds by (occurred_at, event_id).
 The same log gives the same rows whatever the order of its rows (`Result.sorted()` puts them in
@@ -48,6 +49,7 @@ from reconcile import (
     normalise,
     payouts,
     periods,
+    promos,
     terms,
     unroutable,
 )
@@ -216,10 +218,13 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     lead_frame = leads.leads(raw, click_table)
     by_key = leads.lookup_table(lead_frame, "customer_key")
     by_email = leads.lookup_table(lead_frame, "email_norm")
-    attributed = attribution.attribute(sales, click_table, by_key, by_email)
+    promo_table = promos.assignments(raw)
+    attributed = attribution.attribute(sales, click_table, by_key, by_email, promo_table)
     ghosts = doubles.uncounted(raw, self_hosted, split.pairs)
     named = ghosts.select("program_id", "sale_id").hstack(
-        attribution.attribute(ghosts, click_table, by_key, by_email).select("partner_code").get_columns()
+        attribution.attribute(ghosts, click_table, by_key, by_email, promo_table)
+        .select("partner_code")
+        .get_columns()
     )
     del lead_frame, self_hosted, ghosts
     sales = sales.hstack(attributed.select(attribution.OUTPUT).get_columns())
@@ -228,9 +233,9 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
     sales = sales.hstack(commissions.gross(sales, programs, partners).get_columns())
 
     engineer = raw.filter(pl.col("kind").is_in(["metadata_fix", "backfill"])).collect(engine=ENGINE).lazy()
-    value = partial(_valued, (click_table, by_key, by_email), programs, partners)
+    value = partial(_valued, (click_table, by_key, by_email, promo_table), programs, partners)
     states = layers.states(engineer, combined, sales.select("program_id", "sale_id", *layers.VALUES), value)
-    del combined, click_table, by_key, by_email, value
+    del combined, click_table, by_key, by_email, promo_table, value
 
     ids = doubles.id_map(connect.sales, doubles.wanted_ids(raw), split.counted)
     refund_rows = pl.concat(
@@ -271,18 +276,19 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
 
 
 def _valued(
-    lookups: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
+    lookups: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame],
     programs: pl.DataFrame,
     partners: pl.DataFrame,
     jobs: list[layers.Job],
 ) -> list[pl.DataFrame]:
     """Sales before fixes (whole customers of one program each) valued with other effective
     fixes (layers.Value): partner and commission, with the ladder's lookups (clicks, leads by
-    customer key, leads by email), cut down once to the rows these sales can find (a lookup's
+    customer key, leads by email; the promo codes whole), cut down once to the rows these sales can
+    find (a lookup's
     cost grows with its table)."""
     fixed = [(program_id, fixes.apply(sales, fix_set)) for program_id, sales, fix_set in jobs]
     every = pl.concat([sales for _, sales in fixed])
-    clicks, by_key, by_email = lookups
+    clicks, by_key, by_email, promo_table = lookups
     wanted = (
         clicks.filter(pl.col("click_id").is_in(every.get_column("click_id").drop_nulls().implode())),
         by_key.filter(pl.col("customer_key").is_in(every.get_column("customer_key").drop_nulls().implode())),
@@ -291,6 +297,7 @@ def _valued(
                 every.select(norm_email(pl.col("email"))).to_series().drop_nulls().implode()
             )
         ),
+        promo_table,
     )
     out = []
     for _, mine in fixed:

@@ -61,6 +61,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "lead_status": STR,
     "stripe_account": STR,
     "body": STR,
+    "promo_code": STR,
 }
 
 # What the reconciler reads of each kind of row (the job reads only these; every other column
@@ -101,6 +102,7 @@ READ_COLUMNS: dict[str, tuple[str, ...]] = {
         "currency",
         "refund_id",
         "stripe_account",
+        "promo_code",
     ),
     "click": (*_COMMON, "click_id", "partner_code"),
     "other": (
@@ -119,6 +121,9 @@ READ_COLUMNS: dict[str, tuple[str, ...]] = {
         "is_recurring",
         "refund_id",
         "lead_status",
+        "promo_code",
+        "object_id",  # promo-code assignments: the processor's promotion code id
+        "partner_code",  # promo-code assignments: the partner
         "body",
     ),
 }
@@ -219,7 +224,8 @@ COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 # Payout batches (reconcile/payouts.py): one row per batch action of the raw log; `number` is
-# the batch's place among its program's batches (1, 2, ...), the order they take lines in.
+# the batch's place among its program's batches (1, 2, ...), the order they take lines in;
+# `payout_minimum` the program's minimum when it was made (reports/payouts.py nets with it).
 PAYOUTS_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "payout_id": STR,
@@ -230,6 +236,7 @@ PAYOUTS_SCHEMA: dict[str, pl.DataType] = {
     "status": STR,
     "paid_at": UTC,
     "paid_by": STR,
+    "payout_minimum": INT,
 }
 
 REFUNDS_SCHEMA: dict[str, pl.DataType] = {
@@ -286,6 +293,7 @@ EXPLAIN_SCHEMA: dict[str, pl.DataType] = {
 # lookups: `*_lead` the binding settled lead, `*_click` its click, `*_partner` that click's
 # partner, `*_provisional` whether provisional leads exist; prefix `e` by email, `k` by customer
 # key. `f_sale`/`f_partner`: the customer's first attributed sale; `pc_partner` set when earlier.
+# `eff_promo`: the sale's promotion code (reconcile/promos.py), `promo_partner` the partner it names.
 EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "sale_id": STR,
@@ -294,6 +302,8 @@ EVIDENCE_SCHEMA: dict[str, pl.DataType] = {
     "meta_program_id": STR,
     "eff_click": STR,
     "click_partner": STR,
+    "eff_promo": STR,
+    "promo_partner": STR,
     "email_norm": STR,
     "e_lead": STR,
     "e_click": STR,

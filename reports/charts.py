@@ -138,3 +138,49 @@ def status_chart(rows: list[dict[str, Any]], currency: str) -> str:
         ax.axhline(0, color="#8792a2", linewidth=0.8)
 
     return _figure(f"status-{currency}", 4.2, 2.8, draw)
+
+
+ACTIVITY_COLOURS = ("#8792a2", "#c9a227", "#2f5fb3")
+
+
+def activity_chart(periods: list[str], series: dict[str, list[int]]) -> str:
+    """Grouped vertical bars per month: counts (a partner's clicks, sign-ups and sales), the last
+    MAX_BARS months."""
+    periods = periods[-MAX_BARS:]
+    shown = {name: values[-MAX_BARS:] for name, values in series.items()}
+
+    def draw(ax: Any) -> None:
+        from matplotlib.ticker import MaxNLocator
+
+        width = 0.8 / max(len(shown), 1)
+        for i, ((name, values), colour) in enumerate(zip(shown.items(), ACTIVITY_COLOURS, strict=False)):
+            positions = [p + (i - (len(shown) - 1) / 2) * width for p in range(len(periods))]
+            ax.bar(positions, values, width=width, color=colour, label=name)
+        ax.set_xticks(range(len(periods)), periods, rotation=45, ha="right")
+        ax.grid(axis="y")
+        ax.grid(axis="x", visible=False)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts
+        ax.legend(loc="upper left", fontsize=8, frameon=False)
+        ax.margins(y=0.15)
+
+    return _figure("activity", 6.4, 2.8, draw)
+
+
+def earnings_chart(periods: list[str], amounts: list[int], currency: str) -> str:
+    """Vertical bars per month: a partner's commissions in one currency (negatives in red), the
+    last MAX_BARS months, each labelled with its exact amount."""
+    periods, amounts = periods[-MAX_BARS:], amounts[-MAX_BARS:]
+
+    def draw(ax: Any) -> None:
+        values = [float(units(a, currency)) for a in amounts]  # display values only
+        bars = ax.bar(periods, values, color=[BAR if v >= 0 else NEGATIVE for v in values], width=0.6)
+        ax.yaxis.set_major_formatter(_axis_formatter(currency))
+        ax.set_xticks(range(len(periods)), periods, rotation=45, ha="right")
+        ax.grid(axis="y")
+        ax.grid(axis="x", visible=False)
+        ax.bar_label(bars, labels=[amount_text(a, currency) for a in amounts], padding=3, fontsize=7)
+        ax.set_ylabel(f"Commission ({currency.upper()})")
+        ax.margins(y=0.2)
+        ax.axhline(0, color="#8792a2", linewidth=0.8)
+
+    return _figure(f"earnings-{currency}", 6.4, 2.8, draw)

@@ -95,6 +95,7 @@ COUNT_CHECKS = frozenset(
 CODE_LABELS: dict[str, dict[str, str]] = {
     "rule": {
         "click": "Click",
+        "promo_code": "Promo code",
         "email": "Email of a lead",
         "processor_customer": "Earlier sale of the same customer",
         "customer_key": "Customer key of a lead",

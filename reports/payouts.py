@@ -2,14 +2,19 @@
 
 Which lines a batch takes is decided by the reconciler from the log (reconcile/payouts.py) and
 materialised in `rc_commissions.payout_id`; here a batch's lines are netted per partner and
-currency. Batches of a program are taken in order (`number`): per partner and currency,
+currency. Batches of a program are taken in order (`number`): per partner and currency, with
+`minimum` the program's payout minimum the batch recorded when it was made (`payout_minimum`,
+minor units of the row's currency; 0 for batches made before the setting),
 
-    total = the batch's lines (`net`) + what the previous batches carried (`carried_in`, <= 0)
-    amount = max(total, 0)          (never a payment below zero)
-    carried_forward = min(total, 0) (owed back: netted by the partner's next batch)
+    total = the batch's lines (`net`) + what the previous batches carried (`carried_in`)
+    amount = total when total >= max(minimum, 1), else 0   (never a payment below the minimum)
+    carried_forward = total - amount                        (netted by the partner's next batch)
 
-so a clawback after payment lowers the next payment, and a partner whose lines net negative is
-paid nothing until later lines make up for it. Every query is plain SQL with `?` parameters
+so a clawback after payment lowers the next payment, a partner whose lines net negative is paid
+nothing until later lines make up for it, and one whose balance is below the minimum is paid it
+with a later batch. Nothing booked changes: the lines stay in the batch that took them, and
+what a row carries is money owed one way or the other, paid or netted by the next batch. Every
+query is plain SQL with `?` parameters
 over the materialised tables (any backend's `Reader`).
 """
 
@@ -23,12 +28,22 @@ from typing import Any
 
 import xlsxwriter
 
-from ingest.domain.records import Partner
+from ingest.domain.records import Partner, PayoutDetails
 from ingest.storage.contract import Reader
-from reports import csvcells
+from reports import csvcells, payfiles
 from reports.money import NO_CURRENCY, excel_format, units
 
-BATCH_FIELDS = ("payout_id", "number", "up_to", "created_at", "created_by", "status", "paid_at", "paid_by")
+BATCH_FIELDS = (
+    "payout_id",
+    "number",
+    "up_to",
+    "created_at",
+    "created_by",
+    "status",
+    "paid_at",
+    "paid_by",
+    "payout_minimum",
+)
 ROW_FIELDS = (
     "partner_code",
     "partner_name",
@@ -41,7 +56,8 @@ ROW_FIELDS = (
     "carried_in",
     "carried_forward",
 )
-FORMATS = ("json", "csv", "xlsx")
+FORMATS = ("json", "csv", "xlsx", *payfiles.SERVICES)
+Details = Mapping[str, PayoutDetails]
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 CSV = "text/csv; charset=utf-8"
 
@@ -56,10 +72,19 @@ def cutoff(up_to: date) -> datetime:
 def _batches(db: Reader, program_id: str) -> list[dict[str, Any]]:
     if not db.table_exists("rc_payouts"):
         return []
-    return db.dicts(
-        f"SELECT {', '.join(BATCH_FIELDS)} FROM rc_payouts WHERE program_id = ? ORDER BY number",
-        [program_id],
-    )
+    # every column: tables of a run before `payout_minimum` existed lack it (0 until the next run)
+    rows = db.dicts("SELECT * FROM rc_payouts WHERE program_id = ? ORDER BY number", [program_id])
+    return [
+        {**{k: row.get(k) for k in BATCH_FIELDS}, "payout_minimum": int(row.get("payout_minimum") or 0)}
+        for row in rows
+    ]
+
+
+def settle(total: int, minimum: int) -> tuple[int, int]:
+    """(amount paid, carried forward) of a partner's balance `total` under `minimum` (the module
+    docstring's rule)."""
+    amount = total if total >= max(minimum, 1) else 0
+    return amount, total - amount
 
 
 def _nets(db: Reader, program_id: str) -> list[dict[str, Any]]:
@@ -74,13 +99,30 @@ def _nets(db: Reader, program_id: str) -> list[dict[str, Any]]:
     )
 
 
+def _row(
+    key: tuple[str, str], amount: int, lines: int, net: int, carried_in: int, forward: int
+) -> dict[str, Any]:
+    return {
+        "partner_code": key[0],
+        "currency": key[1],
+        "amount": amount,
+        "amount_decimal": str(units(amount, key[1])),
+        "lines": lines,
+        "net": net,
+        "carried_in": carried_in,
+        "carried_forward": forward,
+    }
+
+
 @dataclass(frozen=True)
 class Netted:
     """Every batch of a program with its rows (ROW_FIELDS without the partner's name and email)."""
 
     batches: list[dict[str, Any]]
     rows: dict[str, list[dict[str, Any]]]
-    carried: dict[tuple[str, str], int]  # what each partner and currency owes after the last batch
+    # what each partner and currency carries after the last batch: owed back (< 0), or not paid
+    # yet for being below the minimum (> 0)
+    carried: dict[tuple[str, str], int]
 
 
 def netted(db: Reader, program_id: str) -> Netted:
@@ -100,21 +142,11 @@ def netted(db: Reader, program_id: str) -> Netted:
         ):
             key = (str(row["partner_code"]), str(row["currency"] or NO_CURRENCY))
             net = int(row["net"])
-            carried_in = carried.get(key, 0)
-            total = net + carried_in
-            carried[key] = min(total, 0)
-            out.append(
-                {
-                    "partner_code": key[0],
-                    "currency": key[1],
-                    "amount": max(total, 0),
-                    "amount_decimal": str(units(max(total, 0), key[1])),
-                    "lines": int(row["lines"]),
-                    "net": net,
-                    "carried_in": carried_in,
-                    "carried_forward": min(total, 0),
-                }
-            )
+            carried_in = carried.pop(key, 0)
+            amount, forward = settle(net + carried_in, int(batch["payout_minimum"]))
+            if forward:
+                carried[key] = forward
+            out.append(_row(key, amount, int(row["lines"]), net, carried_in, forward))
         rows[batch["payout_id"]] = out
     return Netted(batches, rows, carried)
 
@@ -157,19 +189,26 @@ def _totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def view(
-    batch: dict[str, Any], rows: Sequence[dict[str, Any]], partners: Mapping[str, Partner]
+    batch: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
+    partners: Mapping[str, Partner],
+    details: Details | None = None,
 ) -> dict[str, Any]:
-    """A batch as the API shows it: its record, its rows per partner and currency, totals."""
+    """A batch as the API shows it: its record, its rows per partner and currency, totals, and
+    who it cannot pay and why (`not_paid`, reports/payfiles.py: by the partners' payout
+    `details`)."""
     named = _named(rows, partners)
-    return {
+    found = {
         **{k: batch[k] for k in BATCH_FIELDS},
         "rows": named,
         "totals": _totals(named),
         "lines": sum(r["lines"] for r in named),
     }
+    found["not_paid"] = payfiles.not_paid(found, details or {})
+    return found
 
 
-def empty(up_to: date) -> dict[str, Any]:
+def empty(up_to: date, minimum: int = 0) -> dict[str, Any]:
     """What creating a batch answers when nothing new is payable and no batch has this cut-off."""
     return {
         "payout_id": None,
@@ -180,33 +219,41 @@ def empty(up_to: date) -> dict[str, Any]:
         "status": "empty",
         "paid_at": None,
         "paid_by": None,
+        "payout_minimum": minimum,
         "rows": [],
         "totals": [],
         "lines": 0,
+        "not_paid": [],
     }
 
 
-def batches(db: Reader, program_id: str, partners: Mapping[str, Partner]) -> list[dict[str, Any]]:
+def batches(
+    db: Reader, program_id: str, partners: Mapping[str, Partner], details: Details | None = None
+) -> list[dict[str, Any]]:
     """Every batch of the program, newest first, each with its rows and totals."""
     found = netted(db, program_id)
-    return [view(b, found.rows[b["payout_id"]], partners) for b in reversed(found.batches)]
+    return [view(b, found.rows[b["payout_id"]], partners, details) for b in reversed(found.batches)]
 
 
 def batch(
-    db: Reader, program_id: str, payout_id: str, partners: Mapping[str, Partner]
+    db: Reader,
+    program_id: str,
+    payout_id: str,
+    partners: Mapping[str, Partner],
+    details: Details | None = None,
 ) -> dict[str, Any] | None:
     found = netted(db, program_id)
     for b in found.batches:
         if b["payout_id"] == payout_id:
-            return view(b, found.rows[payout_id], partners)
+            return view(b, found.rows[payout_id], partners, details)
     return None
 
 
 def latest_with_cutoff(
-    db: Reader, program_id: str, up_to: date, partners: Mapping[str, Partner]
+    db: Reader, program_id: str, up_to: date, partners: Mapping[str, Partner], details: Details | None = None
 ) -> dict[str, Any] | None:
     """The newest batch made with this cut-off, if any."""
-    for b in batches(db, program_id, partners):
+    for b in batches(db, program_id, partners, details):
         if b["up_to"] == up_to.isoformat():
             return b
     return None
@@ -228,9 +275,12 @@ def payable_lines(db: Reader, program_id: str, at: datetime, up_to: date) -> int
     return int(row[0]) if row else 0
 
 
-def due(db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partner]) -> list[dict[str, Any]]:
+def due(
+    db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partner], minimum: int = 0
+) -> list[dict[str, Any]]:
     """What a batch made at `at` (no cut-off) would pay, per partner and currency: the approved
-    lines no batch took yet, netted with what earlier batches carried."""
+    lines no batch took yet, netted with what earlier batches carried, under the program's
+    payout `minimum` now."""
     found = netted(db, program_id)
     rows: list[dict[str, Any]] = []
     if db.table_exists("rc_commissions"):
@@ -246,19 +296,8 @@ def due(db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partne
         row = keys.get(key)
         net = int(row["net"]) if row else 0
         carried_in = found.carried.get(key, 0)
-        total = net + carried_in
-        out.append(
-            {
-                "partner_code": key[0],
-                "currency": key[1],
-                "amount": max(total, 0),
-                "amount_decimal": str(units(max(total, 0), key[1])),
-                "lines": int(row["lines"]) if row else 0,
-                "net": net,
-                "carried_in": carried_in,
-                "carried_forward": min(total, 0),
-            }
-        )
+        amount, forward = settle(net + carried_in, minimum)
+        out.append(_row(key, amount, int(row["lines"]) if row else 0, net, carried_in, forward))
     return _named(out, partners)
 
 

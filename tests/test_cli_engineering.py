@@ -63,6 +63,10 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
         "--requires-server-side-leads",
         "--stripe-account",
         "acct_1CliSettings",
+        "--payout-minimum",
+        "10.00 usd",  # below the 12.50 paid later
+        "--website",
+        "https://brand.test",
         "--json",
     )
     assert r.returncode == 0, r.stderr
@@ -74,6 +78,7 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
         True,
         "acct_1CliSettings",
     )
+    assert (program["payout_minimum"], program["website_url"]) == (1_000, "https://brand.test")
 
     r = tally(
         home,

@@ -32,6 +32,8 @@ SETTINGS = {
     "recurring_months": "recurring_months",
     "requires_server_side_leads": "requires_server_side_leads",
     "stripe_account": "stripe_account_id",
+    "payout_minimum": "payout_minimum",
+    "website": "website_url",
 }
 
 SETTING_OPTIONS: list[Callable[[F], F]] = [
@@ -83,6 +85,18 @@ SETTING_OPTIONS: list[Callable[[F], F]] = [
         "--stripe-account",
         metavar="ACCOUNT",
         help="the payment processor's connected account id (acct_...) whose events are this program's",
+    ),
+    click.option(
+        "--payout-minimum",
+        type=MONEY,
+        metavar='"AMOUNT CUR"',
+        help='a partner\'s balance below this waits for a later payout batch: "50.00 usd" (sent in minor '
+        "units, the same number in every currency; default 0)",
+    ),
+    click.option(
+        "--website",
+        metavar="URL",
+        help="the brand's site, where partners' referral links point (https://...)",
     ),
 ]
 

@@ -11,7 +11,7 @@ from api.auth import account_program, require_account, state
 from api.http import body_model, ok, query_int
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
 from api.state import read_store
-from ingest import control
+from ingest import control, partners
 from ingest.domain.errors import (
     Conflict,
     NotFound,
@@ -21,7 +21,7 @@ from ingest.domain.errors import (
     ValidationFailed,
 )
 from ingest.domain.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
-from ingest.domain.records import Partner, Program
+from ingest.domain.records import Program
 
 
 async def add_member(request: Request) -> Response:
@@ -85,14 +85,19 @@ async def add_partner(request: Request) -> Response:
     _, inp = await body_model(request, PartnerIn)
     st = state(request)
     partner = await control.add_partner(st.store, st.writer, program, inp)
-    return ok(request, control.partner_view(partner), 201)
+    return ok(request, {**control.partner_view(partner), **partners.payout_view(None)}, 201)
 
 
 async def list_partners(request: Request) -> Response:
     account = require_account(request)
     program = account_program(request, account)
-    partners = state(request).store.partners(program.program_id)
-    return ok(request, [control.partner_view(p) for p in partners])
+    store = state(request).store
+    details = store.payout_details(program.program_id)
+    found = [
+        {**control.partner_view(p), **partners.payout_view(details.get(p.code))}
+        for p in store.partners(program.program_id)
+    ]
+    return ok(request, found)
 
 
 CHECKLIST_STEPS = (
@@ -161,6 +166,8 @@ PROGRAM_EXAMPLE = {
     "holding_days": 30,
     "requires_server_side_leads": False,
     "stripe_account_id": None,
+    "payout_minimum": 5000,
+    "website_url": "https://brand.test",
     "api_token_masked": "aff_••••••••3f9a",
     "api_key_rotation_deadline": None,
     "created_at": "2026-11-21T10:00:00Z",
@@ -173,6 +180,7 @@ PARTNER_EXAMPLE = {
     "name": "Alice",
     "email": "alice@partner.test",
     "created_at": "2026-11-21T10:00:00Z",
+    **dict.fromkeys(partners.PAYOUT_FIELDS),
 }
 _MEMBER = "Any member of the program's workspace."
 _OWNER = "An owner of the program's workspace."
@@ -260,7 +268,7 @@ document(
             body=PartnerIn,
             example={"code": "alice", "name": "Alice", "email": "alice@partner.test"},
             status=201,
-            data=Partner,
+            data=schemas.PartnerOut,
             result=PARTNER_EXAMPLE,
             errors=(ProgramNotFound, NotFound, OwnerRequired, Conflict),
             writes=True,
@@ -270,7 +278,7 @@ document(
             "accounts",
             description=_MEMBER,
             auth=(ACCOUNT_TOKEN,),
-            data=list[Partner],
+            data=list[schemas.PartnerOut],
             result=[PARTNER_EXAMPLE],
             errors=(ProgramNotFound,),
         ),

@@ -63,6 +63,7 @@ from api.session import (
 from api.settings import Settings
 from api.state import State
 from ingest import control
+from ingest import partners as partner_services
 from ingest.domain.clock import utcnow
 from ingest.domain.errors import (
     Conflict,
@@ -195,6 +196,9 @@ def settings_values(view: dict[str, Any], form: dict[str, str] | None) -> dict[s
         "holding_days": str(view["holding_days"]),
         "requires_server_side_leads": view["requires_server_side_leads"],
         "stripe_account_id": view["stripe_account_id"] or "",
+        "payout_minimum": money_for_form(view["payout_minimum"], FLAT_CURRENCIES[0]),
+        "minimum_currency": FLAT_CURRENCIES[0],
+        "website_url": view["website_url"] or "",
     }
 
 
@@ -225,6 +229,7 @@ def program_page(
     done = store.checklist(program.program_id)
     view = control.program_view(store, program)
     partners = store.partners(program.program_id)
+    details = store.payout_details(program.program_id)
     return render(
         "program.html",
         status,
@@ -240,7 +245,9 @@ def program_page(
         is_owner=who.is_owner(program.workspace_id),
         checklist=[(key, done.get(key)) for key in CHECKLIST_STEPS],
         key_generated="api_key_generated" in done,
-        partners=[control.partner_view(p) for p in partners],
+        partners=[
+            {**control.partner_view(p), **partner_services.payout_view(details.get(p.code))} for p in partners
+        ],
         **extra,
     )
 

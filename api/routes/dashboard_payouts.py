@@ -34,9 +34,9 @@ from ingest.domain.errors import (
 )
 from ingest.domain.inputs import CommissionActionIn, PayoutIn
 from ingest.storage.contract import Reader
-from reports import payouts
+from reports import payfiles, payouts
 
-FILE_FORMATS = ("csv", "xlsx")
+FILE_FORMATS = ("csv", "xlsx", *payfiles.SERVICES)
 
 
 def _last_month_end() -> date:
@@ -57,13 +57,15 @@ class Overview:
     payable_by_default: int
 
 
-def _overview(db: Reader, program_id: str, partners: dict[str, Any], up_to: date) -> Overview:
+def _overview(
+    db: Reader, program_id: str, partners: dict[str, Any], up_to: date, details: Any, minimum: int
+) -> Overview:
     now = utcnow()
-    batches = payouts.batches(db, program_id, partners)
+    batches = payouts.batches(db, program_id, partners, details)
     actors = [b["created_by"] for b in batches] + [b["paid_by"] for b in batches]
     return Overview(
         reconciled=db.table_exists("rc_commissions"),
-        due=payouts.due(db, program_id, now, partners),
+        due=payouts.due(db, program_id, now, partners, minimum),
         batches=batches,
         people=payouts.people(db, actors),
         payable_by_default=payouts.payable_lines(db, program_id, now, up_to),
@@ -92,7 +94,20 @@ async def payouts_page(request: Request) -> Response:
     st = state(request)
     partners = {p.code: p for p in st.store.partners(program.program_id)}
     default_up_to = _last_month_end()
-    view = await read_tables(st.store, _overview, program.program_id, partners, default_up_to)
+    details = st.store.payout_details(program.program_id)
+    view = await read_tables(
+        st.store,
+        _overview,
+        program.program_id,
+        partners,
+        default_up_to,
+        details,
+        program.settings.payout_minimum,
+    )
+    for batch in view.batches:  # the currencies PayPal files of each batch come in
+        batch["paypal_currencies"] = sorted(
+            {r["currency"] for r in payfiles.paid_by(batch, details, "paypal")}
+        )
     return render(
         "payouts.html",
         viewer=who,
@@ -101,6 +116,8 @@ async def payouts_page(request: Request) -> Response:
         due=view.due,
         batches=view.batches,
         people=view.people,
+        reasons=NOT_PAID,
+        minimum=program.settings.payout_minimum,
         refusal=batch_refusal(view),
         payable_by_default=view.payable_by_default,
         default_up_to=default_up_to.isoformat(),
@@ -131,12 +148,24 @@ async def mark_paid(request: Request) -> Response:
     return RedirectResponse(program_url(program, f"/payouts?{query}#payout-{quote(payout_id, safe='')}"), 303)
 
 
+# Why a batch cannot pay a partner, as the page says it (reports/payfiles.py `not_paid`).
+NOT_PAID = {
+    "below_minimum": "below the payout minimum: carried to the next batch",
+    "negative_balance": "owes a negative balance (a refund after payment): netted by the next batch",
+    "no_payout_details": "no payout details: pay by hand, or send them a portal link to fill them in",
+    "nothing_due": "nothing due: the lines net to zero",
+}
+
+
 @page
 async def export(request: Request) -> Response:
     who = viewer(request)
     program = owned_program(request, who)
     fmt = format_param(request, FILE_FORMATS)
-    return await payout_actions.export(state(request), program, request.path_params["payout_id"], fmt)
+    currency = payout_actions.currency_param(request)
+    return await payout_actions.export(
+        state(request), program, request.path_params["payout_id"], fmt, currency
+    )
 
 
 @page
@@ -183,7 +212,12 @@ document(
         ),
         export: _page(
             "A payout batch as a file (owner)",
-            params=(Param("format", {"type": "string", "enum": list(FILE_FORMATS)}),),
+            params=(
+                Param("format", {"type": "string", "enum": list(FILE_FORMATS)}),
+                Param(
+                    "currency", {"type": "string", "pattern": "^[A-Za-z]{3}$"}, "paypal: the file's currency"
+                ),
+            ),
             content={
                 "text/csv": {"schema": {"type": "string"}},
                 payouts.XLSX: {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},

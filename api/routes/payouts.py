@@ -31,9 +31,9 @@ from ingest.domain.errors import (
     ValidationFailed,
 )
 from ingest.domain.inputs import CommissionActionIn, PayoutIn
-from ingest.domain.records import Partner, Program
+from ingest.domain.records import Partner, PayoutDetails, Program
 from ingest.storage.contract import Reader
-from reports import payouts
+from reports import payfiles, payouts
 
 
 def _owner(request: Request) -> tuple[Program, str]:
@@ -48,6 +48,10 @@ def _partners(st: State, program_id: str) -> dict[str, Partner]:
     return {p.code: p for p in st.store.partners(program_id)}
 
 
+def _details(st: State, program_id: str) -> dict[str, PayoutDetails]:
+    return st.store.payout_details(program_id)
+
+
 def _new_batch(st: State, program: Program, up_to: date, actor: str) -> dict[str, Any] | None:
     """The batch row to append, when a batch made now would take at least one line."""
     row = actions.payout_batch_row(program, up_to, actor)
@@ -60,13 +64,13 @@ async def make_batch(st: State, program: Program, up_to: date, actor: str) -> tu
     """(made, batch): a new batch of every line payable now up to `up_to`; when there is none,
     (False, the newest batch with this cut-off or an empty one). Shared with the dashboard."""
     row = await asyncio.to_thread(st.reconciler.act, lambda: _new_batch(st, program, up_to, actor))
-    partners = _partners(st, program.program_id)
+    partners, details = _partners(st, program.program_id), _details(st, program.program_id)
     if row is None:
         existing = await read_tables(
-            st.store, payouts.latest_with_cutoff, program.program_id, up_to, partners
+            st.store, payouts.latest_with_cutoff, program.program_id, up_to, partners, details
         )
-        return False, existing or payouts.empty(up_to)
-    made = await read_tables(st.store, payouts.batch, program.program_id, row["event_id"], partners)
+        return False, existing or payouts.empty(up_to, program.settings.payout_minimum)
+    made = await read_tables(st.store, payouts.batch, program.program_id, row["event_id"], partners, details)
     if made is None:
         raise RuntimeError(
             f"payout batch {row['event_id']} was appended and reconciled but is not in rc_payouts"
@@ -86,9 +90,8 @@ def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[st
 
 
 async def _found(st: State, program: Program, payout_id: str) -> dict[str, Any]:
-    found = await read_tables(
-        st.store, payouts.batch, program.program_id, payout_id, _partners(st, program.program_id)
-    )
+    pid = program.program_id
+    found = await read_tables(st.store, payouts.batch, pid, payout_id, _partners(st, pid), _details(st, pid))
     if found is None:
         raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
     return found
@@ -100,9 +103,35 @@ async def settle(st: State, program: Program, payout_id: str, actor: str) -> dic
     return await _found(st, program, payout_id)
 
 
-async def export(st: State, program: Program, payout_id: str, fmt: str) -> Response:
-    """A batch as a csv or xlsx download."""
+def _not_paid_header(found: dict[str, Any]) -> str:
+    """Who the batch cannot pay, as `code:currency:reason` items (codes are [A-Za-z0-9_.-])."""
+    return ",".join(f"{r['partner_code']}:{r['currency']}:{r['reason']}" for r in found["not_paid"])
+
+
+async def export(
+    st: State, program: Program, payout_id: str, fmt: str, currency: str | None = None
+) -> Response:
+    """A batch as a csv or xlsx download, or the file PayPal Payouts or Wise batch payments
+    imports (reports/payfiles.py: one row per partner whose payout method is that service; who is
+    left out is in the `X-Tally-Not-Paid` header and the batch's `not_paid`)."""
     found = await _found(st, program, payout_id)
+    if fmt in payfiles.SERVICES:
+        details = _details(st, program.program_id)
+        if fmt == "paypal":
+            try:
+                body, paid_in = payfiles.paypal_csv(found, details, program.name, currency)
+            except payfiles.TooManyRows as exc:
+                raise ValidationFailed(str(exc), fields=[{"field": "format", "message": str(exc)}]) from None
+            except payfiles.CurrencyNeeded as exc:
+                raise ValidationFailed(
+                    str(exc), fields=[{"field": "currency", "message": f"one of {', '.join(exc.currencies)}"}]
+                ) from None
+            name = f"payout-{payout_id}-paypal{'-' + paid_in if paid_in else ''}.csv"
+        else:
+            body, name = payfiles.wise_csv(found, details), f"payout-{payout_id}-wise.csv"
+        response = report_response(body, payouts.CSV, name, "csv")
+        response.headers["X-Tally-Not-Paid"] = _not_paid_header(found)
+        return response
     if fmt == "xlsx":
         return report_response(payouts.to_xlsx(found), payouts.XLSX, f"payout-{payout_id}.xlsx", fmt)
     return report_response(payouts.to_csv(found), payouts.CSV, f"payout-{payout_id}.csv", fmt)
@@ -118,19 +147,30 @@ async def create_payout(request: Request) -> Response:
 async def list_payouts(request: Request) -> Response:
     program, _ = _owner(request)
     st = state(request)
-    found = await read_tables(
-        st.store, payouts.batches, program.program_id, _partners(st, program.program_id)
-    )
+    pid = program.program_id
+    found = await read_tables(st.store, payouts.batches, pid, _partners(st, pid), _details(st, pid))
     return ok(request, found)
+
+
+def currency_param(request: Request) -> str | None:
+    raw = request.query_params.get("currency")
+    if raw is None:
+        return None
+    if not (len(raw) == 3 and raw.isascii() and raw.isalpha()):
+        raise ValidationFailed(
+            "currency must be a 3-letter ISO code", fields=[{"field": "currency", "message": "3 letters"}]
+        )
+    return raw.lower()
 
 
 async def get_payout(request: Request) -> Response:
     program, _ = _owner(request)
     fmt = format_param(request, payouts.FORMATS)
+    currency = currency_param(request)
     st = state(request)
     payout_id = request.path_params["payout_id"]
     if fmt != "json":
-        return await export(st, program, payout_id, fmt)
+        return await export(st, program, payout_id, fmt, currency)
     return ok(request, await _found(st, program, payout_id))
 
 
@@ -251,9 +291,11 @@ _BATCH = {
     "status": "open",
     "paid_at": None,
     "paid_by": None,
+    "payout_minimum": 0,
     "rows": [_ROW],
     "totals": [{"currency": "usd", "amount": 14700, "amount_decimal": "147.00", "lines": 10}],
     "lines": 10,
+    "not_paid": [],
 }
 _PAYOUT_ID = Param("payout_id", {"type": "string", "minLength": 1}, where="path", example="po_5e1f")
 document(
@@ -299,16 +341,26 @@ document(
             errors=(ProgramNotFound, NotFound, OwnerRequired),
         ),
         get_payout: Doc(
-            "One payout batch (json, csv or xlsx): one row per partner and currency",
+            "One payout batch (json, csv, xlsx, or the PayPal or Wise import file)",
             "payouts",
-            description=_OWNER + " csv: the JSON rows' fields (money in minor units, `amount_decimal` "
-            "in whole units), then `net_decimal`, `carried_in_decimal`, `carried_forward_decimal`; "
-            "UTF-8 with a BOM (the format of every CSV). xlsx: the same columns, whole-unit money "
-            "formatted in each row's currency.",
+            description=_OWNER + " One row per partner and currency. csv: the JSON rows' fields (money "
+            "in minor units, `amount_decimal` in whole units), then `net_decimal`, `carried_in_decimal`, "
+            "`carried_forward_decimal`; UTF-8 with a BOM (the format of every CSV). xlsx: the same "
+            "columns, whole-unit money formatted in each row's currency. paypal: PayPal Payouts' "
+            "CSV (no header; email, amount, currency, customer id, note, wallet; one currency per "
+            "file: `currency` picks it when the batch pays PayPal partners in several). wise: Wise "
+            'batch payments\' "Send by email" template. Both have a row per partner whose payout '
+            "method is that service and whom the batch pays; who it cannot pay is in `not_paid` and "
+            "in the `X-Tally-Not-Paid` header (`code:currency:reason`, comma-separated).",
             auth=(ACCOUNT_TOKEN,),
             params=(
                 _PAYOUT_ID,
                 Param("format", {"type": "string", "enum": list(payouts.FORMATS), "default": "json"}),
+                Param(
+                    "currency",
+                    {"type": "string", "pattern": "^[A-Za-z]{3}$"},
+                    "paypal only: the currency of the file",
+                ),
             ),
             data=schemas.Payout,
             result=_BATCH,

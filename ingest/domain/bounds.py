@@ -17,7 +17,7 @@ reader (`ingest/stripe.py`) all use the constants and types below.
 - Dates are strings `YYYY-MM-DD` only and months `YYYY-MM` (never a number, an ISO week or a
   time); report periods and query dates: years 1970..9999.
 - Program settings: basis points 0..10000, flat commission 0..10^12, recurring months null or
-  0..1200, holding days 0..3650.
+  0..1200, holding days 0..3650, payout minimum 0..10^12, website an http(s) address.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, StrictInt
 from pydantic_core import PydanticCustomError
@@ -114,6 +115,18 @@ Bps = Annotated[StrictInt, Field(ge=0, le=MAX_BPS)]
 FlatCommission = Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT)]
 RecurringMonths = Annotated[StrictInt, Field(ge=0, le=MAX_RECURRING_MONTHS)]
 HoldingDays = Annotated[StrictInt, Field(ge=0, le=MAX_HOLDING_DAYS)]
+PayoutMinimum = Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT)]
+
+
+def _web_address(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise ValueError("must be an http:// or https:// address, like https://brand.test")
+    return value
+
+
+# The brand's site, where partners' referral links point (`?aff=<code>`, CONTRACT 14).
+WebsiteUrl = Annotated[str, Field(max_length=MAX_URL), AfterValidator(_web_address)]
 # Each bounded integer setting and its (low, high): `ProgramSettings.from_stored` clamps to them.
 SETTING_RANGES: dict[str, tuple[int, int]] = {
     "commission_bps": (0, MAX_BPS),
@@ -121,6 +134,7 @@ SETTING_RANGES: dict[str, tuple[int, int]] = {
     "recurring_months": (0, MAX_RECURRING_MONTHS),
     "platform_fee_bps": (0, MAX_BPS),
     "holding_days": (0, MAX_HOLDING_DAYS),
+    "payout_minimum": (0, MAX_AMOUNT),
 }
 
 # Query parameters ---------------------------------------------------------------------------

@@ -31,9 +31,11 @@ from ingest.domain.bounds import (
     Id,
     Moment,
     Name,
+    PayoutMinimum,
     RecurringMonths,
     Text,
     Url,
+    WebsiteUrl,
 )
 from ingest.domain.records import ProgramSettings
 
@@ -96,6 +98,8 @@ class SaleIn(Strict):
     click_id: Id | None = _alias("click_id", "clickId")
     occurred_at: Moment | None = None
     additional_data: dict[str, Any] | None = None
+    # The promotion code the customer typed (CONTRACT 14): a partner's code attributes the sale.
+    promo_code: Id | None = None
 
     @property
     def test_mode(self) -> bool:
@@ -132,6 +136,8 @@ class SettingsPatch(Strict):
     holding_days: HoldingDays | None = None
     requires_server_side_leads: StrictBool | None = None
     stripe_account_id: Id | None = None
+    payout_minimum: PayoutMinimum | None = None
+    website_url: WebsiteUrl | None = None
 
     def apply(self, settings: ProgramSettings) -> ProgramSettings:
         sent = self.model_dump(exclude_unset=True)
@@ -148,6 +154,70 @@ class PartnerIn(Strict):
     code: Code
     name: Name
     email: Email | None = None
+
+
+_PROMO_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+_PROMOTION_CODE_ID = re.compile(r"^promo_[A-Za-z0-9_]{1,249}$")
+# A payee's name goes into payout files a spreadsheet may open: no formula or control character.
+_PAYEE = re.compile(r"^[^=+\-@\x00-\x1f\x7f][^\x00-\x1f\x7f]{0,139}$")
+
+
+def _promo(value: str) -> str:
+    if not _PROMO_CODE.match(value):
+        raise ValueError("must be 1-100 letters, digits, '_' or '-' (the code customers type)")
+    return value
+
+
+def _promotion_code_id(value: str) -> str:
+    if not _PROMOTION_CODE_ID.match(value):
+        raise ValueError("must be the processor's promotion code id, promo_...")
+    return value
+
+
+def _payee(value: str) -> str:
+    if not _PAYEE.match(value.strip()):
+        raise ValueError("must be 1-140 characters, not starting with =, +, - or @, no control characters")
+    return value.strip()
+
+
+PromoCode = Annotated[str, AfterValidator(_promo)]
+PromotionCodeId = Annotated[str, AfterValidator(_promotion_code_id)]
+PayeeName = Annotated[str, AfterValidator(_payee)]
+PayoutMethodIn = Literal["paypal", "wise"]
+
+
+class PromoCodeIn(Strict):
+    """A promotion code assigned to a partner (CONTRACT 14): `code` as customers type it (a track
+    sale's `promo_code` matches it, without case), `promotion_code_id` the processor's id (a
+    checkout's `discounts[].promotion_code` matches it)."""
+
+    code: PromoCode
+    promotion_code_id: PromotionCodeId | None = None
+
+
+class PartnerPatch(Strict):
+    """A partner's payout details (CONTRACT 14); only the fields sent change, and together they
+    must name a method, an account email, a name and a currency."""
+
+    payout_method: PayoutMethodIn | None = None
+    payout_email: Email | None = None
+    payout_name: PayeeName | None = None
+    payout_currency: Currency | None = None
+
+
+class PayoutDetailsIn(Strict):
+    """Payout details complete (the portal's form, or a PartnerPatch merged with what was set)."""
+
+    payout_method: PayoutMethodIn
+    payout_email: Email
+    payout_name: PayeeName
+    payout_currency: Currency
+
+
+class PortalLinkIn(Strict):
+    """`send`: email the link to the partner (the server needs TALLY_SMTP_URL and TALLY_MAIL_FROM)."""
+
+    send: StrictBool = False
 
 
 class AgentKeyIn(Strict):

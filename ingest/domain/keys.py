@@ -46,6 +46,19 @@ def refund_claim(refund_id: str) -> str:
     return f"refund:{refund_id}"
 
 
+def promo_code_key(code: str) -> str:
+    """A promotion code as customers type it, compared without case and surrounding blanks
+    (the reconciler matches codes the same way, reconcile/promos.py)."""
+    return code.strip().upper()
+
+
+def promo_claims(code: str | None, promotion_code_id: str | None) -> list[str]:
+    """The idempotency keys a promo-code assignment claims in its program: its code and its
+    processor id, each assigned to one partner at most (CONTRACT 14)."""
+    keys = [f"promo_code:{promo_code_key(code)}"] if code else []
+    return keys + ([f"promotion_code:{promotion_code_id}"] if promotion_code_id else [])
+
+
 def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
     """The (program, key) claims ingest made when it accepted `row` (ingest/tracking.py,
     ingest/deliveries.py): what a rebuilt index must hold for a claim alone to refuse a
@@ -63,6 +76,9 @@ def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
         return [(program, txn)]
     if kind == "refund" and isinstance(refund := row.get("refund_id"), str):
         return [(program, refund_claim(refund))]
+    if kind == "promo_code":
+        code, promotion = _text(row.get("promo_code")), _text(row.get("object_id"))
+        return [(program, key) for key in promo_claims(code, promotion)]
     return []
 
 

@@ -10,7 +10,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ingest.domain.bounds import SETTING_RANGES, Bps, FlatCommission, HoldingDays, Id, RecurringMonths
+from ingest.domain.bounds import (
+    SETTING_RANGES,
+    Bps,
+    FlatCommission,
+    HoldingDays,
+    Id,
+    PayoutMinimum,
+    RecurringMonths,
+    WebsiteUrl,
+)
 
 log = logging.getLogger("tally.ingest")
 
@@ -44,6 +53,11 @@ class ProgramSettings(BaseModel):
     holding_days: HoldingDays = 30
     requires_server_side_leads: bool = False
     stripe_account_id: Id | None = None
+    # CONTRACT 14: a partner whose net in a payout batch is below this (minor units of the row's
+    # currency) is paid nothing then; the balance carries to the next batch (reports/payouts.py).
+    payout_minimum: PayoutMinimum = 0
+    # The brand's site: partners' referral links point there (`?aff=<code>`, the portal).
+    website_url: WebsiteUrl | None = None
 
     @classmethod
     def from_stored(cls, stored: str | bytes, program_id: str = "(unknown)") -> ProgramSettings:
@@ -195,6 +209,51 @@ class LogLine:
     detail: str
     request_id: str | None
     raw_seq: int | None
+
+
+@dataclass(frozen=True)
+class PortalLink:
+    """A partner's one-time sign-in link as the database keeps it: the hash of its token, never
+    the token (api/portal.py)."""
+
+    token_hash: str
+    program_id: str
+    partner_code: str
+    created_at: datetime
+    expires_at: datetime
+    created_by: str
+
+
+@dataclass(frozen=True)
+class PartnerSession:
+    """A partner's portal session as the database keeps it: the hash of its id, never the id.
+    The partner it was opened for (`program_id`, `partner_code`) is who the portal shows."""
+
+    session_hash: str
+    program_id: str
+    partner_code: str
+    csrf_token: str
+    created_at: datetime
+    expires_at: datetime
+
+
+PayoutMethod = Literal["paypal", "wise"]
+
+
+@dataclass(frozen=True)
+class PayoutDetails:
+    """Where a partner of a program is paid: the method (`paypal` or `wise`), the account's
+    email, the account holder's name and the currency; set by the partner in the portal or by an
+    owner (`updated_by`: `partner` or the owner's account id)."""
+
+    program_id: str
+    partner_code: str
+    method: PayoutMethod
+    email: str
+    name: str
+    currency: str
+    updated_at: datetime
+    updated_by: str
 
 
 @dataclass(frozen=True)

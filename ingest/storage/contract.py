@@ -8,7 +8,8 @@ is the specification both pass.
 The seams:
 
 - `Store`: hot-path lookups, the control plane, dashboard sessions, leases (the reconcile run
-  lock), the watermark, readiness, `begin()` for the writer.
+  lock), the watermark, readiness, `begin()` for the writer; and, as a `Portal`, the partners'
+  sign-in links, sessions and payout details.
 - `Tx`: the write side, one group commit: appends, claims that report what they claimed,
   lookups that see the transaction's own writes, control-plane writes.
 - `Reader`: reports, reads and the dashboard: the materialised tables, the latest run, period
@@ -43,6 +44,9 @@ from ingest.domain.records import (
     Credential,
     LogLine,
     Partner,
+    PartnerSession,
+    PayoutDetails,
+    PortalLink,
     Program,
     Role,
     SaleLedger,
@@ -339,7 +343,35 @@ class LogDatabase:
     sink: ResultSink | None
 
 
-class Store(Protocol):
+class Portal(Protocol):
+    """The partners' portal (api/portal.py): one-time sign-in links, partner sessions and
+    payout details, in the database, so every replica answers alike. Each call is committed when
+    it returns; `DatabaseUnavailable` while the database cannot be reached."""
+
+    def add_portal_link(self, link: PortalLink) -> None:
+        """Keep a new sign-in link (by the hash of its token), dropping expired ones."""
+
+    def use_portal_link(self, token_hash: str, now: datetime) -> PortalLink | None:
+        """The link with this hash, removed in the same step, so of any number of concurrent
+        uses (on any replica) exactly one gets it; None when unknown, used or expired by `now`."""
+
+    def save_partner_session(self, session: PartnerSession) -> None:
+        """Store a new partner session (and drop expired ones)."""
+
+    def load_partner_session(self, session_hash: str, now: datetime) -> PartnerSession | None:
+        """The partner session with this id hash, unless it ended or expired by `now`."""
+
+    def end_partner_session(self, session_hash: str) -> None:
+        """End a partner session (sign out): no replica answers it any more."""
+
+    def payout_details(self, program_id: str) -> dict[str, PayoutDetails]:
+        """The payout details of the program's partners that set them, by partner code."""
+
+    def set_payout_details(self, details: PayoutDetails) -> None:
+        """Set (or replace) a partner's payout details."""
+
+
+class Store(Portal, Protocol):
     """Reads of the control plane and hot-path lookups, plus `begin()` for the writer."""
 
     def begin(self) -> Tx: ...

@@ -31,7 +31,7 @@ from pathlib import Path
 import duckdb
 
 from ingest.domain.clock import utcnow
-from ingest.storage.schema import CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
+from ingest.storage.schema import BASELINE_RAW_COLUMNS, CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
 from ingest.storage.sql import DuckExecutor, Executor
 from ingest.webhooks_out import outbox
 
@@ -60,7 +60,7 @@ def _executor(con: Target) -> Executor:
 
 
 def _baseline(con: Executor) -> None:
-    con.execute(raw_events_ddl())
+    con.execute(raw_events_ddl(BASELINE_RAW_COLUMNS))
     for ddl in CONTROL_PLANE_DDL:
         con.execute(ddl)
     con.execute(JOURNAL_STATE_DDL)
@@ -145,6 +145,47 @@ def _shown_once(con: Executor) -> None:
     )
 
 
+PORTAL_DDL: tuple[str, ...] = (
+    # A partner's one-time sign-in links (api/portal.py): only the hash of the token; a link is
+    # taken (deleted) by the sign-in that uses it, so of two replicas only one can.
+    """CREATE TABLE IF NOT EXISTS portal_links (
+        token_hash VARCHAR PRIMARY KEY,
+        program_id VARCHAR NOT NULL,
+        partner_code VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        created_by VARCHAR NOT NULL)""",
+    # Partners' portal sessions, like the dashboard's: keyed by the hash of the session id.
+    """CREATE TABLE IF NOT EXISTS partner_sessions (
+        session_hash VARCHAR PRIMARY KEY,
+        program_id VARCHAR NOT NULL,
+        partner_code VARCHAR NOT NULL,
+        csrf_token VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL)""",
+    # Where each partner of a program is paid (PayPal or Wise), for the payout files.
+    """CREATE TABLE IF NOT EXISTS payout_details (
+        program_id VARCHAR NOT NULL,
+        partner_code VARCHAR NOT NULL,
+        method VARCHAR NOT NULL,
+        email VARCHAR NOT NULL,
+        name VARCHAR NOT NULL,
+        currency VARCHAR NOT NULL,
+        updated_at TIMESTAMPTZ NOT NULL,
+        updated_by VARCHAR NOT NULL,
+        PRIMARY KEY (program_id, partner_code))""",
+)
+
+
+def _portal(con: Executor) -> None:
+    """The partners' portal: sign-in links, partner sessions, payout details; and the raw log's
+    `promo_code` column (a sale's promotion code, a promo-code assignment's code), which a
+    database made before it gets empty on its earlier rows (ingest/storage/schema.py)."""
+    con.execute("ALTER TABLE raw_events ADD COLUMN IF NOT EXISTS promo_code VARCHAR")
+    for ddl in PORTAL_DDL:
+        con.execute(ddl)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
@@ -153,6 +194,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "PostgreSQL: log head, ingest's keyed tables, append-only raw log", _shared_log),
     Migration(6, "dashboard values shown once, sealed with the session's id", _shown_once),
     Migration(7, "webhooks to brand servers: endpoints, the outbox, deliveries, attempts", outbox.migrate),
+    Migration(8, "partners' portal: sign-in links, partner sessions, payout details, promo codes", _portal),
 )
 LATEST = MIGRATIONS[-1].version
 

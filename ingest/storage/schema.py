@@ -10,10 +10,11 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
 - ``received_at``: when tally accepted the request (UTC).
 - ``source``: ``track`` (brand server or browser), ``stripe`` (connect webhook),
   ``backfill`` (engineer and owner actions: metadata fixes, backfill applications, period
-  closes, payout batches and payments, changes of a program's money terms).
+  closes, payout batches and payments, changes of a program's money terms, promo-code
+  assignments).
 - ``kind``: ``click`` | ``lead`` | ``sale`` | ``refund`` (track calls), ``stripe`` (every
   processor delivery), ``metadata_fix`` | ``backfill`` | ``period_close`` | ``payout_batch`` |
-  ``payout_paid`` | ``program_terms`` (actions).
+  ``payout_paid`` | ``program_terms`` | ``promo_code`` (actions).
 - ``program_id``: the program the event belongs to (NULL for unroutable processor events).
 - ``outcome``: ``accepted`` | ``duplicate`` (a refused duplicate track call, or a repeated
   processor event id) | ``unroutable`` (processor event matching no program) | ``unusable``
@@ -47,7 +48,8 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
   ``customer_email``, invoice ``customer_email``, track sale ``email``).
 - ``click_id``: ``svc_click_id`` (processor metadata), body ``click_id`` (track), or the new
   click's id (kind ``click``).
-- ``partner_code``: clicks only: the partner code the click was recorded for.
+- ``partner_code``: clicks: the partner code the click was recorded for; promo-code
+  assignments (kind ``promo_code``): the partner the code is assigned to.
 - ``meta_program_id``: ``program_id`` found in the processor metadata.
 - ``sub_metadata_present``: invoices: whether the subscription metadata (new or legacy
   layout) carried any of ``svc_click_id`` / ``svc_customer_key`` / ``program_id``.
@@ -63,6 +65,10 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
 - ``lead_status``: leads: ``settled`` | ``provisional``.
 - ``stripe_account``: Connect ``account`` of the delivery.
 - ``actor``: who made an engineer action (account id or ``operator``).
+- ``promo_code``: checkout sessions: the id of the promotion code in ``discounts[].promotion_code``
+  (or, in older layouts, ``total_details.breakdown.discounts[].discount.promotion_code``); track
+  sales: the body's ``promo_code``; promo-code assignments: the code customers type (its
+  processor id ``promo_...``, when given, in ``object_id``).
 - ``body``: the verbatim request body (text). ``headers``: JSON object of the headers that
   matter (content-type, user-agent, stripe-signature, x-request-id...), never credentials.
 """
@@ -112,9 +118,12 @@ RAW_EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("actor", "VARCHAR"),
     ("body", "VARCHAR NOT NULL"),
     ("headers", "VARCHAR NOT NULL"),
+    ("promo_code", "VARCHAR"),  # last: migration 8 added it to databases made before
 )
 
 RAW_EVENT_FIELDS: tuple[str, ...] = tuple(name for name, _ in RAW_EVENT_COLUMNS)
+# The columns of the 0.1 schema (migration 1's baseline); later migrations add the rest.
+BASELINE_RAW_COLUMNS = RAW_EVENT_COLUMNS[: RAW_EVENT_FIELDS.index("headers") + 1]
 
 CONTROL_PLANE_DDL: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS accounts (
@@ -223,8 +232,8 @@ def storable(row: Mapping[str, Any]) -> list[dict[str, str]]:
     return problems
 
 
-def raw_events_ddl() -> str:
-    cols = ",\n    ".join(f"{name} {typ}" for name, typ in RAW_EVENT_COLUMNS)
+def raw_events_ddl(columns: tuple[tuple[str, str], ...] = RAW_EVENT_COLUMNS) -> str:
+    cols = ",\n    ".join(f"{name} {typ}" for name, typ in columns)
     return f"CREATE TABLE IF NOT EXISTS raw_events (\n    {cols})"
 
 

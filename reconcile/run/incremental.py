@@ -49,7 +49,7 @@ from reconcile.run import closure
 from reconcile.run.source import ENGINEER_KINDS, read_rows, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 
-ENGINE_VERSION = "8"
+ENGINE_VERSION = "9"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",

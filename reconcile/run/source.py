@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 
 from ingest.domain.records import ProgramSettings
-from reconcile import bookings, payouts, terms, unroutable
+from reconcile import bookings, payouts, promos, terms, unroutable
 from reconcile.schema import (
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
@@ -19,7 +19,7 @@ from reconcile.schema import (
 )
 
 # Engineer actions read with their `body` (metadata fixes carry typed columns instead).
-ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND, bookings.ACTION)
+ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND, bookings.ACTION, promos.KIND)
 # Bookings are read with their body too, but only reach the sales they name (by transaction id):
 # they are linked rows of the log like records and refunds, not program-wide actions.
 LEDGER_KINDS = (bookings.BOOKING,)

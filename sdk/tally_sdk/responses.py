@@ -131,8 +131,8 @@ class PayoutRow(TypedDict):
     currency: str
     lines: int
     net: int  # the batch's lines netted
-    carried_in: int  # what earlier batches carried (<= 0)
-    carried_forward: int  # owed back, netted by the partner's next batch (<= 0)
+    carried_in: int  # what earlier batches carried (< 0 owed back, > 0 held below the minimum)
+    carried_forward: int  # carried to the partner's next batch: owed back, or below the minimum
 
 
 class PayoutTotal(TypedDict):
@@ -140,6 +140,16 @@ class PayoutTotal(TypedDict):
     amount: int
     amount_decimal: str
     lines: int
+
+
+class NotPaid(TypedDict):
+    """A partner a batch cannot pay, and why."""
+
+    partner_code: str
+    partner_name: str | None
+    currency: str
+    balance: int  # carried to the next batch, or (no_payout_details) what the batch pays
+    reason: Literal["below_minimum", "negative_balance", "no_payout_details", "nothing_due"]
 
 
 class PayoutBatch(TypedDict):
@@ -153,9 +163,11 @@ class PayoutBatch(TypedDict):
     status: Literal["open", "paid"]
     paid_at: str | None
     paid_by: str | None
+    payout_minimum: int  # the program's payout minimum when the batch was made (minor units)
     rows: list[PayoutRow]
     totals: list[PayoutTotal]
     lines: int
+    not_paid: list[NotPaid]  # who the batch cannot pay, and why
 
 
 class PartnerData(TypedDict):
@@ -167,6 +179,10 @@ class PartnerData(TypedDict):
     name: str
     email: str | None
     created_at: str
+    payout_method: Literal["paypal", "wise"] | None  # where the partner is paid (null until set)
+    payout_email: str | None
+    payout_name: str | None
+    payout_currency: str | None
 
 
 class ProgramData(TypedDict):
@@ -183,6 +199,8 @@ class ProgramData(TypedDict):
     holding_days: int
     requires_server_side_leads: bool
     stripe_account_id: str | None
+    payout_minimum: int  # a partner's balance below it waits for a later payout batch
+    website_url: str | None  # the brand's site, where partners' referral links point
     api_token_masked: str | None
     api_key_rotation_deadline: str | None
     created_at: str

@@ -105,6 +105,9 @@ def test_the_form_becomes_the_services_input_in_basis_points_and_minor_units() -
         "holding_days": "14",
         "requires_server_side_leads": "on",
         "stripe_account_id": "",
+        "payout_minimum": "50",
+        "minimum_currency": "jpy",
+        "website_url": " https://brand.test ",
     }
     assert settings_data(form) == {
         "name": "Shop",
@@ -116,8 +119,12 @@ def test_the_form_becomes_the_services_input_in_basis_points_and_minor_units() -
         "holding_days": 14,
         "requires_server_side_leads": True,
         "stripe_account_id": None,
+        "payout_minimum": 50,  # 50 yen: minor units as they are
+        "website_url": "https://brand.test",
     }
     assert settings_data({**form, "flat_currency": "nope"})["commission_flat"] == 250  # read as usd: 2.50
+    assert settings_data({**form, "minimum_currency": "usd"})["payout_minimum"] == 5_000
+    assert settings_data({**form, "website_url": "", "payout_minimum": ""})["website_url"] is None
 
 
 def test_every_field_that_cannot_be_converted_is_named_on_the_form() -> None:

@@ -89,6 +89,7 @@ def test_every_json_endpoint_refuses_a_lone_surrogate(world: World) -> None:
         "program_id": world.program_id,
         "transaction_id": "tx_1",
         "endpoint_id": "we_1",
+        "code": world.partner_code,
     }
     before = _stored(client)
     tried = []

@@ -41,13 +41,19 @@ def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]
 
 
 def _contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, each table's columns as tally 0.1 had them (the columns later
+    migrations added, empty on old rows, are left out: the rows kept are what is compared)."""
     con = duckdb.connect(str(path), read_only=True)
+    added = {"raw_events": ("promo_code",)}
     try:
-        return {
-            t: sorted(con.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr)
-            for t in _tables(con)
-            if t != "schema_version"
-        }
+        out = {}
+        for t in _tables(con):
+            if t == "schema_version":
+                continue
+            names = [c for c, _ in _columns(con)[t] if c not in added.get(t, ())]
+            columns = ", ".join(f'"{c}"' for c in names)
+            out[t] = sorted(con.execute(f'SELECT {columns} FROM "{t}"').fetchall(), key=repr)
+        return out
     finally:
         con.close()
 
@@ -86,8 +92,16 @@ def _old_release_database(settings: Settings, target: Path) -> World:
         for (table,) in made:
             if table == "schema_version":
                 continue
-            if table in baseline:
-                old.execute(f'INSERT INTO main."{table}" SELECT * FROM made."{table}"')
+            if table in baseline:  # its 0.1 columns (later releases added some)
+                columns = ", ".join(
+                    f'"{name}"'
+                    for (name,) in old.execute(
+                        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database()"
+                        " AND table_name = ? ORDER BY column_index",
+                        [table],
+                    ).fetchall()
+                )
+                old.execute(f'INSERT INTO main."{table}" SELECT {columns} FROM made."{table}"')
             else:  # the reconciler's own tables (rc_*): created by its runs, as they were
                 old.execute(f'CREATE TABLE main."{table}" AS SELECT * FROM made."{table}"')
         old.execute("DETACH made")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,7 +87,63 @@ def test_checkout_session_live_with_invoice_and_tax() -> None:
         "currency": "eur",
         "refund_id": None,
         "stripe_account": None,
+        "promo_code": None,  # `discounts: []`
     }
+
+
+def _with_discounts(name: str, **fields: Any) -> dict[str, Any]:
+    event = copy.deepcopy(load_event(name))
+    event["data"]["object"].update(fields)
+    return event
+
+
+def test_a_checkout_names_its_promotion_code_in_every_layout() -> None:
+    """CONTRACT 14: `discounts[].promotion_code` names the promotion code (a string id, or the
+    expanded object); a coupon applied without a code names none. The 2020-03-02 session of
+    stripe-sync-engine has `discounts: []`; the 2020-08-27 one of stripe-ruby-mock (the legacy
+    layout) has no `discounts` at all, only `total_details.breakdown` once expanded."""
+    current = "stripe-sync-engine__checkout_session_completed.json"
+    legacy = "stripe-ruby-mock__checkout.session.completed.json"
+    cases = [
+        (
+            _with_discounts(current, discounts=[{"coupon": "co_1", "promotion_code": "promo_1Abc"}]),
+            "promo_1Abc",
+        ),
+        (
+            _with_discounts(current, discounts=[{"promotion_code": {"id": "promo_2", "code": "SAVE"}}]),
+            "promo_2",
+        ),
+        (
+            _with_discounts(
+                current, discounts=[{"coupon": "co_1", "promotion_code": None}, {"promotion_code": "promo_3"}]
+            ),
+            "promo_3",
+        ),
+        (_with_discounts(current, discounts=[{"coupon": "co_1", "promotion_code": None}]), None),
+        (load_event(legacy), None),
+        (
+            _with_discounts(
+                legacy,
+                total_details={
+                    "amount_discount": 500,
+                    "amount_tax": 0,
+                    "breakdown": {
+                        "discounts": [
+                            {"amount": 500, "discount": {"id": "di_1", "promotion_code": "promo_4"}}
+                        ],
+                        "taxes": [],
+                    },
+                },
+            ),
+            "promo_4",
+        ),
+        (_with_discounts(current, discounts="promo_x"), None),  # not a list: nothing
+        (_with_discounts(current, discounts=[{"promotion_code": ""}, 7]), None),
+    ]
+    for event, expected in cases:
+        assert extract(event)["promo_code"] == expected, event["data"]["object"].get("discounts")
+    invoice = load_event("pay__invoice.json")  # an invoice's discounts are `di_...` ids: never a code
+    assert extract(invoice)["promo_code"] is None
 
 
 def test_checkout_session_without_invoice_uses_payment_intent_then_session() -> None:
@@ -422,6 +479,7 @@ _KEYS: tuple[str, ...] = ("id", "object", "invoice", "subscription", "metadata",
 _KEYS += ("subscription_details", "refunds", "data", "payments", "payment", "created")
 # every amount the extraction reads: checkout totals and tax, invoice totals and taxes, refunds
 _KEYS += ("amount_total", "amount_refunded", "total_details", "amount_tax", "tax", "total_taxes", "amount")
+_KEYS += ("discounts", "promotion_code", "breakdown", "discount")
 _TYPES: tuple[str, ...] = ("checkout.session.completed", "invoice.paid", "charge.refunded")
 _TYPES += ("customer.subscription.updated", "plan.created")
 _json = st.recursive(
@@ -464,6 +522,7 @@ def test_extract_is_total_on_arbitrary_json(event_type: str, obj: Any, created: 
     0..10^12, and the amount is the object's own when that is such an int (else None)."""
     fields = extract({"type": event_type, "created": created, "data": {"object": obj}})
     assert tuple(fields) == STRIPE_FIELDS
+    assert fields["promo_code"] is None or (type(fields["promo_code"]) is str and fields["promo_code"])
     for key in ("amount", "tax"):
         assert fields[key] is None or (type(fields[key]) is int and 0 <= fields[key] <= MAX_AMOUNT)
     if event_type in _AMOUNT_AT and isinstance(obj, dict):

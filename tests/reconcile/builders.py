@@ -233,14 +233,19 @@ def picked_up(event: dict[str, Any], program_id: str = PROGRAM, **kw: Any) -> di
     }
 
 
-def payout_batch(payout_id: str, up_to: str, **kw: Any) -> dict[str, Any]:
+def payout_batch(payout_id: str, up_to: str, minimum: Any = None, **kw: Any) -> dict[str, Any]:
+    """A payout batch; `minimum`: the payout minimum it records (left out of the body when None,
+    as batches made before the setting existed)."""
+    body: dict[str, Any] = {"up_to": up_to, "by": "operator"}
+    if minimum is not None:
+        body["payout_minimum"] = minimum
     return row(
         source="backfill",
         kind="payout_batch",
         event_id=payout_id,
         event_type="payout_batch",
         actor="operator",
-        body=json.dumps({"up_to": up_to, "by": "operator"}),
+        body=json.dumps(body),
         **kw,
     )
 
@@ -253,6 +258,31 @@ def payout_paid(mark_id: str, payout_id: str, **kw: Any) -> dict[str, Any]:
         event_type="payout_paid",
         actor="operator",
         body=json.dumps({"payout_id": payout_id, "by": "operator"}),
+        **kw,
+    )
+
+
+def promo_code(
+    assignment_id: str, code: str | None, partner: str, promotion_code_id: str | None = None, **kw: Any
+) -> dict[str, Any]:
+    """An owner's assignment of a promo code to a partner (ingest/actions.py `promo_code_row`)."""
+    return row(
+        source="backfill",
+        kind="promo_code",
+        event_id=assignment_id,
+        event_type="promo_code",
+        actor="acct_owner",
+        partner_code=partner,
+        promo_code=code,
+        object_id=promotion_code_id,
+        body=json.dumps(
+            {
+                "code": code,
+                "promotion_code_id": promotion_code_id,
+                "partner_code": partner,
+                "by": "acct_owner",
+            }
+        ),
         **kw,
     )
 

@@ -178,6 +178,7 @@ def connect_sales(events: list[Row]) -> list[Row]:
                 "subscription_id": subscription_id,
                 **ids,
                 "occurred_at": min(r["occurred_at"] for r in group),
+                "promo_code": s["promo_code"] if sessions else None,  # the checkout's promotion code
                 "record_ids": list(dict.fromkeys(r["event_id"] for r in group)),
             }
         )
@@ -216,6 +217,7 @@ def self_hosted_sales(rows: list[Row]) -> list[Row]:
                 "subscription_id": r["subscription_id"],
                 **dict.fromkeys(ID_FIELDS),
                 "occurred_at": r["occurred_at"],
+                "promo_code": r["promo_code"],  # the code the customer typed
                 "record_ids": [r["event_id"]],
             }
         )
@@ -325,7 +327,11 @@ def refused_duplicates(rows: list[Row], ids: dict[tuple[str, str], tuple[str, st
 
 
 def uncounted_partners(
-    rows: list[Row], doubles: list[Row], clicks: dict[tuple[str, str], str], leads: list[Row]
+    rows: list[Row],
+    doubles: list[Row],
+    clicks: dict[tuple[str, str], str],
+    leads: list[Row],
+    promos: dict[tuple[str, str], str],
 ) -> dict[tuple[str, str], str | None]:
     """(program, duplicate id) -> the partner the record that was not counted names on its own:
     the ladder on the record as it came, without its processor customer."""
@@ -351,12 +357,14 @@ def uncounted_partners(
                     "click_id": r["click_id"],
                     "customer_key": r["customer_key"],
                     "email": r["email"],
+                    "promo_code": r["promo_code"],
+                    "source": "self_hosted",
                     "processor_customer_id": None,
                     "meta_program_id": r["meta_program_id"],
                     "metadata_missing": False,
                 }
             )
-    attribute(records, clicks, leads)
+    attribute(records, clicks, leads, promos)
     return {(s["program_id"], s["sale_id"]): s["partner_code"] for s in records}
 
 
@@ -524,10 +532,37 @@ def lead_lookup(leads: list[Row], program_id: str, field: str, value: str | None
     }
 
 
+# --- promo codes (CONTRACT 14) -----------------------------------------------------------------
+
+
+def promo_partners(rows: list[Row]) -> dict[tuple[str, str], str]:
+    """(program, key) -> partner: each code (upper-cased, `promo_code:`) and processor promotion
+    code id (`promotion_code:`) names the partner of its first assignment in the log."""
+    found: dict[tuple[str, str], str] = {}
+    for r in sorted(accepted_engineer(rows, "promo_code"), key=lambda r: r["seq"]):
+        if r["partner_code"] is None:
+            continue
+        if r["promo_code"] is not None:
+            found.setdefault((r["program_id"], "promo_code:" + r["promo_code"].upper()), r["partner_code"])
+        if r["object_id"] is not None:
+            found.setdefault((r["program_id"], "promotion_code:" + r["object_id"]), r["partner_code"])
+    return found
+
+
+def promo_key(s: Row, code: str) -> str:
+    """A checkout names the processor's promotion code id; a track sale the code typed."""
+    return "promotion_code:" + code if s["source"] == "connect" else "promo_code:" + code.upper()
+
+
 # --- the ladder ------------------------------------------------------------------------------
 
 
-def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[Row]) -> None:
+def attribute(
+    sales: list[Row],
+    clicks: dict[tuple[str, str], str],
+    leads: list[Row],
+    promos: dict[tuple[str, str], str],
+) -> None:
     first_attributed: dict[tuple[str, bool, str], Row] = {}
     for s in sorted(sales, key=lambda s: (s["occurred_at"], s["sale_id"])):
         program = s["program_id"]
@@ -537,8 +572,16 @@ def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[
         key = s["customer_key"] if trusted else None
         email = norm_email(s["email"]) if not mismatch else None
         customer = s["processor_customer_id"] if not mismatch else None
-        ev: dict[str, Any] = {"mismatch": mismatch, "click": click, "key": key, "email": email}
+        promo = s["promo_code"] if not mismatch else None
+        ev: dict[str, Any] = {
+            "mismatch": mismatch,
+            "click": click,
+            "key": key,
+            "email": email,
+            "promo": promo,
+        }
         ev["click_partner"] = clicks.get((program, click)) if click is not None else None
+        ev["promo_partner"] = promos.get((program, promo_key(s, promo))) if promo is not None else None
         ev["by_email"] = lead_lookup(leads, program, "email_norm", email)
         ev["by_key"] = lead_lookup(leads, program, "customer_key", key)
         earlier = first_attributed.get((program, s["test_mode"], customer)) if customer is not None else None
@@ -549,6 +592,8 @@ def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[
         if not mismatch:
             if ev["click_partner"] is not None:
                 partner, rule = ev["click_partner"], "click"
+            elif ev["promo_partner"] is not None:
+                partner, rule = ev["promo_partner"], "promo_code"
             elif email_lead is not None and email_lead["partner"] is not None:
                 partner, rule = email_lead["partner"], "email"
             elif earlier is not None:
@@ -570,7 +615,7 @@ def attribute(sales: list[Row], clicks: dict[tuple[str, str], str], leads: list[
                 reason = "click_not_found"
             elif provisional_only:
                 reason = "lead_provisional"
-            elif email is not None or customer is not None or key is not None:
+            elif email is not None or customer is not None or key is not None or promo is not None:
                 reason = "customer_not_found"
             else:
                 reason = "no_attribution_data"
@@ -864,7 +909,7 @@ def valued_sales(
     sales = connect + self_hosted
     apply_fixes(rows, sales)
     clicks = click_partners(rows)
-    attribute(sales, clicks, lead_records(rows, clicks))
+    attribute(sales, clicks, lead_records(rows, clicks), promo_partners(rows))
     value_commissions(sales, settings, partner_emails)
     return sales, connect, self_hosted, doubles
 
@@ -1068,7 +1113,7 @@ def ledger_lines(
 
 # --- explain ---------------------------------------------------------------------------------
 
-RULE_INDEX = {"click": 1, "email": 2, "processor_customer": 3, "customer_key": 4}
+RULE_INDEX = {"click": 1, "promo_code": 2, "email": 3, "processor_customer": 4, "customer_key": 5}
 
 
 def lead_not_found(lookup: dict[str, Any], what: str) -> str:
@@ -1100,6 +1145,15 @@ def explain(s: Row) -> list[Row]:
             f"click {ev['click']} of partner {ev['click_partner']}",
             "no click with this id in the program",
             missing,
+        ),
+        (
+            "promo_code",
+            ev["promo"],
+            "promo_code",
+            ev["promo_partner"],
+            f"promo code {ev['promo']} of partner {ev['promo_partner']}",
+            "no partner has this promo code",
+            None,
         ),
         (
             "email",
@@ -1149,7 +1203,7 @@ def explain(s: Row) -> list[Row]:
     attributed = s["partner_code"] is not None
     out.append(
         {
-            "step": 5,
+            "step": 6,
             "rule": "result",
             "looked_up": f"program_id={s['meta_program_id']}" if ev["mismatch"] else None,
             "found": f"partner {s['partner_code']} by rule {s['attribution_rule']}"
@@ -1182,7 +1236,9 @@ def ledger(
     apply_refunds(refunds, sales)
     finish(sales, now)
     doubles += refused_duplicates(rows, ids)
-    doubles = finish_doubles(doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list))
+    doubles = finish_doubles(
+        doubles, sales, uncounted_partners(rows, doubles, clicks, lead_list, promo_partners(rows))
+    )
     return {
         "sales": sales,
         "lines": ledger_lines(sales, states, refunds, payout_batches(rows), now),
@@ -1310,6 +1366,14 @@ def apply_periods(
 # --- payouts ---------------------------------------------------------------------------------
 
 
+def recorded_minimum(body: Any) -> int:
+    """The payout minimum a batch recorded (0 when none, or not a whole number, or below 0)."""
+    value = body.get("payout_minimum") if isinstance(body, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        return 0
+    return value
+
+
 def payout_batches(rows: list[Row]) -> list[Row]:
     """Accepted batch actions in seq order (the first row of each id counts)."""
     found: dict[tuple[str, str], Row] = {}
@@ -1340,6 +1404,7 @@ def payout_batches(rows: list[Row]) -> list[Row]:
                 "status": "open",
                 "paid_at": None,
                 "paid_by": None,
+                "payout_minimum": recorded_minimum(body),
             },
         )
     batches = sorted(found.values(), key=lambda b: b["seq"])
@@ -1471,7 +1536,7 @@ def cause_of(
         if r["kind"] == "booking":
             continue
         bears = (
-            r["kind"] in ("metadata_fix", "backfill", "program_terms")
+            r["kind"] in ("metadata_fix", "backfill", "program_terms", "promo_code")
             or bool({r.get(f) for f in ROW_ID_FIELDS} & ids)
             or any(r.get(f) is not None and r.get(f) == s.get(f) for f in CUSTOMER_FIELDS)
             or (

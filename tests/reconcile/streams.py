@@ -74,7 +74,12 @@ ENGINEER = (
     "payout_paid",
     "program_terms",
     "commission_action",
+    "promo_code",
 )
+# Promotion codes: processor ids a checkout names, codes customers type (any case), and the
+# assignments that give either to a partner (now and then a second one of a code: the first wins).
+PROMOTION_CODE_IDS = ("promo_1", "promo_2", "promo_3")
+TYPED_CODES = ("SAVE10", "save10", "Creator", "CREATOR", "promo_1", "NOPE")
 SESSION_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 
 Row = dict[str, Any]
@@ -187,6 +192,7 @@ def _session(draw: st.DrawFn, n: int, program: str) -> Row:
         invoice_id=_maybe(draw, st.just(f"in_{k}")) if subscription else None,
         subscription_id=f"sub_{draw(st.integers(1, 3))}" if subscription else None,
         payment_intent_id=None if subscription else _maybe(draw, st.just(f"pi_{k}")),
+        promo_code=_maybe(draw, st.sampled_from(PROMOTION_CODE_IDS)),
         **_metadata(draw, program),
         **_customer_fields(draw),
         **_live(draw),
@@ -356,6 +362,25 @@ def _track_sale(draw: st.DrawFn, n: int, program: str) -> Row:
         click_id=_maybe(draw, st.sampled_from(CLICKS)),
         subscription_id=_maybe(draw, st.sampled_from(("sub_1", "sub_2"))),
         is_recurring=draw(st.booleans()),
+        promo_code=_maybe(draw, st.sampled_from(TYPED_CODES)),
+    )
+
+
+def _promo(draw: st.DrawFn, n: int, program: str) -> Row:
+    """An owner's assignment of a code (and/or a processor id) to a partner, at any time."""
+    code = _maybe(draw, st.sampled_from(("SAVE10", "Save10", "creator")))
+    promotion_code_id = (
+        draw(st.sampled_from((None, *PROMOTION_CODE_IDS)))
+        if code
+        else draw(st.sampled_from(PROMOTION_CODE_IDS))
+    )
+    return b.promo_code(
+        f"pa_{n}",
+        code,
+        draw(st.sampled_from(PARTNERS)),
+        promotion_code_id,
+        program_id=program,
+        occurred_at=_time(draw),
     )
 
 
@@ -441,7 +466,11 @@ CUTOFFS = ("2026-01-31", "2026-02-28", "2026-03-15", "2026-04-30", "2026-12-31",
 def _payout(draw: st.DrawFn, n: int, program: str) -> Row:
     """A payout batch made at any of the stream's times, with a cut-off of CUTOFFS."""
     return b.payout_batch(
-        f"po_{n}", draw(st.sampled_from(CUTOFFS)), program_id=program, occurred_at=_time(draw)
+        f"po_{n}",
+        draw(st.sampled_from(CUTOFFS)),
+        minimum=draw(st.sampled_from((None, 0, 500, 10**6))),
+        program_id=program,
+        occurred_at=_time(draw),
     )
 
 
@@ -504,6 +533,7 @@ MAKERS = {
     "period_close": _close,
     "payout_batch": _payout,
     "program_terms": _terms,
+    "promo_code": _promo,
 }
 
 

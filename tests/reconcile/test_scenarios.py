@@ -794,6 +794,7 @@ def test_explain_lists_every_step_and_the_answer() -> None:
     steps = run(rows).explain.filter(pl.col("sale_id") == "sale_1")
     assert steps.select("rule", "looked_up", "found", "result").rows() == [
         ("click", "svc_click_id=clk_x", "no click with this id in the program", "not_found"),
+        ("promo_code", None, None, "no_data"),
         ("email", "email=other@x.test", "no lead with this email", "not_found"),
         ("processor_customer", None, None, "no_data"),
         (

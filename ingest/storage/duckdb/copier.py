@@ -107,10 +107,13 @@ def bulk_insert(
 
 
 def revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ...]]:
-    """Journaled rows back to what was journaled: ISO strings in timestamp columns to datetimes."""
+    """Journaled rows back to what was journaled: ISO strings in timestamp columns to datetimes,
+    and NULL for the columns added to the table after the row was journaled."""
     stamps = [i for i, f in enumerate(schema) if pa.types.is_timestamp(f.type)]
     out = []
     for row in rows:
+        # A row journaled by a release before a trailing column was added lacks it: NULL.
+        row.extend([None] * (len(schema) - len(row)))
         for i in stamps:
             if isinstance(row[i], str):
                 row[i] = datetime.fromisoformat(row[i])

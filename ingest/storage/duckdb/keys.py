@@ -83,7 +83,7 @@ _DDL = (
     " PRIMARY KEY (program_id, key)) WITHOUT ROWID",
 )
 
-# The raw-log columns `observe` reads (what catch-up and rebuilds select).
+# The raw-log columns `observe` and `claims_of` read (what catch-up and rebuilds select).
 OBSERVED = (
     "seq",
     "received_at",
@@ -92,6 +92,8 @@ OBSERVED = (
     "outcome",
     "event_id",
     "event_type",
+    "object_id",  # a promo-code assignment's processor id (claimed)
+    "promo_code",  # a promo-code assignment's code (claimed)
     "test_mode",
     "transaction_id",
     "invoice_id",

@@ -39,6 +39,9 @@ from ingest.domain.records import (
     Credential,
     LogLine,
     Partner,
+    PartnerSession,
+    PayoutDetails,
+    PortalLink,
     Program,
     Role,
     StoredSession,
@@ -46,7 +49,7 @@ from ingest.domain.records import (
 from ingest.progress import Progress, RowsApplied
 from ingest.storage import lockfile, migrations, private
 from ingest.storage.contract import BackupSummary, KeyRead, LogDatabase
-from ingest.storage.duckdb import faults, sessions
+from ingest.storage.duckdb import faults, portal, sessions
 from ingest.storage.duckdb.backup import check_target, copy_database, set_aside_count
 from ingest.storage.duckdb.control import ControlCache
 from ingest.storage.duckdb.copier import Batch, Copier
@@ -253,6 +256,28 @@ class DuckStore(KeyLookups):
 
     def take_once(self, session_hash: str, name: str, now: datetime) -> str | None:
         return sessions.take_once(self._reader(), session_hash, name, now)
+
+    # -- the partners' portal (portal.py) ---------------------------------------------------------
+    def add_portal_link(self, link: PortalLink) -> None:
+        portal.add_portal_link(self._reader(), link)
+
+    def use_portal_link(self, token_hash: str, now: datetime) -> PortalLink | None:
+        return portal.use_portal_link(self._reader(), token_hash, now)
+
+    def save_partner_session(self, session: PartnerSession) -> None:
+        portal.save_partner_session(self._reader(), session)
+
+    def load_partner_session(self, session_hash: str, now: datetime) -> PartnerSession | None:
+        return portal.load_partner_session(self._reader(), session_hash, now)
+
+    def end_partner_session(self, session_hash: str) -> None:
+        portal.end_partner_session(self._reader(), session_hash)
+
+    def payout_details(self, program_id: str) -> dict[str, PayoutDetails]:
+        return portal.payout_details(self._reader(), program_id)
+
+    def set_payout_details(self, details: PayoutDetails) -> None:
+        portal.set_payout_details(self._reader(), details)
 
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
         return sessions.acquire_lease(self._reader(), name, holder, now, ttl)

@@ -83,6 +83,7 @@ from ingest.storage.postgres.control import (
     program_row,
 )
 from ingest.storage.postgres.copy import WorkingCopy
+from ingest.storage.postgres.portal import PortalRows
 from ingest.storage.postgres.reader import PgReader, reader_types
 from ingest.storage.postgres.sink import PgResultSink
 from ingest.storage.postgres.source import PgLogSource
@@ -95,7 +96,7 @@ POOL_WAIT_SECONDS = 5.0  # longest wait for a pooled connection while the databa
 __all__ = ["PgStore"]
 
 
-class PgStore:
+class PgStore(PortalRows):
     """The PostgreSQL backend of `ingest.storage.contract.Store` (see the module docstring)."""
 
     set_aside = 0  # no journal: nothing is ever set aside
