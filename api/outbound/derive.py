@@ -2,8 +2,9 @@
 
 The reconciler's tables are a pure function of the raw log (its bookings included), so what
 they say about a sale, a commission line or a payout batch is a fact of the log. The deriver
-compares them with what it saw last (`webhook_marks`: per sale its partner and refunded amount,
-per line its status, per batch its status) and each difference is an event:
+compares them with what it saw last (`webhook_marks`, ingest/webhooks_out/marks.py: per sale its
+partner and refunded amount, per line its status, per batch its status, for the programs that
+have an endpoint) and each difference is an event:
 
 | change | event |
 |---|---|
@@ -23,9 +24,10 @@ Exactly once in the outbox, whatever runs it: it runs under the reconcile run lo
 at a time), compares and records the marks and puts the events in the outbox in one
 transaction (a crash before the commit leaves the marks as they were, so the next run finds the
 same changes), and an event's id is derived from the change it reports
-(ingest/webhooks_out/events.py), so an event made twice is kept once. Programs without an
-enabled endpoint only have their marks brought up to date: an endpoint gets the changes that
-happen after it is made, as Stripe's and Svix's do.
+(ingest/webhooks_out/events.py), so an event made twice is kept once. A program's marks are
+taken when its first endpoint is made (marks.py `baseline`): an endpoint gets the changes that
+happen after it is made, as Stripe's and Svix's do; a program whose endpoints are all disabled
+only has its marks brought up to date.
 
 `api_key.rotation_required` comes from the key's rotation flag (`rotations`), checked after
 every run and by the delivery worker every few seconds.
@@ -43,23 +45,10 @@ from ingest.domain.clock import utcnow
 from ingest.storage.contract import Store
 from ingest.storage.sql import Executor
 from ingest.webhooks_out import events as ev
-from ingest.webhooks_out import outbox
+from ingest.webhooks_out import marks, outbox
 from reports import payouts, reads
 
 log = logging.getLogger("tally.webhooks")
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One kind of object whose changes are events: its table, its key, what is compared (`state`,
-    `amount`) and the data an event carries (name, SQL expression over the table as `t`)."""
-
-    name: str
-    table: str
-    key: str
-    state: str
-    amount: str
-    data: tuple[tuple[str, str], ...]
 
 
 _PAID_SALE = (
@@ -67,16 +56,11 @@ _PAID_SALE = (
     " WHERE c.program_id = t.program_id AND c.sale_id = t.sale_id AND c.kind = 'commission'"
     " AND c.status = 'paid') THEN 'paid' ELSE t.commission_status END"
 )
-SALES = Kind(
-    "sale",
-    "rc_sales",
-    "t.sale_id",
-    "t.partner_code",
-    "t.refunded",
-    tuple((f, _PAID_SALE if f == "commission_status" else f"t.{f}") for f in reads.SALE_FIELDS),
-)
+# The data an event carries, by kind: (name, SQL expression over the table as `t`). A sale's are
+# the fields of `GET .../sales` (reports/reads.py `SALE_FIELDS`, `commission_status` paid as there).
+SALE_DATA = tuple((f, _PAID_SALE if f == "commission_status" else f"t.{f}") for f in reads.SALE_FIELDS)
 # The fields of `GET .../commissions` (reports/reads.py `commissions`), in its order.
-LINE_FIELDS = (
+LINE_DATA = (
     ("transaction_id", "t.transaction_id"),
     ("sale_id", "t.sale_id"),
     ("partner_code", "t.partner_code"),
@@ -100,30 +84,15 @@ LINE_FIELDS = (
     ("status_by", "t.status_by"),
     ("_booked_seq", "t.booked_seq"),  # the log row that booked the line's current state
 )
-SEP = "|"
-LINES = Kind(
-    "line",
-    "rc_commissions",
-    f"t.sale_id || '{SEP}' || coalesce(t.partner_code, '') || '{SEP}' || t.kind || '{SEP}'"
-    f" || coalesce(t.cause, '') || '{SEP}' || coalesce(t.period, '')",
-    "t.status",
-    "CAST(NULL AS BIGINT)",
-    LINE_FIELDS,
+# A batch's event carries the batch as `GET .../payouts/{payout_id}` gives it (`_payout_events`).
+PAYOUT_DATA = (
+    ("payout_id", "t.payout_id"),
+    ("status", "t.status"),
+    ("created_at", "t.created_at"),
+    ("paid_at", "t.paid_at"),
 )
-PAYOUTS = Kind(
-    "payout",
-    "rc_payouts",
-    "t.payout_id",
-    "t.status",
-    "CAST(NULL AS BIGINT)",
-    (
-        ("payout_id", "t.payout_id"),
-        ("status", "t.status"),
-        ("created_at", "t.created_at"),
-        ("paid_at", "t.paid_at"),
-    ),
-)
-KINDS = (SALES, LINES, PAYOUTS)
+DATA = {marks.SALES.name: SALE_DATA, marks.LINES.name: LINE_DATA, marks.PAYOUTS.name: PAYOUT_DATA}
+SEP = marks.SEP
 
 # Events of one pass go out in this order of their objects' times, then of type.
 _RANK = {t: n for n, t in enumerate(ev.EVENT_TYPES)}
@@ -131,20 +100,6 @@ _RANK = {t: n for n, t in enumerate(ev.EVENT_TYPES)}
 
 def _in(count: int) -> str:
     return ", ".join("?" * count)
-
-
-def _join(kind: Kind) -> str:
-    return (
-        f" FROM {kind.table} t LEFT JOIN webhook_marks m ON m.program_id = t.program_id"
-        f" AND m.kind = '{kind.name}' AND m.object_key = {kind.key}"
-    )
-
-
-def _changed(kind: Kind) -> str:
-    return (
-        f" (m.object_key IS NULL OR m.state IS DISTINCT FROM {kind.state}"
-        f" OR m.amount IS DISTINCT FROM {kind.amount})"
-    )
 
 
 @dataclass(frozen=True)
@@ -168,17 +123,18 @@ class Change:
         return self.data.get("_state")
 
 
-def changes(db: Executor, kind: Kind, program_ids: Sequence[str]) -> list[Change]:
+def changes(db: Executor, kind: marks.Kind, program_ids: Sequence[str]) -> list[Change]:
     """The objects of `program_ids` that are new or changed since their marks, with their data."""
     if not program_ids:
         return []
-    names = [name for name, _ in kind.data]
+    fields = DATA[kind.name]
+    names = [name for name, _ in fields]
     sql = (
         f"SELECT t.program_id, {kind.key}, m.object_key IS NULL, m.state, m.amount, m.version,"
-        f" {kind.state}, {kind.amount}, {', '.join(expr for _, expr in kind.data)}"
-        + _join(kind)
+        f" {kind.state}, {kind.amount}, {', '.join(expr for _, expr in fields)}"
+        + marks.join(kind)
         + f" WHERE t.program_id IN ({_in(len(program_ids))}) AND"
-        + _changed(kind)
+        + marks.changed(kind)
     )
     found = []
     for row in db.rows(sql, list(program_ids)):
@@ -190,7 +146,9 @@ def changes(db: Executor, kind: Kind, program_ids: Sequence[str]) -> list[Change
     return found
 
 
-def vanished(db: Executor, kind: Kind, program_ids: Sequence[str]) -> list[tuple[str, str, str | None, int]]:
+def vanished(
+    db: Executor, kind: marks.Kind, program_ids: Sequence[str]
+) -> list[tuple[str, str, str | None, int]]:
     """(program, key, last state, version) of the marked objects of `program_ids` no longer in
     the table."""
     if not program_ids:
@@ -202,35 +160,6 @@ def vanished(db: Executor, kind: Kind, program_ids: Sequence[str]) -> list[tuple
         list(program_ids),
     )
     return [(str(r[0]), str(r[1]), r[2], int(r[3])) for r in rows]
-
-
-def remark(db: Executor, kind: Kind) -> None:
-    """Bring every program's marks of `kind` level with its table: set based, so a program
-    without endpoints costs two statements whatever its size."""
-    db.execute(
-        "INSERT INTO webhook_marks (program_id, kind, object_key, state, amount, version)"
-        f" SELECT t.program_id, '{kind.name}', {kind.key}, {kind.state}, {kind.amount},"
-        " coalesce(m.version, 0) + CASE WHEN m.object_key IS NOT NULL"
-        f" AND m.state IS DISTINCT FROM {kind.state} THEN 1 ELSE 0 END"
-        + _join(kind)
-        + " WHERE"
-        + _changed(kind)
-        + " ON CONFLICT (program_id, kind, object_key)"
-        " DO UPDATE SET state = excluded.state, amount = excluded.amount, version = excluded.version"
-    )
-    db.execute(
-        f"DELETE FROM webhook_marks WHERE kind = '{kind.name}' AND NOT EXISTS (SELECT 1 FROM {kind.table} t"
-        f" WHERE t.program_id = webhook_marks.program_id AND {kind.key} = webhook_marks.object_key)"
-    )
-
-
-def _tables(db: Executor) -> set[str]:
-    rows = db.rows(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-        f" AND table_name IN ({_in(len(KINDS))})",
-        [k.table for k in KINDS],
-    )
-    return {str(r[0]) for r in rows}
 
 
 @dataclass
@@ -348,20 +277,21 @@ class Deriver:
         with self._store.outbox() as db:
             takers = outbox.enabled_endpoints(db)
             with outbox.transaction(db):
-                present = _tables(db)
-                subscribed = sorted(takers)
+                present = marks.tables(db)
+                kept = marks.watched(db)
+                subscribed = sorted(set(takers) & set(kept))
                 out = Pending([])
-                if SALES.table in present:
-                    _sale_events(changes(db, SALES, subscribed), out)
-                if LINES.table in present:
-                    found = changes(db, LINES, subscribed)
-                    gone = vanished(db, LINES, subscribed)
+                if marks.SALES.table in present:
+                    _sale_events(changes(db, marks.SALES, subscribed), out)
+                if marks.LINES.table in present:
+                    found = changes(db, marks.LINES, subscribed)
+                    gone = vanished(db, marks.LINES, subscribed)
                     _line_events(found, gone, db, out)
-                if PAYOUTS.table in present:
-                    self._payout_events(changes(db, PAYOUTS, subscribed), out)
-                for kind in KINDS:
+                if marks.PAYOUTS.table in present:
+                    self._payout_events(changes(db, marks.PAYOUTS, subscribed), out)
+                for kind in marks.KINDS:
                     if kind.table in present:
-                        remark(db, kind)
+                        marks.remark(db, kind, kept)
                 made = outbox.emit(db, self._ordered(out, now), takers, now)
         if made and self._on_new is not None:
             self._on_new()

@@ -12,7 +12,7 @@ from typing import Any
 from ingest.domain.errors import NotFound, ValidationFailed
 from ingest.domain.tokens import new_id
 from ingest.storage.contract import Store
-from ingest.webhooks_out import events, outbox, signing
+from ingest.webhooks_out import events, marks, outbox, signing
 from ingest.webhooks_out.addresses import url_problem
 from ingest.webhooks_out.inputs import EndpointIn, EndpointPatch
 
@@ -78,8 +78,9 @@ def create(
         "disabled_at": None,
         "disabled_reason": None,
     }
-    with store.outbox() as db:
+    with store.outbox() as db, outbox.transaction(db):
         outbox.add_endpoint(db, row)
+        marks.baseline(db, program_id)  # its first endpoint: changes from now on are events
     return {**view(row, now), "secret": secret}
 
 
@@ -120,8 +121,10 @@ def update(
 def delete(store: Store, program_id: str, endpoint_id: str) -> dict[str, Any]:
     """Delete an endpoint with its deliveries (nothing more is sent to it)."""
     _found(store, program_id, endpoint_id)
-    with store.outbox() as db:
+    with store.outbox() as db, outbox.transaction(db):
         outbox.delete_endpoint(db, endpoint_id)
+        if not outbox.endpoints(db, program_id):
+            marks.forget(db, program_id)  # its last endpoint: its marks are no longer kept
     return {"endpoint_id": endpoint_id, "deleted": True}
 
 

@@ -18,7 +18,8 @@ Tables (migration 7, `DDL`):
   one delivery at once; a lease whose holder died is freed (`free_leases`) or runs out. Attempts
   are recorded a group at a time (`record`: one UPDATE for the group), the lease ending with it.
 - `webhook_marks`: what the deriver last saw of each sale, commission line and payout batch
-  (api/outbound/derive.py), so a change is an event once.
+  of the programs that have an endpoint (ingest/webhooks_out/marks.py), so a change is an event
+  once.
 """
 
 from __future__ import annotations
@@ -201,10 +202,9 @@ def update_endpoint(db: Executor, endpoint_id: str, changes: dict[str, Any]) -> 
 
 
 def delete_endpoint(db: Executor, endpoint_id: str) -> None:
-    """An endpoint and its deliveries, in one transaction (the events stay)."""
-    with transaction(db):
-        db.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", [endpoint_id])
-        db.execute("DELETE FROM webhook_endpoints WHERE endpoint_id = ?", [endpoint_id])
+    """An endpoint and its deliveries (the events stay); inside the caller's transaction."""
+    db.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", [endpoint_id])
+    db.execute("DELETE FROM webhook_endpoints WHERE endpoint_id = ?", [endpoint_id])
 
 
 # -- events and their deliveries -------------------------------------------------------------------

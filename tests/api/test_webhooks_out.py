@@ -225,6 +225,19 @@ def test_only_the_types_an_endpoint_takes_and_only_changes_after_it_was_made(
     assert [(r.event["type"], r.event["data"]["transaction_id"]) for r in receiver.received] == [
         ("sale.created", "in_after")
     ]
+    # Its last endpoint gone, the program's changes are not followed; a new endpoint starts afresh.
+    [endpoint] = app_client.get(_path(world), headers=world.owner).json()["data"]
+    assert (
+        app_client.delete(_path(world, f"/{endpoint['endpoint_id']}"), headers=world.owner).status_code == 200
+    )
+    assert world.sale(transaction_id="in_unwatched", customer_external_id="c8").status_code == 200
+    _reconcile(app_client)
+    _endpoint(world, receiver.url, ["sale.created"])
+    _reconcile(app_client)
+    assert world.sale(transaction_id="in_watched", customer_external_id="c7").status_code == 200
+    _reconcile(app_client)
+    _deliverer(app_client).deliver_due()
+    assert [r.event["data"]["transaction_id"] for r in receiver.received] == ["in_after", "in_watched"]
 
 
 def test_a_receiver_failing_five_times_gets_the_event_once_more_with_the_same_id(
