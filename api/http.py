@@ -8,6 +8,7 @@ import re
 from collections.abc import Awaitable
 from datetime import UTC, date, datetime
 from email.utils import format_datetime
+from time import monotonic
 from types import CoroutineType
 from typing import Any, NamedTuple, TypeVar, overload
 
@@ -161,10 +162,7 @@ async def read_body(request: Request) -> bytes:
     declared = header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise PayloadTooLarge(f"request body is over {MAX_BODY} bytes")
-    settings = request.scope["app"].state.tally.settings
-    wait, total = settings.body_timeout_seconds, settings.body_total_timeout_seconds
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
+    started = monotonic()
     chunks: list[bytes] = []
     size = 0
     receive = request.receive
@@ -174,7 +172,9 @@ async def read_body(request: Request) -> bytes:
         if message is None:  # the server has to wait for it: under the timeouts
             if type(pending) is CoroutineType:  # (polled, and closed: ask again)
                 pending = receive()
-            pause = min(wait, deadline - loop.time())
+            settings = request.scope["app"].state.tally.settings
+            wait, total = settings.body_timeout_seconds, settings.body_total_timeout_seconds
+            pause = min(wait, started + total - monotonic())
             try:
                 async with asyncio.timeout(pause):  # no task per message, unlike wait_for on 3.11
                     message = await pending
