@@ -7,6 +7,8 @@ failed start reported as one line.
   has not completed a request's headers within `header_timeout` of connecting, or of the previous
   response on a kept-alive connection, is closed (uvicorn has no such option; its keep-alive
   timer stops at the first byte, so a client dribbling header bytes held a connection forever).
+  Both timeouts (the header read's and uvicorn's keep-alive) are swept rather than timed per
+  request (see the class).
   Slow bodies are timed out by `api.http.read_body` (`TALLY_BODY_TIMEOUT_SECONDS` per pause,
   `TALLY_BODY_TOTAL_TIMEOUT_SECONDS` for the whole body, 408).
 - `run`: uvicorn's start-up errors (lifespan failure, port in use) are held back while starting;
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import weakref
 from collections.abc import Callable, Generator
 from typing import Any, ClassVar
 
@@ -46,46 +49,87 @@ def one_line(exc: BaseException) -> str:
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol, closing connections whose request headers take too long."""
+    """uvicorn's HTTP/1.1 protocol, closing connections whose request headers take too long.
+
+    Its two timeouts take no timer per request: uvicorn arms and cancels one for the keep-alive
+    and this class one for the headers, each about as costly as reading and validating a track
+    call's body under uvloop. A connection notes when each wait began (`_idle_since`: kept alive
+    after a response, until data arrives; `_headers_since`: since it connected or its last
+    response, until a request's headers are complete), and one sweep per server, every
+    `SWEEP_FRACTION` of the shorter timeout while connections are open, closes those past
+    either: a connection is closed up to that fraction after its timeout."""
 
     header_timeout: ClassVar[float] = 10.0
+    SWEEP_FRACTION: ClassVar[float] = 0.1
+    _sweeps: ClassVar[weakref.WeakKeyDictionary[Any, asyncio.TimerHandle]] = weakref.WeakKeyDictionary()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._header_timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None
+        self._headers_since: float | None = None
 
-    def _arm_header_timer(self) -> None:
-        self._cancel_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+    # -- the two timeouts, swept ----------------------------------------------------------------
+    def _sweep_every(self) -> float:
+        return max(0.01, min(self.header_timeout, float(self.timeout_keep_alive)) * self.SWEEP_FRACTION)
 
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+    def _start_sweep(self) -> None:
+        state = self.server_state
+        if state not in self._sweeps:
+            self._sweeps[state] = self.loop.call_later(self._sweep_every(), self._sweep, state)
 
-    def _headers_too_slow(self) -> None:
-        self._header_timer = None
-        if not self.transport.is_closing():
-            self.transport.close()
+    def _sweep(self, state: Any) -> None:
+        now = self.loop.time()
+        for connection in list(state.connections):
+            if isinstance(connection, GuardedProtocol):
+                connection._expire(now)
+        if state.connections:
+            self._sweeps[state] = self.loop.call_later(self._sweep_every(), self._sweep, state)
+        else:
+            self._sweeps.pop(state, None)
 
+    def _expire(self, now: float) -> None:
+        idle, headers = self._idle_since, self._headers_since
+        if (idle is not None and now - idle >= self.timeout_keep_alive) or (
+            headers is not None and now - headers >= self.header_timeout
+        ):
+            self._idle_since = self._headers_since = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    def _unset_keepalive_if_required(self) -> None:  # (uvicorn's: data arrived, or a response ended)
+        self._idle_since = None
+        super()._unset_keepalive_if_required()
+
+    # -- uvicorn's protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_header_timer()
+        self._headers_since = self.loop.time()
+        self._start_sweep()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_header_timer()
+        self._idle_since = self._headers_since = None
         super().connection_lost(exc)
 
     def on_headers_complete(self) -> None:
-        self._cancel_header_timer()
+        self._headers_since = None
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        """uvicorn's, noting the keep-alive wait instead of arming a timer for it."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:  # the next pipelined request starts
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = self.loop.time()
         # Pipelined requests whose headers already arrived started above; otherwise the next
         # request's headers get `header_timeout` from now.
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-            self._arm_header_timer()
+        if self.cycle is None or self.cycle.response_complete:
+            self._headers_since = self.loop.time()
 
 
 def guarded_protocol(header_timeout: float) -> type[GuardedProtocol]:

@@ -52,6 +52,49 @@ class Served:
     startup_s: float  # from spawning the process to its first 200 on the health path
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """utime + stime of process `pid`, all its threads (with `children`, plus its reaped children's)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """utime + stime of each thread of process `pid`, by thread id."""
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / TICKS
+    return out
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Python's names of the threads of process `pid` by thread id (py-spy reads them; Python does
+    not give them to the OS), empty when py-spy is not at hand."""
+    try:
+        dump = subprocess.run(
+            [str(Path(sys.executable).with_name("py-spy")), "dump", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(tid): name for tid, name in re.findall(r'Thread (\d+) \([^)]*\): "([^"]+)"', dump)}
+
+
 def rss_bytes(pid: int) -> int:
     """The resident set of process `pid` (VmRSS), in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -94,11 +137,18 @@ def tally_process(
 
 
 @contextmanager
-def ceiling_server() -> Iterator[str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "bench.ceiling:app", "--port", str(port)]
-    with _serve([*cmd, "--log-level", "warning", "--no-access-log"], port, "/", None) as served:
+def ceiling_server(app: str = "app") -> Iterator[str]:
+    """One of bench/ceiling.py's apps (`app`, `bare`, `webhook`) on uvicorn, as `tally serve` runs."""
+    with ceiling_process(app) as served:
         yield served.url
+
+
+@contextmanager
+def ceiling_process(app: str = "app") -> Iterator[Served]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", f"bench.ceiling:{app}", "--port", str(port)]
+    with _serve([*cmd, "--log-level", "warning", "--no-access-log"], port, "/", None) as served:
+        yield served
 
 
 @contextmanager

@@ -25,22 +25,18 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.harness import WrkResult, ceiling_server, save, setup_program, table, tally_process, wrk
+from bench.harness import (
+    WrkResult,
+    ceiling_server,
+    cpu_seconds,
+    save,
+    setup_program,
+    table,
+    tally_process,
+    wrk,
+)
 
 SCRIPT = Path(__file__).with_name("sale.lua")
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int, children: bool = False) -> float:
-    """utime + stime of process `pid` (with `children`, plus its reaped children's)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / TICKS
 
 
 def _children(pid: int) -> list[int]:
@@ -63,11 +59,11 @@ class Cpu:
         self.postmaster = postmaster
 
     def sample(self) -> tuple[float, float]:
-        tally = sum(_cpu_seconds(pid) for pid in self.tally_pids)
+        tally = sum(cpu_seconds(pid) for pid in self.tally_pids)
         pg = 0.0
         if self.postmaster is not None:
-            pg = _cpu_seconds(self.postmaster, children=True)
-            pg += sum(_cpu_seconds(child) for child in _children(self.postmaster))
+            pg = cpu_seconds(self.postmaster, children=True)
+            pg += sum(cpu_seconds(child) for child in _children(self.postmaster))
         return tally, pg
 
 

@@ -144,11 +144,13 @@ class Writer:
         one wake-up of the writer thread) by a callback that runs right after that turn."""
         if not self._running:
             raise ServiceUnavailable("tally is not accepting writes right now")
-        loop = asyncio.get_running_loop()
+        local = self._local
+        loop: asyncio.AbstractEventLoop | None = getattr(local, "loop", None)
+        if loop is None or not loop.is_running():  # (asking the running loop costs a getpid call)
+            loop = local.loop = asyncio.get_running_loop()
+            local.outbox = []
         waiter: asyncio.Future[T] = loop.create_future()
-        outbox: list[_Job[Any]] | None = getattr(self._local, "outbox", None)
-        if outbox is None:
-            outbox = self._local.outbox = []
+        outbox: list[_Job[Any]] = local.outbox
         if not outbox:
             loop.call_soon(self._hand_over, outbox)
         outbox.append(_Job(op, None, flush, waiter, time.perf_counter(), needs))

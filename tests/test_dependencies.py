@@ -79,6 +79,8 @@ USED_OTHERWISE: dict[str, Callable[[], bool]] = {
     "pytest-xdist": lambda: makefile_runs("$(BIN)/pytest -n "),
     "ruff": lambda: makefile_runs("$(BIN)/ruff check"),
     "mypy": lambda: makefile_runs("$(BIN)/mypy"),
+    # a binary: bench/harness.py runs `py-spy dump` to name the server's threads
+    "py-spy": lambda: '"py-spy"' in (ROOT / "bench" / "harness.py").read_text(),
 }
 
 

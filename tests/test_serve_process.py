@@ -145,6 +145,58 @@ def test_stalled_body_gets_408_and_close(untrusted: LiveServer) -> None:
     assert b'"code":"request_timeout"' in body
 
 
+@pytest.mark.parametrize("path", ["/api/v1/track/sale", "/webhooks/stripe"])
+def test_stalled_body_on_the_fast_lane_gets_408_and_close(untrusted: LiveServer, path: str) -> None:
+    """The ingest lanes take a body that came with its headers at once, and wait for the rest
+    under the same timeouts as every endpoint (a sale's key is checked before its body)."""
+    _, _, key = live_program(untrusted.url)
+    with connect(untrusted, "127.0.0.16") as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n".encode()
+            + f"Authorization: Bearer {key}\r\n".encode()
+            + b'Content-Length: 100\r\n\r\n{"transaction_'
+        )
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), received
+    assert b"connection: close" in head.lower()
+    assert b'"code":"request_timeout"' in body
+
+
+def test_a_body_in_parts_is_read_whole_on_the_fast_lane(untrusted: LiveServer) -> None:
+    """A sale whose body arrives in three parts, the last ones after the lane found nothing more
+    waiting, is read whole: nothing of it is lost between the parts."""
+    _, _, key = live_program(untrusted.url)
+    body = b'{"transaction_id": "in_parts", "customer_external_id": "c_parts", "amount": 4321}'
+    with connect(untrusted, "127.0.0.17") as sock:
+        sock.sendall(
+            b"POST /api/v1/track/sale HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {key}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body[:20]
+        )
+        for part in (body[20:50], body[50:]):
+            time.sleep(0.3)  # within the 1 s pause allowed
+            sock.sendall(part)
+        received = b""
+        while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+            received += sock.recv(65536)
+    head, _, answer = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), received
+    assert b'"transaction_id":"in_parts"' in answer and b'"amount":4321' in answer
+
+
+def test_an_idle_kept_alive_connection_is_closed(untrusted: LiveServer) -> None:
+    """After an answer, a connection that sends nothing more is closed (the header timeout, 1 s
+    here, swept rather than timed per request)."""
+    with connect(untrusted, "127.0.0.18") as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert b" 200 " in sock.recv(65536)
+        assert 0.9 <= closed_after(sock) < CLOSED_WITHIN
+
+
 def test_trickled_body_is_cut_off_after_the_whole_body_bound(untrusted: LiveServer) -> None:
     """A body sent a byte every 0.4 s never pauses for the 1 s per-pause bound; the whole body's
     bound (3 s) cuts it off: 408 `request_timeout`, connection closed."""

@@ -15,11 +15,12 @@ from api import schemas
 from api.auth import bearer, program_from_key, require_program_key, state
 from api.http import (
     CORS_HEADERS,
+    Answer,
+    answer,
     body_model,
     header,
     header_names,
     kept_headers,
-    ok,
     recall,
     remember,
     request_id,
@@ -65,7 +66,7 @@ Work = Callable[[datetime], Awaitable[Outcome]]
 KEY_RETRIES = 3  # decisions of one call whose program key keeps changing under it
 
 
-async def _handle(request: Request, endpoint: str, status: int, work: Work, cors: bool = False) -> Response:
+async def _handle(request: Request, endpoint: str, status: int, work: Work, cors: bool = False) -> Answer:
     """Run one track call received now; a refusal for a known program is logged (a bounded note). A
     call the writer hands back because its program key changed meanwhile (`KeyChanged`: a
     replica read it from its cache) is decided again, key and all."""
@@ -87,10 +88,7 @@ async def _handle(request: Request, endpoint: str, status: int, work: Work, cors
             call = _call(request, endpoint, received_at)
             await tracking.log_refusal(state(request).writer, call, program_id, exc, _note(request, exc))
         raise
-    response = ok(request, outcome.data, status, outcome.warnings)
-    if cors:
-        response.headers.update(CORS_HEADERS)
-    return response
+    return answer(request, outcome.data, status, outcome.warnings, CORS_HEADERS if cors else None)
 
 
 def _note(request: Request, exc: TallyError) -> str:
@@ -120,10 +118,7 @@ async def preflight(request: Request) -> Response:
     return Response(status_code=204, headers=CORS_HEADERS)
 
 
-async def track_click(request: Request) -> Response:
-    if request.method == "OPTIONS":
-        return await preflight(request)
-
+async def click(request: Request) -> Answer:
     async def work(received_at: datetime) -> Outcome:
         st = state(request)
         st.limiter.check(_client(request))
@@ -137,10 +132,13 @@ async def track_click(request: Request) -> Response:
     return await _handle(request, "track/click", 201, work, cors=True)
 
 
-async def track_lead(request: Request) -> Response:
+async def track_click(request: Request) -> Response:
     if request.method == "OPTIONS":
         return await preflight(request)
+    return (await click(request)).response()
 
+
+async def lead(request: Request) -> Answer:
     async def work(received_at: datetime) -> Outcome:
         st = state(request)
         token = bearer(request)
@@ -157,7 +155,13 @@ async def track_lead(request: Request) -> Response:
     return await _handle(request, "track/lead", 200, work, cors=True)
 
 
-async def track_sale(request: Request) -> Response:
+async def track_lead(request: Request) -> Response:
+    if request.method == "OPTIONS":
+        return await preflight(request)
+    return (await lead(request)).response()
+
+
+async def sale(request: Request) -> Answer:
     async def work(received_at: datetime) -> Outcome:
         st = state(request)
         program = require_program_key(request)
@@ -168,7 +172,11 @@ async def track_sale(request: Request) -> Response:
     return await _handle(request, "track/sale", 200, work)
 
 
-async def track_refund(request: Request) -> Response:
+async def track_sale(request: Request) -> Response:
+    return (await sale(request)).response()
+
+
+async def refund(request: Request) -> Answer:
     async def work(received_at: datetime) -> Outcome:
         st = state(request)
         program = require_program_key(request)
@@ -179,12 +187,16 @@ async def track_refund(request: Request) -> Response:
     return await _handle(request, "track/refund", 200, work)
 
 
+async def track_refund(request: Request) -> Response:
+    return (await refund(request)).response()
+
+
 # Served by api.hotpath.TallyApp ahead of the middleware stack (the routes below answer the same).
 HOT = {
-    ("POST", "/api/v1/track/click"): track_click,
-    ("POST", "/api/v1/track/lead"): track_lead,
-    ("POST", "/api/v1/track/sale"): track_sale,
-    ("POST", "/api/v1/track/refund"): track_refund,
+    ("POST", "/api/v1/track/click"): click,
+    ("POST", "/api/v1/track/lead"): lead,
+    ("POST", "/api/v1/track/sale"): sale,
+    ("POST", "/api/v1/track/refund"): refund,
 }
 
 routes = [

@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from api import refusals, schemas
 from api.auth import state
-from api.http import header, header_names, kept_headers, ok, read_body, request_id
+from api.http import Answer, answer, header, header_names, kept_headers, read_body, request_id
 from api.openapi import STRIPE_SIGNATURE, Doc, document
 from ingest import deliveries
 from ingest.domain.clock import utcnow
@@ -19,7 +19,7 @@ from ingest.domain.errors import RateLimited, TallyError
 KEPT_HEADERS = frozenset({b"stripe-signature", b"content-type", b"user-agent"})
 
 
-async def stripe_webhook(request: Request) -> Response:
+async def stripe(request: Request) -> Answer:
     received_at = utcnow()
     try:
         body = await read_body(request)
@@ -38,11 +38,15 @@ async def stripe_webhook(request: Request) -> Response:
     )
     verifier = deliveries.Verifier(st.settings.webhook_secrets(), st.settings.stripe_tolerance_seconds)
     refused = partial(refusals.check, request)  # a bad signature over the refusal rate: 429
-    return ok(request, await deliveries.receive(st.store, st.writer, verifier, delivery, refused))
+    return answer(request, await deliveries.receive(st.store, st.writer, verifier, delivery, refused))
+
+
+async def stripe_webhook(request: Request) -> Response:
+    return (await stripe(request)).response()
 
 
 # Served by api.hotpath.TallyApp ahead of the middleware stack (the route below answers the same).
-HOT = {("POST", "/webhooks/stripe"): stripe_webhook}
+HOT = {("POST", "/webhooks/stripe"): stripe}
 
 routes = [Route("/webhooks/stripe", stripe_webhook, methods=["POST"])]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -126,3 +127,88 @@ def test_fast_lane_answers_webhooks_like_the_full_stack(world: World) -> None:
             assert fast[1] == full[1]
             continue
         assert fast == full, f"case {n}"
+
+
+# -- the lane's edges: what a malformed, oversized, mistyped or over-filled body gets --------------
+REFUND = "/api/v1/track/refund"
+LEAD = "/api/v1/track/lead"
+CLICK = "/api/v1/track/click"
+_JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("n", "path", "content", "headers"),
+    [
+        (30, SALE, b"", _JSON),  # empty
+        (31, SALE, b'{"transaction_id": "in", "amount": 5', _JSON),  # truncated
+        (32, SALE, b'{"transaction_id": "in"} trailing', _JSON),
+        (33, SALE, b'{"transaction_id": "in_\\ud800", "customer_external_id": "c", "amount": 5}', _JSON),
+        (34, SALE, b'{"transaction_id": "in", "customer_external_id": "c", "amount": NaN}', _JSON),
+        (35, SALE, b'{"transaction_id": "in", "customer_external_id": "c", "amount": 1e400}', _JSON),
+        (
+            36,
+            SALE,
+            b'{"transaction_id": "in", "customer_external_id": "c", "amount": 99999999999999999999}',
+            _JSON,
+        ),
+        (37, SALE, b'"just a string"', _JSON),
+        (38, SALE, b"\xff\xfe{}", _JSON),  # not UTF-8
+        (
+            39,
+            SALE,
+            b'{"transaction_id": "in", "customer_external_id": "c", "amount": 5, "coupon": "x"}',
+            _JSON,
+        ),
+        (40, SALE, b'{"transaction_id": "in", "customer_external_id": "c", "amount": true}', _JSON),
+        (43, SALE, b"x" * (1024 * 1024 + 1), {"content-type": "application/octet-stream"}),
+        (44, REFUND, b'{"transaction_id": "in", "refund_id": "r", "amount": 1, "extra": 1}', _JSON),
+        (45, REFUND, b"{", _JSON),
+        (46, LEAD, b'{"customer_external_id": "u", "unknown": 1}', _JSON),
+        (47, CLICK, b'{"program_id": "p", "partner_code": "alice", "utm": "x"}', _JSON),
+        (48, CLICK, b"[]", _JSON),
+    ],
+)
+def test_fast_lane_edges_answer_like_the_full_stack(
+    world: World, n: int, path: str, content: bytes, headers: dict[str, str]
+) -> None:
+    _both(world, "POST", path, n, content=content, headers={**world.key, **headers})
+
+
+@pytest.mark.parametrize(("n", "headers"), [(41, {"content-type": "text/plain"}), (42, {})])
+def test_fast_lane_takes_json_whatever_its_content_type_like_the_full_stack(
+    world: World, n: int, headers: dict[str, str]
+) -> None:
+    """The body is read as JSON whatever Content-Type says (or without one), in both lanes."""
+    sale = {"transaction_id": "in", "customer_external_id": "c", "amount": 5}
+    _both(world, "POST", SALE, n, json=sale, headers={**world.key, **headers})
+
+
+def test_fast_lane_refuses_an_oversized_body_sent_in_chunks_like_the_full_stack(world: World) -> None:
+    """No Content-Length (chunked): the lane reads up to the limit and refuses, as the full stack."""
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"transaction_id": "'
+        for _ in range(17):
+            yield b"x" * 65536
+        yield b'"}'
+
+    answers = []
+    for table in (world.client.app.hot, {}):  # type: ignore[attr-defined]
+        saved, world.client.app.hot = world.client.app.hot, table  # type: ignore[attr-defined]
+        r = world.client.post(SALE, content=chunks(), headers={**world.key, **_JSON})
+        world.client.app.hot = saved  # type: ignore[attr-defined]
+        assert "content-length" not in r.request.headers
+        answers.append(_shape(r))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 413
+
+
+def test_a_sale_in_one_lane_is_a_duplicate_in_the_other(world: World) -> None:
+    body = {"transaction_id": "in_both_lanes", "customer_external_id": "c", "amount": 5}
+    first = world.client.post(SALE, json=body, headers=world.key)
+    saved, world.client.app.hot = world.client.app.hot, {}  # type: ignore[attr-defined]
+    second = world.client.post(SALE, json=body, headers=world.key)
+    world.client.app.hot = saved  # type: ignore[attr-defined]
+    assert first.status_code == 200
+    assert second.status_code == 409
+    assert second.json()["error"]["code"] == "duplicate_transaction"

@@ -292,7 +292,7 @@ class _PrefetchFails:
         self._con, self._error = con, error
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        if sql in hotkeys._PREFETCH.values():
+        if any(part in sql for part in hotkeys._PREFETCH.values()):  # (one statement, of parts)
             raise self._error
         return self._con.execute(sql, *args)
 
@@ -331,6 +331,87 @@ def test_a_failed_prefetch_leaves_no_key_read_as_absent(tmp_path: Path, failure:
         kx.prefetch([repost])
         assert not kx.claim("p", "in_1")  # taken: the re-post is a duplicate
         assert kx.sale("p", ["in_1"]) == SaleLedger(1000, "usd", 0)
+        kx.rollback()
+    finally:
+        kx.close()
+
+
+class _NoStatements:
+    """A key index's writer connection after the read-ahead: any statement fails the test."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        raise AssertionError(f"a lookup went to SQLite after the read-ahead: {sql}")
+
+
+def test_one_read_ahead_finds_every_table_in_the_file(tmp_path: Path) -> None:
+    """A group needing keys of every table reads them in one statement, and its lookups then
+    answer, found and absent alike, without another."""
+    kx = KeyIndex(tmp_path / "k.keys")
+    try:
+        kx.begin()
+        history = _history()
+        for row in history:
+            kx.observe(row)
+            for claim in claims_of(row):
+                kx.claim(*claim)  # (the processor's sale of in_1 finds it taken)
+        kx.commit(len(history), hotkeys.anchor_of(history[-1]["received_at"]), force=True)  # in the file
+        for seen in kx._seen.values():
+            seen.clear()
+        group = [
+            Needs(
+                claims=(("p", "in_1"), ("p", "in_new")),
+                sales=(("p", "in_1"), ("p", "in_new")),
+                clicks=(("p", "clk_1"), ("p", "clk_none")),
+                bindings=(("p", "c1"), ("p", "c_none")),
+                provisional=(("p", "c2"), ("p", "c_none")),
+                refunds=(("p", "re_1"), ("p", "re_none")),
+                events=("evt_1", "evt_none"),
+            )
+        ]
+        expected = (
+            kx.claimed("p", "in_1"),
+            kx.sale("p", ["in_1"]),
+            kx.click_partner("p", "clk_1"),
+            kx.binding("p", "c1"),
+            kx.provisional_click("p", "c2"),
+            kx.refund_seen("p", "re_1"),
+            kx.event_seen("evt_1"),
+        )
+        kx.begin()
+        statements: list[str] = []
+        kx._w.set_trace_callback(statements.append)
+        kx.prefetch(group)
+        kx._w.set_trace_callback(None)
+        assert len(statements) == 1
+        writer, kx._w = kx._w, _NoStatements(kx._w)  # type: ignore[assignment]
+        try:
+            found = (
+                kx.claimed("p", "in_1"),
+                kx.sale("p", ["in_1"]),
+                kx.click_partner("p", "clk_1"),
+                kx.binding("p", "c1"),
+                kx.provisional_click("p", "c2"),
+                kx.refund_seen("p", "re_1"),
+                kx.event_seen("evt_1"),
+            )
+            absent = (
+                kx.claimed("p", "in_new"),
+                kx.sale("p", ["in_new"]),
+                kx.click_partner("p", "clk_none"),
+                kx.binding("p", "c_none"),
+                kx.provisional_click("p", "c_none"),
+                kx.refund_seen("p", "re_none"),
+                kx.event_seen("evt_none"),
+            )
+        finally:
+            kx._w = writer
+        assert found == expected
+        assert found[1] is not None and found[2] is not None and found[3] is not None
+        assert all(found[i] for i in (0, 5))
+        assert absent == (False, None, None, None, (False, None), False, False)
         kx.rollback()
     finally:
         kx.close()

@@ -9,8 +9,7 @@ the write stored, every journaled batch kept for the next attempt.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import duckdb
 import pyarrow as pa
@@ -51,11 +50,24 @@ def resource_fault(exc: BaseException) -> bool:
     return False
 
 
-@contextmanager
-def keys_faults() -> Iterator[None]:
+class _KeysFaults:
     """A key-index write that fails for want of disk (or an I/O error) is the database being
-    unavailable, like a journal write that fails: 503, nothing of the batch stored."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        raise DatabaseUnavailable(UNAVAILABLE) from exc
+    unavailable, like a journal write that fails: 503, nothing of the batch stored. (A class, not
+    a generator: the writer enters it for every row and claim.)"""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if exc is not None and isinstance(exc, sqlite3.OperationalError):
+            raise DatabaseUnavailable(UNAVAILABLE) from exc
+
+
+_KEYS_FAULTS = _KeysFaults()
+
+
+def keys_faults() -> _KeysFaults:
+    """The context in which key-index writes run (see `_KeysFaults`)."""
+    return _KEYS_FAULTS

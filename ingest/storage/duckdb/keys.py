@@ -150,19 +150,24 @@ _DELETE = {
 }
 
 
+_PREFETCH_WIDTH = 6  # the widest part's columns: a sale key's two, its ledger and the ledger's three
+
+
 def _prefetch_sql(name: str) -> str:
-    """Rows of table `name` for a JSON array of keys (key columns, then value columns); sale
-    keys bring their ledger's values too."""
+    """Rows of table `name` for a JSON array of keys: the table's name, then its key columns and
+    value columns (sale keys bring their ledger's values too), padded with NULLs to one width,
+    so a group's tables are read in one statement (`UNION ALL` of these parts)."""
     table, keys, values = _LOOKUPS[name]
     on = " AND ".join(f"t.{c} = j.value ->> {i}" for i, c in enumerate(keys))
     if name == "sale_keys":
         return (
-            "SELECT t.program_id, t.key, t.ledger, l.amount, l.currency, l.refunded"
+            "SELECT 'sale_keys', t.program_id, t.key, t.ledger, l.amount, l.currency, l.refunded"
             f" FROM json_each(?) AS j CROSS JOIN sale_keys AS t ON {on}"
             " LEFT JOIN ledgers AS l ON l.id = t.ledger"
         )
-    picked = ", ".join(f"t.{c}" for c in keys + values)
-    return f"SELECT {picked} FROM json_each(?) AS j CROSS JOIN {table} AS t ON {on}"
+    picked = ", ".join([f"'{name}'", *(f"t.{c}" for c in keys + values)])
+    padding = ", NULL" * (_PREFETCH_WIDTH - len(keys) - len(values))
+    return f"SELECT {picked}{padding} FROM json_each(?) AS j CROSS JOIN {table} AS t ON {on}"
 
 
 _PREFETCH = {name: _prefetch_sql(name) for name in _LOOKUPS}
@@ -514,23 +519,33 @@ class KeyIndex:
         noted, so no key ever reads as absent that was not looked up."""
         if not self._in_tx():
             return
+        parts: list[str] = []
+        todos: list[tuple[str, list[Key]]] = []
         for field, keys in gather(needs).items():
             name = "sale_keys" if field == "sales" else field
             buffer, sealed, seen = self._buffer[name], self._sealed[name], self._seen[name]
             todo = list(
                 dict.fromkeys(k for k in keys if k not in buffer and k not in sealed and k not in seen)
             )
-            if not todo:
-                continue
-            _, key_columns, values = _LOOKUPS[name]
-            rows = self._w.execute(_PREFETCH[name], (orjson.dumps(todo),)).fetchall()
+            if todo:
+                parts.append(_PREFETCH[name])
+                todos.append((name, todo))
+        if not parts:
+            return
+        # One statement for the group's tables: each statement hands the interpreter lock to the
+        # event loop and waits to get it back.
+        params = [orjson.dumps(todo) for _, todo in todos]
+        rows = self._w.execute(" UNION ALL ".join(parts), params).fetchall()
+        for name, todo in todos:
+            seen = self._seen[name]
             for k in todo:
                 seen[k] = None
+        for name, *found in rows:
+            _, key_columns, values = _LOOKUPS[name]
             width = len(key_columns)
-            for found in rows:
-                seen[tuple(found[:width])] = tuple(found[width : width + len(values)])
-                if name == "sale_keys" and found[3:] != (None, None, None):
-                    self._seen["ledgers"].setdefault((found[2],), tuple(found[3:]))
+            self._seen[name][tuple(found[:width])] = tuple(found[width : width + len(values)])
+            if name == "sale_keys" and found[3:] != [None, None, None]:
+                self._seen["ledgers"].setdefault((found[2],), tuple(found[3:]))
 
     # -- lookups -------------------------------------------------------------------------------
     def click_partner(self, program_id: str, click_id: str) -> str | None:
