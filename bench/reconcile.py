@@ -7,9 +7,9 @@ For each size in `BENCH_RECONCILE_SIZES` (default `1000000,10000000`; add `30000
 
 1. generate the log (bench/rawgen.py) with 1 % + `BENCH_RECONCILE_NEW_EVENTS` (default 1,000)
    more events than the size and write the first `size` of them (arrival order) to a fresh
-   DuckDB file with the schema of ingest/storage/schema.py. Logs above `SHARD_EVENTS` are drawn
-   as shards of that many events and merged (`rawgen.write_sharded`: the generator holds about
-   1.3 KB an event at its peak, so 30M at once would not fit the machine);
+   DuckDB file with the schema of ingest/storage/schema.py. Logs above `ONE_DRAW` (10M) events
+   are drawn as shards of `SHARD_EVENTS` (5M) and merged (`rawgen.write_sharded`: the generator
+   holds about 1.3 KB an event at its peak, so 30M at once would not fit the machine);
 2. copy the file for the baseline: the previous release (`BENCH_RECONCILE_BASELINE`, a git
    ref, default the commit this branch forked from `main` at; `none` skips it), exported with
    `git archive` into a temporary folder and run from there with the same interpreter, at the
@@ -68,7 +68,8 @@ TARGET_INCREMENT_SHARE = 0.10  # the run after 1 % new events, as a share of a f
 TARGET_NEW_EVENTS_S = 1.0  # the run after BENCH_RECONCILE_NEW_EVENTS (1,000) new events
 GIB = 1024**3
 HELD_BACK = 0.01
-SHARD_EVENTS = 10_000_000  # larger logs are drawn in shards of at most this many events
+ONE_DRAW = 10_000_000  # logs of up to this many events are drawn at once (about 13 GiB at 10M)
+SHARD_EVENTS = 5_000_000  # larger ones in shards of at most this many (rawgen.write_sharded)
 
 INCREMENTAL_NOTE = (
     "incremental by affected customers (reconcile/run/incremental.py, reconcile/run/closure.py): the run "
@@ -120,7 +121,7 @@ def step_generate(db: Path, size: int, new_events: int) -> dict[str, Any]:
 
     held_back = round(size * HELD_BACK) + new_events
     started = time.perf_counter()
-    if size + held_back <= SHARD_EVENTS:
+    if size <= ONE_DRAW:
         log = rawgen.generate(size + held_back)
         generated = time.perf_counter() - started
         head = rawgen.Log(log.events.head(size), log.programs, log.partners)
@@ -132,7 +133,7 @@ def step_generate(db: Path, size: int, new_events: int) -> dict[str, Any]:
     else:
         sample = rawgen.write_sharded(db, _tail(db), size, held_back, SHARD_EVENTS).events
         generated = time.perf_counter() - started  # generating and writing, shard by shard
-    written = 0.0 if size + held_back > SHARD_EVENTS else time.perf_counter() - started
+    written = 0.0 if size > ONE_DRAW else time.perf_counter() - started
     con = duckdb.connect(str(db), read_only=True)
     try:
         events, programs, partners = con.execute(
@@ -150,7 +151,7 @@ def step_generate(db: Path, size: int, new_events: int) -> dict[str, Any]:
     return {
         "events": int(events),
         "held_back": held_back,
-        "sharded": size + held_back > SHARD_EVENTS,
+        "sharded": size > ONE_DRAW,
         "generate_s": round(generated, 2),
         "write_db_s": round(written, 2),
         "db_mib": round(db.stat().st_size / 2**20),
