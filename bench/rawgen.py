@@ -41,9 +41,11 @@ parts would pass that state back and forth.
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -115,9 +117,11 @@ def _mix(numbers: np.ndarray, salt: int) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def ident(prefix: str, numbers: np.ndarray, keep: np.ndarray | None = None) -> pl.Series:
-    """`prefix` + a hash of each number (null where `keep` is false)."""
-    digits = pl.Series(_mix(numbers, zlib.crc32(prefix.encode()))).cast(pl.String)
+def ident(prefix: str, numbers: np.ndarray, keep: np.ndarray | None = None, *, shard: int = 0) -> pl.Series:
+    """`prefix` + a hash of each number (null where `keep` is false). Each `shard` (`generate`)
+    hashes with a salt of its own, so the ids of two shards never meet (shard 0: as ever)."""
+    salt = zlib.crc32(prefix.encode() if shard == 0 else f"{prefix}#{shard}".encode())
+    digits = pl.Series(_mix(numbers, salt)).cast(pl.String)
     return _keep(prefix + digits, keep)
 
 
@@ -205,12 +209,18 @@ def _later(series: pl.Series, micros: np.ndarray) -> pl.Series:
     return series + pl.Series(micros).cast(pl.Duration("us"))
 
 
-def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts: int = 0) -> Log:
-    """The first `n` events (arrival order) of the generated log; see the module docstring."""
+def generate(
+    n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts: int = 0, shard: int = 0
+) -> Log:
+    """The first `n` events (arrival order) of the generated log; see the module docstring.
+    `shard` > 0 draws the ids of its customers, clicks, sales and events apart from every other
+    shard's (programs, partners and accounts are the same): `write_sharded` merges several
+    shards into one log too large to draw at once."""
     draw = _Draw(seed)
     rng = draw.rng
     scale = n * _SCALE
     accounts = ident("acct_", np.arange(PROGRAMS))
+    ids = functools.partial(ident, shard=shard)
     parts: list[pl.DataFrame] = []
     stripe_parts: list[pl.DataFrame] = []
 
@@ -221,21 +231,21 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
     cust_partner = draw.partners(n_cust)
     cust_t0 = draw.times(n_cust)
     cust_linked = draw.chance(0.8, n_cust)
-    cust_key = ident("ck_", cust)
+    cust_key = ids("ck_", cust)
     partner_email = PARTNER_CODES.gather(cust_partner) + "@partners.example"
     cust_email = pl.select(  # a few partners buy through their own link (self-referral)
         pl.when(pl.lit(pl.Series(draw.chance(0.002, n_cust))))
         .then(pl.lit(partner_email))
-        .otherwise(pl.lit("u" + ident("", cust) + "@example.com"))
+        .otherwise(pl.lit("u" + ids("", cust) + "@example.com"))
     ).to_series()
-    cust_pc = ident("cus_", cust)
-    cust_click = ident("clk_", cust)  # clicks 0..n_cust-1 are the customers' own
+    cust_pc = ids("cus_", cust)
+    cust_click = ids("clk_", cust)  # clicks 0..n_cust-1 are the customers' own
 
     # Clicks: the customers' own, then anonymous traffic.
     n_click = max(int(scale * 0.40), n_cust)
     anon = n_click - n_cust
     click_t = np.concatenate([np.maximum(cust_t0 - rng.integers(0, 3 * DAY, n_cust), T0), draw.times(anon)])
-    click_id = ident("clk_", np.arange(n_click))
+    click_id = ids("clk_", np.arange(n_click))
     parts.append(
         _track(
             "click",
@@ -260,7 +270,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
             "lead",
             {
                 "program_id": PROGRAM_IDS.gather(cust_prog[c]),
-                "event_id": ident("lead_", np.arange(n_lead)),
+                "event_id": ids("lead_", np.arange(n_lead)),
                 "customer_key": _keep(cust_key.gather(c), draw.chance(0.95, n_lead)),
                 "email": _keep(cust_email.gather(c), draw.chance(0.85, n_lead)),
                 "click_id": _keep(
@@ -288,7 +298,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
     stale = meta & draw.chance(0.005, n_s)  # a click id no program knows
     s_click = pl.select(
         pl.when(pl.lit(pl.Series(stale)))
-        .then(pl.lit(ident("clk_", s + 2**40)))
+        .then(pl.lit(ids("clk_", s + 2**40)))
         .otherwise(pl.lit(_keep(cust_click.gather(sc), meta & cust_linked[sc])))
     ).to_series()
     s_key = _keep(cust_key.gather(sc), meta & draw.chance(0.97, n_s))
@@ -300,14 +310,14 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
                 "program_id": PROGRAM_IDS.gather(s_prog),
                 "event_type": "checkout.session.completed",
                 "tpl": "session",
-                "object_id": ident("cs_live_", s),
-                "checkout_session_id": ident("cs_live_", s),
+                "object_id": ids("cs_live_", s),
+                "checkout_session_id": ids("cs_live_", s),
                 "checkout_mode": pl.Series(["payment", "subscription", "setup"]).gather(
                     np.where(sub, 1, np.where(setup, 2, 0))
                 ),
-                "invoice_id": ident("in_", s, sub & draw.chance(0.7, n_s)),
-                "subscription_id": ident("sub_", s, sub),
-                "payment_intent_id": ident("pi_", s, ~sub & ~setup),
+                "invoice_id": ids("in_", s, sub & draw.chance(0.7, n_s)),
+                "subscription_id": ids("sub_", s, sub),
+                "payment_intent_id": ids("pi_", s, ~sub & ~setup),
                 "customer_key": s_key,
                 "click_id": s_click,
                 "meta_program_id": s_meta_prog,
@@ -354,14 +364,14 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
             "program_id": PROGRAM_IDS.gather(o_prog),
             "event_type": _choose(draw.chance(0.5, n_inv), "invoice.paid", "invoice.payment_succeeded"),
             "tpl": _choose(draw.chance(0.6, n_inv), "invoice", "invoice_legacy"),
-            "object_id": ident("in_", inv),
-            "invoice_id": ident("in_", inv),
+            "object_id": ids("in_", inv),
+            "invoice_id": ids("in_", inv),
             "billing_reason": pl.Series(
                 ["subscription_create", "subscription_cycle", "subscription_update"]
             ).gather(reason),
-            "subscription_id": ident("sub_", owner),
-            "charge_id": ident("ch_", inv),
-            "payment_intent_id": ident("pi_", inv + n_s),
+            "subscription_id": ids("sub_", owner),
+            "charge_id": ids("ch_", inv),
+            "payment_intent_id": ids("pi_", inv + n_s),
             "customer_key": _keep(s_key.gather(owner), inv_meta),
             "click_id": _keep(s_click.gather(owner), inv_meta),
             "meta_program_id": _keep(s_meta_prog.gather(owner), inv_meta),
@@ -394,7 +404,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
         "tpl": "charge_refunded",
         "object_id": hit.get_column("charge_id"),
         "invoice_id": _keep(hit.get_column("invoice_id"), draw.chance(0.5, n_cr)),
-        "refund_id": ident("re_", np.arange(n_cr)),
+        "refund_id": ids("re_", np.arange(n_cr)),
         "amount": np.where(
             partial, np.maximum(1, (gross * rng.uniform(0.1, 0.9, n_cr)).astype(np.int64)), gross
         ),
@@ -417,7 +427,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
         refunds,
         refunds.filter(pl.Series(again)).with_columns(
             amount=pl.Series(gross[again]),
-            refund_id=ident("re_", n_cr + np.arange(int(again.sum()))),
+            refund_id=ids("re_", n_cr + np.arange(int(again.sum()))),
             occurred_at=pl.Series(top_t).cast(pl.Datetime("us", "UTC")),
             received_at=pl.Series(top_t + US).cast(pl.Datetime("us", "UTC")),
         ),
@@ -425,7 +435,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
 
     # Processor event ids, then retried deliveries and unroutable events.
     stripe = pl.concat(stripe_parts, how="diagonal_relaxed")
-    stripe = stripe.with_columns(event_id=ident("evt_", np.arange(stripe.height)))
+    stripe = stripe.with_columns(event_id=ids("evt_", np.arange(stripe.height)))
     retried = stripe[rng.integers(0, stripe.height, int(stripe.height * 0.03))]
     retried = retried.with_columns(
         outcome=pl.lit("duplicate"),
@@ -437,7 +447,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
     lost = lost.with_columns(
         program_id=pl.lit(None, pl.String),
         outcome=pl.lit("unroutable"),
-        event_id=ident("evt_", stripe.height + np.arange(lost.height)),
+        event_id=ids("evt_", stripe.height + np.arange(lost.height)),
         stripe_account=ident("acct_", PROGRAMS + rng.integers(0, 50, lost.height)),
     )
     parts += [stripe, retried, lost]
@@ -453,11 +463,11 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
         "sale",
         {
             "program_id": PROGRAM_IDS.gather(cust_prog[oc]),
-            "transaction_id": ident("tx_", np.arange(n_own)),
+            "transaction_id": ids("tx_", np.arange(n_own)),
             "customer_key": _keep(cust_key.gather(oc), draw.chance(0.95, n_own)),
             "email": _keep(cust_email.gather(oc), draw.chance(0.7, n_own)),
             "click_id": _keep(cust_click.gather(oc), cust_linked[oc] & draw.chance(0.4, n_own)),
-            "subscription_id": ident("ssub_", oc, recurring),
+            "subscription_id": ids("ssub_", oc, recurring),
             "is_recurring": recurring,
             "sale_type": _choose(recurring, "subscription", "one_time"),
             "amount": draw.prices(n_own),
@@ -488,7 +498,7 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
         outcome=pl.Series(["accepted"] * n_rep + ["duplicate"] * n_ref),
     )
     sales = pl.concat([own, doubles, repeated], how="diagonal_relaxed")
-    parts.append(sales.with_columns(event_id=ident("sale_", np.arange(sales.height))))
+    parts.append(sales.with_columns(event_id=ids("sale_", np.arange(sales.height))))
 
     # Track refunds of own sales (3 % of a transaction tally never saw).
     n_tr = int(scale * 0.008)
@@ -500,13 +510,13 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
         _track(
             "refund",
             {
-                "event_id": ident("rfd_", np.arange(n_tr)),
+                "event_id": ids("rfd_", np.arange(n_tr)),
                 "transaction_id": pl.select(
                     pl.when(pl.lit(pl.Series(unknown)))
-                    .then(pl.lit(ident("tx_", np.arange(n_tr) + 2**40)))
+                    .then(pl.lit(ids("tx_", np.arange(n_tr) + 2**40)))
                     .otherwise(pl.lit(target.get_column("transaction_id")))
                 ).to_series(),
-                "refund_id": ident("re_", 2**41 + np.arange(n_tr)),
+                "refund_id": ids("re_", 2**41 + np.arange(n_tr)),
                 "amount": np.where(
                     draw.chance(0.6, n_tr),
                     amount,
@@ -528,8 +538,8 @@ def generate(n: int, *, seed: int = 20_250_101, period_closes: int = 0, payouts:
         {
             "program_id": PROGRAM_IDS.gather(s_prog[fixed]),
             "kind": "metadata_fix",
-            "event_id": ident("fix_", np.arange(n_fix)),
-            "subscription_id": ident("sub_", fixed),
+            "event_id": ids("fix_", np.arange(n_fix)),
+            "subscription_id": ids("sub_", fixed),
             "customer_key": cust_key.gather(sc[fixed]),
             "click_id": _keep(cust_click.gather(sc[fixed]), cust_linked[sc[fixed]]),
             "occurred_at": fix_t,
@@ -673,3 +683,56 @@ def append(con: duckdb.DuckDBPyConnection, events: pl.DataFrame, chunk_rows: int
         con.register("_rows", render(events.slice(offset, chunk_rows)).to_arrow())
         con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _rows")
         con.unregister("_rows")
+
+
+def write_sharded(
+    path: Path, tail: Path, size: int, held_back: int, shard_events: int, *, seed: int = 20_250_101
+) -> Log:
+    """A log too large to draw at once (`generate` holds about 1.3 KB a row at its peak): drawn as
+    shards of at most `shard_events` events (`generate(..., shard=k)`, seed `seed + k`: the same
+    programs, partners and accounts, ids of their own), merged in arrival order by DuckDB (which
+    sorts out of core), numbered, and written: the first `size` rows to a database file as
+    `write_db` writes it, the `held_back` after them to the Parquet file `tail` (unrendered, as
+    `append` takes them). Returns the control plane (events: the first shard's first rows)."""
+    total = size + held_back
+    shards = -(-total // shard_events)
+    first: Log | None = None
+    with tempfile.TemporaryDirectory(prefix="rawgen-", dir=path.parent) as folder:
+        files = []
+        for k in range(shards):
+            log = generate(-(-total // shards), seed=seed + k, shard=k)
+            if first is None:
+                first = Log(log.events.head(1_000), log.programs, log.partners)
+            files.append(str(Path(folder) / f"shard-{k}.parquet"))
+            log.events.drop("seq").write_parquet(files[-1])
+            del log
+        assert first is not None
+        write_db(path, replace(first, events=first.events.head(0)))
+        merge = duckdb.connect(
+            config={"memory_limit": "2GB", "temp_directory": folder, "enable_progress_bar": False}
+        )
+        target = duckdb.connect(str(path))
+        try:
+            ordered = merge.sql(
+                f"SELECT * FROM read_parquet({files!r})"
+                " ORDER BY received_at NULLS FIRST, event_id NULLS FIRST, outcome NULLS FIRST"
+                f" LIMIT {total}"
+            )
+            done = 0
+            held: list[pl.DataFrame] = []
+            for batch in ordered.to_arrow_reader(500_000):
+                frame = pl.from_arrow(batch)
+                assert isinstance(frame, pl.DataFrame)
+                numbered = pl.int_range(done + 1, done + frame.height + 1, dtype=pl.Int64)
+                frame = frame.with_columns(seq=numbered).select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)  # type: ignore[arg-type]
+                head = frame.head(max(0, size - done))
+                if head.height:
+                    append(target, head)
+                if head.height < frame.height:
+                    held.append(frame.slice(head.height))
+                done += frame.height
+            pl.concat(held).write_parquet(tail)
+        finally:
+            target.close()
+            merge.close()
+    return first

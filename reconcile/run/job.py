@@ -37,6 +37,7 @@ from typing import Protocol
 import duckdb
 import polars as pl
 
+from ingest.pause import pause, pausing
 from ingest.progress import Progress
 from ingest.storage.sql import unordered_inserts
 from reconcile import explain, terms
@@ -243,6 +244,9 @@ def _reconcile_all(
             if stored is not None:
                 stored.result()
             stored = pool.submit(store, result)
+            if done == 0 and pausing("reconcile.chunk"):  # the crash tests: its rows written first
+                stored.result()
+                pause("reconcile.chunk")
             sales += result.sales.height
             lines += result.commissions.height
             del result
@@ -323,6 +327,7 @@ def _transaction(con: duckdb.DuckDBPyConnection, run_id: str, work: Callable[[],
         con.execute("BEGIN TRANSACTION")
         try:
             summary = work()
+            pause("reconcile.commit")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

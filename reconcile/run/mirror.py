@@ -46,6 +46,7 @@ import duckdb
 import polars as pl
 import polars.selectors as cs
 
+from ingest.pause import pause
 from ingest.progress import Progress
 from reconcile.run.source import raw_chunk, read_rows, stray_rows, unroutable_table
 from reconcile.schema import ENGINE, RAW_SCHEMA, READ_COLUMNS
@@ -197,6 +198,7 @@ class Mirror:
             del rows
             self.segments.append(segment)
             self.written.append(segment)
+            pause("mirror.segment")
 
     def chunk(self, reader: duckdb.DuckDBPyConnection, programs: Sequence[str]) -> pl.DataFrame:
         """The rows of `programs` as `source.raw_chunk` gives them: from the segments, plus

@@ -9,8 +9,9 @@ the rows after the last one copied, a window of sequence numbers at a time, as A
 control plane whole). The reconciler then runs on the copy exactly as on an embedded database
 and publishes through the store's `ResultSink` (reconcile/run/engine.py).
 
-A working copy of another database (or of one restored to an earlier point) is thrown away and
-rebuilt from the start.
+A pull commits as it goes (every `COMMIT_ROWS` rows, with the position it reached): one
+interrupted by a crash or a kill resumes after the rows it committed. A working copy of another
+database (or of one restored to an earlier point) is thrown away and rebuilt from the start.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import duckdb
 
+from ingest.pause import pause
 from ingest.storage import lockfile, migrations, private
 from ingest.storage.contract import LogSource
 from ingest.storage.schema import CONTROL_PLANE_DDL, raw_events_ddl
@@ -35,6 +37,15 @@ from ingest.storage.sql import unordered_inserts
 log = logging.getLogger("tally.reconcile")
 
 STATE_DDL = "CREATE TABLE IF NOT EXISTS engine_state (identity VARCHAR NOT NULL, pulled_seq BIGINT NOT NULL)"
+# A pull commits every this many rows: an interrupted pull (a first one of a large log takes
+# minutes) resumes after what it committed instead of starting again.
+COMMIT_ROWS = 2_000_000
+
+
+def _state(con: duckdb.DuckDBPyConnection, identity: str, pulled: int) -> None:
+    """Inside a pull's transaction: the copy holds every row of log `identity` up to `pulled`."""
+    con.execute("DELETE FROM engine_state")
+    con.execute("INSERT INTO engine_state VALUES (?, ?)", [identity, pulled])
 
 
 class IncompleteCopy(Exception):
@@ -109,13 +120,16 @@ class WorkingCopy:
     def _copy(
         con: duckdb.DuckDBPyConnection, source: LogSource, identity: str, pulled: int, watermark: int
     ) -> int:
-        """In one transaction: the rows after `pulled` up to `watermark`, the control plane, the
-        copy's new state; the number of rows copied."""
-        copied = 0
+        """The rows after `pulled` up to `watermark`, committed (with the copy's state) every
+        `COMMIT_ROWS` rows, so that a pull interrupted (a crash, a kill) resumes after the last
+        rows it committed; then the control plane and the final state, in the last transaction.
+        The number of rows copied."""
+        copied = done = 0  # rows inserted; rows committed
+        total = watermark - pulled
         con.execute("BEGIN TRANSACTION")
         # Sequence numbers are handed out without gaps (ingest/storage/postgres/tx.py): a copy
         # short of rows would reconcile a log with holes, so it is refused (the run fails,
-        # results stay).
+        # results stay; what was committed is a prefix of the log without holes, checked).
         try:
             for batch in source.raw(pulled, watermark):
                 con.register("_engine_pull", batch)
@@ -124,7 +138,20 @@ class WorkingCopy:
                 finally:
                     con.unregister("_engine_pull")
                 copied += batch.num_rows
-            if copied != watermark - pulled:
+                if done * 2 < total <= copied * 2:  # the crash tests stop here (ingest/pause.py)
+                    pause("pull.window")
+                if batch.num_rows and copied - done >= COMMIT_ROWS:
+                    last = batch.column("seq")[batch.num_rows - 1].as_py()
+                    if last != pulled + copied:
+                        raise IncompleteCopy(
+                            f"the log gave {copied} rows for seqs {pulled + 1}..{last}; the working"
+                            " copy keeps what it had and this run stops"
+                        )
+                    _state(con, identity, pulled + copied)
+                    con.execute("COMMIT")
+                    con.execute("BEGIN TRANSACTION")
+                    done = copied
+            if copied != total:
                 raise IncompleteCopy(
                     f"the log gave {copied} rows for seqs {pulled + 1}..{watermark}; the working copy"
                     " keeps what it had and this run stops"
@@ -137,8 +164,7 @@ class WorkingCopy:
                     con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _engine_control")
                 finally:
                     con.unregister("_engine_control")
-            con.execute("DELETE FROM engine_state")
-            con.execute("INSERT INTO engine_state VALUES (?, ?)", [identity, watermark])
+            _state(con, identity, watermark)
             con.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(duckdb.Error):

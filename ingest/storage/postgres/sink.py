@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ingest.pause import pause
 from ingest.storage.contract import Changes, RunRecord
 from ingest.storage.postgres.conn import adbc_connection
 
@@ -58,6 +59,7 @@ class PgResultSink:
             for view, select in views.items():
                 cur.execute(f"CREATE VIEW {view} AS {select}")
             _record(cur, run)
+            pause("publish.commit")
             con.commit()
 
     def patch(self, changes: Changes, run: RunRecord) -> None:
@@ -85,6 +87,7 @@ class PgResultSink:
             for sql, params in changes.statements:
                 cur.execute(sql, parameters=params)
             _record(cur, run)
+            pause("publish.commit")
             con.commit()
 
 

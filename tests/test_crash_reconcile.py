@@ -1,0 +1,223 @@
+"""A SIGKILL while the reconciler works leaves the last published results readable and the next
+run correct, on both backends.
+
+A generated log (bench/rawgen.py: clicks, leads, checkout sessions, invoices, refunds,
+self-hosted sales, double counts, metadata fixes, backfills) is reconciled in part; then, kill
+after kill, more of it arrives and a run in a process of its own (tests/reconcile_process.py,
+opening the store as the server does) is killed with SIGKILL at a pause point (ingest/pause.py):
+in the middle of a full run (its first chunk in the staging tables), inside a run's final
+transaction (full and incremental), while a full run writes the column mirror (embedded),
+inside a replica's publishing transaction (PostgreSQL, full and incremental), and while a
+replica's working copy pulls the log (its first pull into an empty copy, which the next run
+resumes after the windows it committed, and a later one).
+Small chunks, mirror segments and pull windows make the small log take several of each.
+
+After each kill the published tables (what the API reads, through the store's reader) are
+exactly the last published run's: on PostgreSQL a replica killed after its publish committed
+but before its working copy did leaves the new run published, whole. The next run (a process of
+its own again, in the same engine directory) then publishes exactly what reconciling the whole
+log gives (reconcile/pipeline.py on the log as the store holds it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_postgresql.dbapi as adbc
+import duckdb
+import polars as pl
+import pytest
+
+from bench import rawgen
+from ingest.pause import PAUSE_ENV
+from ingest.storage.factory import open_store
+from ingest.storage.postgres.conn import conninfo
+from reconcile.pipeline import reconcile
+from reconcile.run.engine import books
+from tests.conftest import ROOT
+from tests.pg import Server
+from tests.processes import wait_until
+from tests.reconcile.apps import SCHEMAS, Tables, assert_same, published
+
+pytestmark = pytest.mark.slow
+
+EVENTS = 4_000
+FIRST = 1_600  # reconciled before the first kill; the rest arrives in slices, one before each kill
+NOW = rawgen.NOW.isoformat()
+SMALL = (  # so that the small log takes several chunks, mirror segments and pull windows
+    "reconcile.run.job.CHUNK_EVENTS=700",
+    "reconcile.run.mirror.MIN_ROWS=200",
+    "reconcile.run.mirror.SEGMENT_ROWS=400",
+    "ingest.storage.postgres.source.PULL_WINDOW=600",
+    "ingest.storage.postgres.copy.COMMIT_ROWS=600",
+)
+
+
+@dataclass(frozen=True)
+class Kill:
+    point: str
+    full: bool = True  # the killed run: full, or incremental where it can be
+    fresh_copy: bool = False  # PostgreSQL: the killed run's working copy is empty (its first pull)
+
+
+KILLS = {
+    "duckdb": [
+        Kill("reconcile.chunk"),
+        Kill("mirror.segment"),
+        Kill("reconcile.commit"),
+        Kill("reconcile.commit", full=False),
+    ],
+    "postgresql": [
+        Kill("reconcile.chunk"),
+        Kill("reconcile.commit"),
+        Kill("reconcile.commit", full=False),
+        Kill("publish.commit"),
+        Kill("publish.commit", full=False),
+        Kill("pull.window", full=False),
+        Kill("pull.window", fresh_copy=True),
+    ],
+}
+
+
+def _append(database: str, events: pl.DataFrame) -> None:
+    """Raw rows appended as ingest would have (rendered bodies; on PostgreSQL the log head moved
+    past them)."""
+    if not database.startswith("postgresql://"):
+        con = duckdb.connect(database)
+        try:
+            rawgen.append(con, events)
+        finally:
+            con.close()
+        return
+    with adbc.connect(conninfo(database)) as pg, pg.cursor() as cur:
+        rendered = rawgen.render(events)
+        cur.adbc_ingest("raw_events", rendered.to_arrow(compat_level=pl.CompatLevel.oldest()), mode="append")
+        cur.execute("UPDATE log_head SET seq = (SELECT max(seq) FROM raw_events)")
+        pg.commit()
+
+
+def _database(backend: str, tmp_path: Path, pg_server: Server | None, log: rawgen.Log) -> str:
+    """A database holding the log's first FIRST rows and its control plane."""
+    head = rawgen.Log(log.events.head(FIRST), log.programs, log.partners)
+    if backend == "duckdb":
+        path = tmp_path / "tally.duckdb"
+        rawgen.write_db(path, head)
+        return str(path)
+    assert pg_server is not None
+    database = pg_server.fresh_database()
+    with adbc.connect(conninfo(database)) as pg, pg.cursor() as cur:
+        for table, frame in (("programs", log.programs), ("partners", log.partners)):
+            cur.adbc_ingest(table, frame.to_arrow(compat_level=pl.CompatLevel.oldest()), mode="append")
+        pg.commit()
+    _append(database, head.events)
+    return database
+
+
+def _run(
+    database: str, engine: Path, *, full: bool = False, pause: tuple[str, Path] | None = None
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ}
+    env.pop(PAUSE_ENV, None)
+    if pause is not None:
+        env[PAUSE_ENV] = f"{pause[0]}:{pause[1]}"
+    argv = [database, str(engine), NOW, *(["full"] if full else []), *SMALL]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.reconcile_process", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _finish(process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err.decode()[-3000:]
+    summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return summary
+
+
+def _published(database: str, engine: Path) -> Tables:
+    store = open_store(database, engine_dir=str(engine))
+    try:
+        with store.reader() as db:
+            return published(db)
+    finally:
+        store.close()
+
+
+def _reconciled(database: str, engine: Path) -> Tables:
+    """The tables reconciling the whole log (as the store holds it) gives, as `published`
+    returns them."""
+    store = open_store(database, engine_dir=str(engine))
+    try:
+        with store.reader() as db:
+            raw, programs, partners = books(db, None, None)
+    finally:
+        store.close()
+    result = reconcile(raw, programs, partners, rawgen.NOW).sorted()
+    out = {name: getattr(result, attribute) for name, (attribute, _) in SCHEMAS.items()}
+    out["rc_explain"] = result.explain.sort("program_id", "sale_id", "step")
+    return out
+
+
+def _kill_at(database: str, engine: Path, point: str, marker: Path, *, full: bool) -> None:
+    marker.unlink(missing_ok=True)
+    process = _run(database, engine, full=full, pause=(point, marker))
+    try:
+        wait_until(lambda: marker.exists() or process.poll() is not None, f"the run to reach {point}", 300)
+        assert process.poll() is None, process.communicate()[1].decode()[-3000:]
+        assert int(marker.read_text()) == process.pid
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+
+
+def _same_as(left: Tables, right: Tables) -> bool:
+    try:
+        assert_same(left, right)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_sigkill_while_reconciling_leaves_the_last_results_and_the_next_run_correct(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """For each kill in turn: new rows arrive, a run is killed at the point, the published tables
+    are still the last run's, and the next run publishes the whole log's books."""
+    pg_server = request.getfixturevalue("pg_server") if backend == "postgresql" else None
+    log = rawgen.generate(EVENTS)
+    database = _database(backend, tmp_path, pg_server, log)
+    engine = tmp_path / "engine-0"
+    assert _finish(_run(database, engine))["high_water_seq"] == FIRST
+    last = _published(database, engine)
+    assert last["rc_sales"].height > 100
+    kills = KILLS[backend]
+    step = (EVENTS - FIRST) // len(kills)
+    for n, kill in enumerate(kills):
+        upto = EVENTS if n == len(kills) - 1 else FIRST + step * (n + 1)
+        _append(database, log.events.slice(FIRST + step * n, upto - FIRST - step * n))
+        if kill.fresh_copy:
+            engine = tmp_path / f"engine-{n + 1}"
+        _kill_at(database, engine, kill.point, tmp_path / "paused", full=kill.full)
+        if kill.fresh_copy:  # a first pull commits as it goes: the next run resumes after that
+            with duckdb.connect(str(engine / "reconcile.duckdb"), read_only=True) as copy:
+                assert 0 < copy.execute("SELECT pulled_seq FROM engine_state").fetchall()[0][0] < upto
+        expected = _reconciled(database, tmp_path / "engine-check")
+        after_kill = _published(database, engine)
+        if backend == "postgresql" and kill.point == "reconcile.commit":
+            # published (committed on PostgreSQL) before the working copy committed: the new run, whole
+            assert _same_as(after_kill, last) or _same_as(after_kill, expected), kill
+        else:
+            assert_same(after_kill, last)
+        summary = _finish(_run(database, engine))
+        assert summary["high_water_seq"] == upto, (kill, summary)
+        last = _published(database, engine)
+        assert_same(last, expected)
