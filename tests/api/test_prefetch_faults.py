@@ -36,7 +36,8 @@ class _PoisonedPrefetch:
         self.con = con
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        if sql in hotkeys._PREFETCH.values() and POISON.encode() in args[0][0]:
+        reads_ahead = any(part in sql for part in hotkeys._PREFETCH.values())  # (one statement, of parts)
+        if reads_ahead and any(POISON.encode() in keys for keys in args[0]):
             raise sqlite3.OperationalError("disk I/O error (injected)")
         return self.con.execute(sql, *args)
 
