@@ -80,7 +80,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
         )
         reconciler = Reconciler(store, writer, settings.reconcile_interval_seconds, observer)
         app.state.tally = State(settings, store, writer, limiter, reconciler, refusals)
-        deliverer = Deliverer(store, settings.webhooks_allow_private)
+        deliverer = Deliverer(store, settings.webhooks_allow_private, own_process=True)
         deriver = Deriver(store, on_new=deliverer.wake)
         deliverer.every_so_often = deriver.rotations
         reconciler.after_run = deriver.after_run

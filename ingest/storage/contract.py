@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # Polars loads only after the `tally` command has tuned its allocator
@@ -459,6 +460,11 @@ class Store(Portal, Protocol):
         """A connection for the webhook outbox's statements (ingest/webhooks_out/outbox.py), this
         thread's own, in autocommit: a caller delimits a transaction with BEGIN and COMMIT
         (`outbox.transaction`). `DatabaseUnavailable` while the database cannot be reached."""
+
+    def attempt_journal(self) -> Path | None:
+        """Where the webhook delivery worker keeps attempts before they reach the database
+        (ingest/webhooks_out/journal.py): a file beside the embedded database; None on
+        PostgreSQL, where they are recorded in the database at once."""
 
     def close(self) -> None: ...
 

@@ -181,10 +181,10 @@ def ping(store: Store, program_id: str, endpoint_id: str, now: datetime) -> dict
         event_id, events.PING, program_id, now, events.body(event_id, events.PING, now, program_id, data)
     )
     with store.outbox() as db, outbox.transaction(db):
-        order = outbox.add_event(db, event)
-        assert order is not None, "a ping's id is new every time"
-        delivery_id = outbox.add_delivery(db, event, order, endpoint_id, now)
-    return _delivery(store, endpoint_id, delivery_id)
+        this_one = {program_id: [{"endpoint_id": endpoint_id, "events": [events.PING]}]}
+        made = outbox.emit(db, [event], this_one, now)
+        assert made == 1, "a ping's id is new every time"
+    return _delivery(store, endpoint_id, outbox.delivery_id(event_id, endpoint_id))
 
 
 def delivery_log(

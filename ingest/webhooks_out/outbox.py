@@ -224,27 +224,17 @@ def delivery_id(event_id: str, endpoint_id: str) -> str:
     return f"whd_{event_id.removeprefix('evt_')[:20]}_{endpoint_id.removeprefix('we_')}"
 
 
-def add_event(db: Executor, event: Event) -> int | None:
-    """Put `event` in the outbox; its `event_order`, or None when an event of this id is there
-    already (the conflict is the insert's own result: one wins, whatever races it)."""
-    rows = db.rows(
-        "INSERT INTO webhook_events (event_id, program_id, type, created_at, body) VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT (event_id) DO NOTHING RETURNING event_order",
-        [event.event_id, event.program_id, event.type, event.created_at, event.body.decode()],
-    )
-    return int(rows[0][0]) if rows else None
+def _takers(endpoints_by_program: dict[str, list[dict[str, Any]]], event: Event) -> list[dict[str, Any]]:
+    return [e for e in endpoints_by_program.get(event.program_id, []) if event.type in e["events"]]
 
 
-def add_delivery(db: Executor, event: Event, order: int, endpoint_id: str, now: datetime) -> str:
-    """A pending delivery of `event` to one endpoint, due now; its id."""
-    found = delivery_id(event.event_id, endpoint_id)
-    db.execute(
-        "INSERT INTO webhook_deliveries (delivery_id, endpoint_id, event_id, program_id, type, event_order,"
-        " status, attempts, created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)"
-        " ON CONFLICT (delivery_id) DO NOTHING",
-        [found, endpoint_id, event.event_id, event.program_id, event.type, order, now, now],
-    )
-    return found
+EMIT_CHUNK = 500  # events put in the outbox by one statement (PostgreSQL takes 65,535 parameters)
+
+
+def _orders(db: Executor, count: int) -> list[int]:
+    """`count` new numbers of the events' order, ascending."""
+    series = "range(?)" if db.dialect == "duckdb" else "generate_series(1, ?)"
+    return sorted(int(r[0]) for r in db.rows(f"SELECT nextval('webhook_event_order') FROM {series}", [count]))
 
 
 def emit(
@@ -254,19 +244,43 @@ def emit(
     now: datetime,
 ) -> int:
     """Put each event in the outbox and, for each one that is new, a delivery to every enabled
-    endpoint of its program subscribed to its type; how many deliveries were made. An event no
-    endpoint takes is not kept (nothing would ever send it)."""
+    endpoint of its program subscribed to its type, due now; how many deliveries were made. An
+    event no endpoint takes is not kept (nothing would ever send it). Events are numbered in the
+    order given (`event_order`, each endpoint's sending order); an event whose id is there
+    already is left as it is (the conflict is the insert's own result: one wins, whatever races
+    it). A few statements per `EMIT_CHUNK` events, inside the caller's transaction."""
+    taken = [(event, takers) for event in events if (takers := _takers(endpoints_by_program, event))]
     made = 0
-    for event in events:
-        takers = [e for e in endpoints_by_program.get(event.program_id, []) if event.type in e["events"]]
-        if not takers:
-            continue
-        order = add_event(db, event)
-        if order is None:
-            continue
-        for taker in takers:
-            add_delivery(db, event, order, taker["endpoint_id"], now)
-            made += 1
+    for start in range(0, len(taken), EMIT_CHUNK):
+        chunk = taken[start : start + EMIT_CHUNK]
+        values: list[Any] = []
+        for (event, _), order in zip(chunk, _orders(db, len(chunk)), strict=True):
+            values += [event.event_id, order, event.program_id, event.type, event.created_at]
+            values.append(event.body.decode())
+        rows = db.rows(
+            "INSERT INTO webhook_events (event_id, event_order, program_id, type, created_at, body) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+            + " ON CONFLICT (event_id) DO NOTHING RETURNING event_id, event_order",
+            values,
+        )
+        new = {str(r[0]): int(r[1]) for r in rows}
+        deliveries: list[Any] = []
+        for event, takers in chunk:
+            if event.event_id not in new:
+                continue
+            for taker in takers:
+                deliveries += [delivery_id(event.event_id, taker["endpoint_id"]), taker["endpoint_id"]]
+                deliveries += [event.event_id, event.program_id, event.type, new[event.event_id], now, now]
+        if deliveries:
+            count = len(deliveries) // 8
+            db.execute(
+                "INSERT INTO webhook_deliveries (delivery_id, endpoint_id, event_id, program_id, type,"
+                " event_order, status, attempts, created_at, next_attempt_at) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)"] * count)
+                + " ON CONFLICT (delivery_id) DO NOTHING",
+                deliveries,
+            )
+            made += count
     return made
 
 
@@ -390,13 +404,22 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Attempt:
-    """An attempt to record: the delivery, what it came to, when, and when to try again (None:
-    no more attempts after a failure)."""
+    """An attempt to record: the delivery (its id, endpoint, the attempts made before this one,
+    and whether the endpoint had a failing streak when it was claimed), what it came to, when,
+    and when to try again (None: no more attempts after a failure)."""
 
-    claimed: Claimed
+    delivery_id: str
+    endpoint_id: str
+    prior_attempts: int
+    failing: bool
     outcome: Outcome
     at: datetime
     next_at: datetime | None
+
+    @classmethod
+    def of(cls, claimed: Claimed, outcome: Outcome, at: datetime, next_at: datetime | None) -> Attempt:
+        c = claimed
+        return cls(c.delivery_id, c.endpoint_id, c.attempts, c.failing, outcome, at, next_at)
 
     @property
     def status(self) -> str:
@@ -419,8 +442,8 @@ class Attempt:
 
 
 _ROW = (
-    "(CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS TIMESTAMPTZ), CAST(? AS TIMESTAMPTZ),"
-    " CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS VARCHAR))"
+    "(CAST(? AS VARCHAR), CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS TIMESTAMPTZ),"
+    " CAST(? AS TIMESTAMPTZ), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS VARCHAR))"
 )
 
 
@@ -428,18 +451,24 @@ def record(db: Executor, attempts: Sequence[Attempt], disable_before: datetime) 
     """Record a group of attempts in one transaction: each delivery's status (`succeeded`;
     `pending` again until its next attempt; `failed` when there is none), its attempt log, its
     lease given up; and each endpoint's failing streak (ended by a success; an endpoint failing
-    since before `disable_before` is disabled). The endpoints disabled, with the reason."""
+    since before `disable_before` is disabled). The endpoints disabled, with the reason.
+
+    Recording an attempt again is a no-op for the delivery (it is recorded only while the
+    delivery has the attempts it had before: `prior_attempts`), so attempts kept in a file
+    before they reach the database (ingest/webhooks_out/journal.py) may be recorded twice when a
+    crash comes between the two."""
     if not attempts:
         return {}
     values: list[Any] = []
     for a in attempts:
         o = a.outcome
-        values += [a.claimed.delivery_id, a.status, a.next_at if a.status == "pending" else None, a.at]
+        next_at = a.next_at if a.status == "pending" else None
+        values += [a.delivery_id, a.prior_attempts, a.status, next_at, a.at]
         values += [o.response_status, o.duration_ms, o.error, a.line()]
     last: dict[str, Attempt] = {}
     for a in attempts:
-        last[a.claimed.endpoint_id] = a
-    well = sorted(e for e, a in last.items() if a.outcome.succeeded and a.claimed.failing)
+        last[a.endpoint_id] = a
+    well = sorted(e for e, a in last.items() if a.outcome.succeeded and a.failing)
     failing = {e: a for e, a in last.items() if not a.outcome.succeeded}
     disabled: dict[str, str] = {}
     with transaction(db):
@@ -451,8 +480,8 @@ def record(db: Executor, attempts: Sequence[Attempt], disable_before: datetime) 
             " attempt_log = coalesce(webhook_deliveries.attempt_log, '') || v.v_line,"
             " lease_holder = NULL, lease_until = NULL"
             f" FROM (VALUES {', '.join([_ROW] * len(attempts))})"
-            " AS v(v_id, v_status, v_next, v_at, v_code, v_ms, v_error, v_line)"
-            " WHERE webhook_deliveries.delivery_id = v.v_id",
+            " AS v(v_id, v_prior, v_status, v_next, v_at, v_code, v_ms, v_error, v_line)"
+            " WHERE webhook_deliveries.delivery_id = v.v_id AND webhook_deliveries.attempts = v.v_prior",
             values,
         )
         if well:
@@ -462,7 +491,7 @@ def record(db: Executor, attempts: Sequence[Attempt], disable_before: datetime) 
                 well,
             )
         for endpoint_id, a in sorted(failing.items()):
-            first = min(x.at for x in attempts if x.claimed.endpoint_id == endpoint_id)
+            first = min(x.at for x in attempts if x.endpoint_id == endpoint_id)
             rows = db.rows(
                 "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?)"
                 " WHERE endpoint_id = ? AND enabled RETURNING failing_since",

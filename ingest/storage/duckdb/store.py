@@ -71,7 +71,7 @@ class DatabaseInUse(Exception):
 
 def own_files(path: str | Path) -> list[str]:
     """The files and folders the embedded database at `path` keeps beside it (docs/operations.md)."""
-    suffixes = ["", ".wal", ".lock", ".journal", ".mirror"]
+    suffixes = ["", ".wal", ".lock", ".journal", ".mirror", ".webhooks"]
     suffixes += [".keys", ".keys-wal", ".keys-shm", ".keys-journal"]  # the key index (SQLite)
     return [f"{path}{suffix}" for suffix in suffixes]
 
@@ -284,6 +284,9 @@ class DuckStore(KeyLookups):
 
     def release_lease(self, name: str, holder: str) -> None:
         sessions.release_lease(self._reader(), name, holder)
+
+    def attempt_journal(self) -> Path | None:
+        return None if self.path == ":memory:" else Path(f"{self.path}.webhooks")
 
     @contextmanager
     def outbox(self) -> Iterator[DuckExecutor]:

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -368,6 +369,9 @@ class PgStore(PortalRows):
             con.execute(b"DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))
             con.execute(b"SELECT pg_advisory_unlock(hashtext('tally:lease:' || %s))", (name,))
         con.close()
+
+    def attempt_journal(self) -> Path | None:
+        return None  # replicas record attempts in the database at once (another may take over)
 
     @contextmanager
     def outbox(self) -> Iterator[Executor]:
