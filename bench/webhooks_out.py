@@ -4,7 +4,11 @@
    `sale.created` events for 3 endpoints on a local receiver (bench/hookreceiver.py, uvicorn),
    timed from the end of the reconcile until the receiver has every delivery (signing, the
    guarded transport, the lease and the recorded attempt included). Requests are counted in all
-   and once per (endpoint, webhook-id), so a delivery sent twice would show.
+   and once per (endpoint, webhook-id), so a delivery sent twice would show. The CPU each
+   delivery costs the server's process (what it takes from ingest: claims, recording) and its
+   sending process (api/outbound/sending.py, at nice 19) is read from /proc: a figure the
+   machine's load does not move much, where req/s under wrk move by 20 % between runs on a
+   loaded machine.
 2. Ingest cost: `POST /api/v1/track/sale` under wrk (32 connections, `BENCH_SECONDS` each) on
    a tally with no endpoint, with 3 endpoints subscribed (no reconcile runs during the load, so
    no event is due: the cost of the worker waiting), and with 3 endpoints while the worker drains
@@ -31,10 +35,12 @@ from bench.harness import (
     OPERATOR_TOKEN,
     WrkResult,
     _serve,
+    cpu_seconds,
     free_port,
     save,
     setup_program,
     table,
+    tally_process,
     tally_server,
     wrk,
 )
@@ -100,18 +106,23 @@ def _reconcile(url: str) -> None:
 
 def throughput(sales: int) -> dict[str, object]:
     """Deliveries per second from the end of a reconcile until the receiver has them all."""
-    with receiver() as target, tally_server(env_extra=HOOKS) as url:
+    with receiver() as target, tally_process(env_extra=HOOKS) as served:
+        url = served.url
         pid, auth, key = _owner(url)
         _subscribe(url, pid, auth, target)
         _sales(url, key, sales, "t")
         started = time.perf_counter()
         _reconcile(url)
         reconciled = time.perf_counter()
+        server_cpu = cpu_seconds(served.pid)
+        sender_cpu = 0.0
         want = sales * ENDPOINTS
         deadline = time.monotonic() + 600
         while _received(target)["count"] < want and time.monotonic() < deadline:
+            sender_cpu = max(sender_cpu, sum(cpu_seconds(c) for c in _children(served.pid)))
             time.sleep(0.05)
         done = time.perf_counter()
+        server_cpu = cpu_seconds(served.pid) - server_cpu
         got = _received(target)
     seconds = done - reconciled
     return {
@@ -122,7 +133,22 @@ def throughput(sales: int) -> dict[str, object]:
         "reconcile_and_derive_s": round(reconciled - started, 3),
         "delivery_s": round(seconds, 3),
         "deliveries_per_s": round(got["count"] / seconds, 1),
+        # CPU per delivery: the server's process (from the end of the reconcile; the sending
+        # process's own is not in it) and the sending process (its whole life: it starts with
+        # the first delivery)
+        "server_cpu_ms_per_delivery": round(1000 * server_cpu / max(1, got["count"]), 3),
+        "sender_cpu_ms_per_delivery": round(1000 * sender_cpu / max(1, got["count"]), 3),
     }
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def _ingest(label: str, mode: str, duration: int, connections: int, backlog: int) -> WrkResult:
@@ -157,7 +183,9 @@ def main(
     delivered = throughput(sales)
     print(
         f"deliveries: {delivered['deliveries']} ({delivered['distinct_deliveries']} distinct) in "
-        f"{delivered['delivery_s']} s = {delivered['deliveries_per_s']} /s to {ENDPOINTS} endpoints"
+        f"{delivered['delivery_s']} s = {delivered['deliveries_per_s']} /s to {ENDPOINTS} endpoints; "
+        f"CPU per delivery: server {delivered['server_cpu_ms_per_delivery']} ms, "
+        f"sending process {delivered['sender_cpu_ms_per_delivery']} ms"
     )
     modes = {"none": "no endpoint", "idle": "3 endpoints subscribed", "draining": "3 endpoints, draining"}
     runs: dict[str, list[WrkResult]] = {m: [] for m in modes}
