@@ -326,10 +326,42 @@ def claim(
     enabled endpoints (a ping goes to a disabled one too) until `until`: the first
     `per_endpoint` of each endpoint in event order, at most `limit` in all, none of the
     endpoints in `busy`. The lease is taken by one conditional UPDATE: a delivery another
-    worker leased first is not taken (PostgreSQL skips rows another transaction holds), nor
-    one of an endpoint another worker is sending to (one sender per endpoint keeps its events in
-    order; two workers claiming the same endpoint at the same instant may still both take some)."""
+    worker leased first is not taken, nor one of an endpoint another worker is sending to (one
+    sender per endpoint keeps its events in order). On PostgreSQL, where replicas claim at the
+    same time, the claim first locks the rows of the endpoints it claims for (`FOR UPDATE SKIP
+    LOCKED`, in one transaction with the UPDATE): a worker claiming at the same instant skips
+    those endpoints, and one that claims after the commit sees their leases."""
+    if db.dialect == "postgresql":
+        with transaction(db):
+            return _claim(db, holder, now, until, per_endpoint, limit, busy)
+    return _claim(db, holder, now, until, per_endpoint, limit, busy)
+
+
+def _claim(
+    db: Executor,
+    holder: str,
+    now: datetime,
+    until: datetime,
+    per_endpoint: int,
+    limit: int,
+    busy: Sequence[str],
+) -> list[Claimed]:
     skip = f" AND d.endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
+    mine: list[str] = []  # PostgreSQL: the endpoints this claim holds the rows of
+    if db.dialect == "postgresql":
+        not_busy = f" AND endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
+        mine = [
+            str(r[0])
+            for r in db.rows(
+                "SELECT endpoint_id FROM webhook_endpoints WHERE endpoint_id IN (SELECT endpoint_id FROM"
+                f" webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?){not_busy}"
+                " ORDER BY endpoint_id FOR UPDATE SKIP LOCKED",
+                [now, *busy],
+            )
+        ]
+        if not mine:
+            return []
+        skip += f" AND d.endpoint_id IN ({_marks(len(mine))})"
     ranked = (
         "SELECT delivery_id FROM (SELECT d.delivery_id, d.event_order, row_number() OVER"
         " (PARTITION BY d.endpoint_id ORDER BY d.event_order, d.delivery_id) AS n"
@@ -340,7 +372,7 @@ def claim(
         " WHERE x.endpoint_id = d.endpoint_id AND x.status = 'pending' AND x.lease_until > ?)) ranked"
         " WHERE n <= ? ORDER BY event_order, delivery_id LIMIT ?"
     )
-    params: list[Any] = [now, now, *busy, now, per_endpoint, limit]
+    params: list[Any] = [now, now, *busy, *mine, now, per_endpoint, limit]
     if db.dialect == "postgresql":
         ranked = (
             f"SELECT delivery_id FROM webhook_deliveries WHERE delivery_id IN ({ranked})"

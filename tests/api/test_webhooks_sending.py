@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from standardwebhooks.webhooks import Webhook
 from starlette.testclient import TestClient
@@ -166,3 +167,17 @@ def test_a_sending_process_killed_mid_group_is_replaced_and_nothing_waits(
     ids = receiver.ids()
     assert len(set(ids)) == 6 and len(ids) <= 7
     assert all(ids.count(i) == 1 for i in ids if i != ids[0])
+
+
+@pytest.mark.shared
+def test_a_claim_skips_an_endpoint_another_replica_is_claiming(
+    app_client: TestClient, receiver: Receiver, hooks_settings: Settings
+) -> None:
+    """Two replicas claiming at the same instant: the one that locked the endpoint's row first
+    takes its deliveries, the other takes none of them (they would be sent out of order)."""
+    _, endpoint_id, _ = _pings(app_client, receiver.url, 3)
+    store = app_client.app.state.tally.store  # type: ignore[attr-defined]
+    with psycopg.connect(hooks_settings.database) as other:
+        other.execute("SELECT 1 FROM webhook_endpoints WHERE endpoint_id = %s FOR UPDATE", [endpoint_id])
+        assert Deliverer(store, True)._claim([]) == []  # the other replica is claiming it
+    assert len(Deliverer(store, True)._claim([])) == 3  # its transaction ended: nothing leased
