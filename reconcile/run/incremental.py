@@ -18,18 +18,19 @@ commission line key from the ledgers of the log's prefixes before each close
 union of its components' ledgers. Reconciling the closure with every engineer action (closes
 included) therefore gives its components' frozen lines and adjustments exactly as a full run does.
 
-The patch: the rows added since the previous run (`seq` above its high water mark) seed a
-closure (reconcile/run/closure.py) over every routed non-click row of the log, found on their link
-hashes alone (`_reached`: ids hashed inside DuckDB, 13 integers a row of the log); the closure's
-rows (then read by seq), the clicks it reaches and the programs' engineer actions are reconciled
-(reconcile/pipeline.py) as one small log; the previous rows of those components are deleted
-and the new ones inserted; commission statuses of all other rows are brought up to `now`;
-unroutable events are re-read when new ones (or copies a backfill picked up) arrived. One
-transaction, with the run's record.
+The patch: the rows added since the previous run (`seq` above its high water mark) join the
+component store (reconcile/run/components.py: each covered row's component, by the 64-bit
+hashes of its link values, reconcile/run/closure.py); the rows of the components they joined
+(found in the store by component id, then read by seq, clicks included) and the programs'
+engineer actions are reconciled (reconcile/pipeline.py) as one small log; the previous rows of
+those components are deleted and the new ones inserted; commission statuses of all other rows
+are brought up to `now`; unroutable events are re-read when new ones (or copies a backfill picked
+up) arrived. One transaction, with the run's record and the store's changes.
 
-The cost is a scan of the link columns of the non-click rows and one of the clicks, plus work
-in proportion to the customers the new rows touch, where a full run reconciles and rewrites
-everything.
+The cost is the new rows' link hashes, a lookup of their values in the store and of the
+touched components' rows (scans of two integer columns of the store, not of the log's link
+columns), the read of those rows by seq and of the engineer actions, plus work in proportion to
+the customers the new rows touch, where a full run reconciles and rewrites everything.
 """
 
 from __future__ import annotations
