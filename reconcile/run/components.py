@@ -51,6 +51,8 @@ COVERED = f"program_id IS NOT NULL AND kind NOT IN ({', '.join(repr(k) for k in 
 
 PAIRS_SCHEMA = {"seq": pl.Int64, "value": pl.UInt64}
 COMPS_SCHEMA = {"value": pl.UInt64, "comp": pl.Int64}
+# A rebuild reads the log this many seqs at a time (`_rebuild`).
+BUILD_SEQS = 1_000_000
 
 
 def link_hashes(reader: duckdb.DuckDBPyConnection, where: str, params: list[object]) -> pl.DataFrame:
@@ -245,17 +247,42 @@ def covered(reader: duckdb.DuckDBPyConnection) -> int | None:
     return None if after is None or after > high_water(reader) else after
 
 
+def _batch(reader: duckdb.DuckDBPyConnection, after: int, upto: int) -> tuple[pl.DataFrame, pl.Series]:
+    """The (seq, value) pairs and the seqs of the covered rows with `after < seq <= upto`."""
+    hashes = link_hashes(reader, "seq > ? AND seq <= ?", [after, upto])
+    return pairs(hashes), hashes.get_column("seq")
+
+
+def _rebuild(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
+    """The store of every covered row up to `upto`, built `BUILD_SEQS` seqs at a time, each
+    batch joined to the store of the previous ones (held in memory, 16 bytes a row and a
+    value), so that only one batch's link hashes are held at once: the whole 10M-event log's
+    at once took the first run's peak from 4.8 to 8.2 GiB."""
+    rows = pl.DataFrame(schema={"seq": pl.Int64, "comp": pl.Int64})
+    values = pl.DataFrame(schema=COMPS_SCHEMA)
+    for start in range(0, max(upto, 0), BUILD_SEQS):
+        new, seqs = _batch(reader, start, min(start + BUILD_SEQS, upto))
+        known = values.join(new.select("value").unique(), on="value") if values.height else values
+        joined = union(new, seqs, known)
+        del new, seqs
+        if joined.renamed.height:
+            renamed = joined.renamed
+            rename = pl.col("comp").replace(renamed.get_column("old"), renamed.get_column("new"))
+            rows, values = rows.with_columns(rename), values.with_columns(rename)
+        rows = pl.concat([rows, joined.rows])
+        values = pl.concat([values, joined.values])
+    empty = pl.DataFrame(schema={"old": pl.Int64, "new": pl.Int64})
+    return Update(None, upto, Union(rows, values, empty, pl.Series("comp", [], pl.Int64)))
+
+
 def catch_up(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
     """The store brought up to seq `upto` (through `reader`'s snapshot): the rows after the
     seq it covers joined to it, or, when it must be rebuilt (`covered`), every row."""
     after = covered(reader)
-    if after is not None and after > upto:
-        after = None
-    hashes = link_hashes(reader, "seq > ? AND seq <= ?", [after or 0, upto])
-    new = pairs(hashes)
-    seqs = hashes.get_column("seq")
-    del hashes
-    if after is None or not new.height:
+    if after is None or after > upto:
+        return _rebuild(reader, upto)
+    new, seqs = _batch(reader, after, upto)
+    if not new.height:
         known = pl.DataFrame(schema=COMPS_SCHEMA)
     else:
         reader.register("_rc_values", new.select("value").unique().to_arrow())

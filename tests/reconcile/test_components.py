@@ -9,6 +9,7 @@ import itertools
 
 import duckdb
 import polars as pl
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -88,14 +89,15 @@ def test_runs_over_several_batches_equal_a_full_run_and_a_rebuilt_store(
 ) -> None:
     """The log in three parts (engineer actions, which force a full run, in the first): a full
     run, then an incremental run after each of the others. Each leaves exactly a full run's
-    tables, and the store is the one rebuilt from the whole log."""
-    rows = [r for r in stream.rows if r["kind"] in ENGINEER] + [
-        r for r in stream.rows if r["kind"] not in ENGINEER
-    ]
+    tables, and the store is the one rebuilt from the whole log, in batches of a few seqs (as
+    the first run built it) or in one."""
+    rows = [r for r in stream.rows if r["kind"] in ENGINEER]
+    rows += [r for r in stream.rows if r["kind"] not in ENGINEER]
     engineer = sum(r["kind"] in ENGINEER for r in rows)
     one = data.draw(st.integers(engineer, len(rows)), label="first cut")
     two = data.draw(st.integers(one, len(rows)), label="second cut")
-    with stream_file(stream) as con:
+    with stream_file(stream) as con, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(components, "BUILD_SEQS", data.draw(st.integers(1, 5), label="build_seqs"))
         append(con, rows[:one])
         assert job.run(con, stream.now).mode == "full"
         for start, end in ((one, two), (two, len(rows))):
@@ -104,7 +106,9 @@ def test_runs_over_several_batches_equal_a_full_run_and_a_rebuilt_store(
             assert_same_as_full_run(con, stream.now)
         kept = _store(con)
         assert kept[2] == len(rows)
-        con.execute("UPDATE rc_link_state SET format = 'another'")
-        assert job.run(con, stream.now).mode == "full"  # a store of another format: rebuilt
-        assert _store(con) == kept
+        for build_seqs in (3, 1_000_000):
+            patch.setattr(components, "BUILD_SEQS", build_seqs)
+            con.execute("UPDATE rc_link_state SET format = 'another'")
+            assert job.run(con, stream.now).mode == "full"  # a store of another format: rebuilt
+            assert _store(con) == kept
         assert_same_as_full_run(con, stream.now)
