@@ -169,7 +169,10 @@ def prepare(
     the component store brought up to the log's high water (`components.catch_up`); a store
     rebuilt from the whole log (no previous one to build on) means a full run."""
     previous = _previous(reader, fingerprint)
-    if previous is None or store.after is None:
+    # Every row after the previous run must have joined the store in this run (each run moves
+    # both in one transaction; a store rebuilt or ahead of the run, e.g. results written by a
+    # tool, is not built on).
+    if previous is None or store.after is None or store.after > previous:
         return None
     high = store.upto
     if high < previous:

@@ -6,6 +6,7 @@ over several batches, merging components across runs, leave exactly a full run's
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -14,7 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconcile.run import components, job
-from tests.reconcile.database import append, stream_file
+from tests.reconcile import builders as b
+from tests.reconcile.builders import at
+from tests.reconcile.database import SALE, append, program_database, stream_file
 from tests.reconcile.streams import ENGINEER, Stream, profile, streams
 from tests.reconcile.test_incremental import assert_same_as_full_run
 
@@ -112,3 +115,19 @@ def test_runs_over_several_batches_equal_a_full_run_and_a_rebuilt_store(
             assert job.run(con, stream.now).mode == "full"  # a store of another format: rebuilt
             assert _store(con) == kept
         assert_same_as_full_run(con, stream.now)
+
+
+def test_a_store_ahead_of_the_previous_run_is_not_built_on(tmp_path: Path) -> None:
+    """Rows after the previous run that the store already holds would be left out of the
+    closure: such a run is a full one (and leaves a full run's tables)."""
+    con = program_database(tmp_path / "tally.duckdb", {"commission_bps": 2000, "holding_days": 30})
+    try:
+        append(con, SALE)
+        assert job.run(con, at(days=10)).mode == "full"
+        con.execute("UPDATE rc_link_state SET upto_seq = upto_seq + 1")
+        late = b.track_sale("sale_9", "tx_9", 4_000, customer_key="ck_1", occurred_at=at(5))
+        append(con, [late], first_seq=len(SALE) + 1)
+        assert job.run(con, at(days=10)).mode == "full"
+        assert_same_as_full_run(con, at(days=10))
+    finally:
+        con.close()
