@@ -72,20 +72,21 @@ ONE_DRAW = 10_000_000  # logs of up to this many events are drawn at once (about
 SHARD_EVENTS = 5_000_000  # larger ones in shards of at most this many (rawgen.write_sharded)
 
 INCREMENTAL_NOTE = (
-    "incremental by affected customers (reconcile/run/incremental.py, reconcile/run/closure.py): the run "
-    "after "
-    "1 % new events builds on the previous run's high water seq. The new rows seed a closure over every "
-    "non-click row linked to them through any shared value (click id, customer key, normalised email, "
-    "processor customer, subscription, transaction/invoice/payment intent/session/charge/object/event "
-    "ids), found by 64-bit value hashes (a collision only widens it); only that closure, the clicks it "
-    "reaches and the engineer actions are reconciled, and only those components' rows are deleted and "
-    "re-inserted in the rc_* tables, in one transaction with the run record; commission statuses of all "
-    "other rows are brought up to `now` in place (pending -> approved). It falls back to a full run when "
-    "the engine version, program settings or partners changed, an engineer action (metadata fix, "
-    "backfill, period close) arrived, or there is no usable previous run; months closed before the "
-    "previous run do not prevent it (their snapshots are per component too). "
-    "Its cost is dominated by one read of the link columns of the whole log; "
-    "tests/reconcile/test_incremental.py proves it gives exactly a full run's tables."
+    "incremental by affected customers (reconcile/run/incremental.py, reconcile/run/closure.py, "
+    "reconcile/run/components.py): the run after new events builds on the previous run's high water seq. "
+    "Every run (full or incremental) keeps a component store up to date in the database: each routed row's "
+    "component (rows linked, directly or not, through any shared value: click id, customer key, normalised "
+    "email, processor customer, subscription, transaction/invoice/payment intent/session/charge/object/event "
+    "ids, by 64-bit value hashes; a collision only merges components) and each value's, joined by union-find "
+    "as rows arrive. The new rows' values are looked up in the store, the components they join merged, and "
+    "only those components' rows (read by seq), clicks included, and the engineer actions are reconciled; "
+    "only those components' rows are deleted and re-inserted in the rc_* tables, in one transaction with the "
+    "run record and the store's changes; commission statuses of all other rows are brought up to `now` in "
+    "place (pending -> approved). It falls back to a full run when the engine version, program settings or "
+    "partners changed, an engineer action (metadata fix, backfill, period close) arrived, the store must be "
+    "rebuilt, or there is no usable previous run. No read of the log's link columns: the store's lookups are "
+    "scans of two integer columns; tests/reconcile/test_incremental.py and test_components.py prove it gives "
+    "exactly a full run's tables."
 )
 
 

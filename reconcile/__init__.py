@@ -12,8 +12,8 @@ Public API
   (a full run through its Parquet column mirror, reconcile/run/mirror.py) and the control plane,
   reconciles program chunk by program chunk, and replaces the `rc_*` tables in one transaction,
   recording the run in `rc_runs`; when the previous run can be built on, only what the new rows
-  change is recomputed and patched in (reconcile/run/incremental.py, reconcile/run/closure.py;
-  `RunSummary.mode`).
+  change is recomputed and patched in (reconcile/run/incremental.py, reconcile/run/closure.py,
+  reconcile/run/components.py; `RunSummary.mode`).
 - `reconcile.explain.steps(evidence, sales)`: the explain steps of some sales (the `rc_explain`
   view renders the same from `rc_evidence` and `rc_sales`).
 

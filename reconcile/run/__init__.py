@@ -3,7 +3,8 @@
 - `run(store, now, on_progress=None, *, full=False) -> RunSummary`: one run on the store's
   engine (reconcile/run/engine.py `open_engine`): reconcile/run/job.py reads the raw log (a full
   run through its Parquet column mirror, reconcile/run/mirror.py; an incremental one only what
-  the new rows change, reconcile/run/incremental.py and reconcile/run/closure.py), replaces or
+  the new rows change, reconcile/run/incremental.py, reconcile/run/closure.py and the component
+  store of reconcile/run/components.py), replaces or
   patches the `rc_*` tables in one transaction, records the run in `rc_runs`, and publishes it
   where the engine is a working copy of a shared log.
 - `backfill_inputs(store, program_id)`: the log, programs and partners a backfill previews on,

@@ -8,12 +8,11 @@ rows closed under links. The reconciler's result is then the union of its result
 component (plus the program-wide engineer actions, which every component reads), so after new
 rows arrive only the components that hold one of them can change:
 
-- `reach` finds them: starting from the values of the new rows, it adds every row that shares
-  a value, then the values of those rows, until nothing new is found. Values are compared by a
-  64-bit hash, so a collision can only add rows, never leave one out, and programs are not told
-  apart (the same value in two programs links them too): the closure may be a little larger than
-  needed, never smaller. Clicks carry only their click id, so they are leaves: the caller adds
-  the clicks whose ids the reached rows (or the new rows) carry.
+- reconcile/run/components.py keeps them: each row's component, maintained run by run as rows
+  arrive. Values are compared by a 64-bit hash, so a collision can only merge components, never
+  leave a row out, and programs are not told apart (the same value in two programs links them
+  too): a component may be a little larger than needed, never smaller. Clicks carry only their
+  click id, so a click is in the component of its click id and never joins two components.
 - `stale_keys` names the materialised rows those components produced in the previous run: a
   sale's id (and so its evidence and commission lines) is one of the values of its own rows, a
   refund row and a double-count row are keyed by the event id of their own row. Every one of
@@ -45,31 +44,6 @@ def email_hash(email: pl.Expr) -> pl.Expr:
     """UInt64 hash of the normalised email (schema.norm_email), null where there is none."""
     value = norm_email(email)
     return pl.when(value.is_not_null()).then(value.hash(_SEED))
-
-
-def _values(hashes: pl.DataFrame, mask: pl.Series | None = None) -> pl.Series:
-    picked = hashes if mask is None else hashes.filter(mask)
-    return pl.concat([picked.get_column(c) for c in picked.columns]).drop_nulls().unique()
-
-
-def reach(linked: pl.DataFrame, new: pl.DataFrame) -> pl.Series:
-    """Mask over the rows of `linked` (one UInt64 hash column per link value) linked, directly
-    or not, to a row of `new` (the same columns). `linked`: every non-click row of the log, new
-    ones included; `new`: the rows added since the previous run, clicks included. The caller
-    reads the rows themselves (and the click ids they carry) afterwards, so only the hashes of
-    the whole log are held."""
-    seeds = _values(new)
-    inside = pl.Series("inside", [False] * linked.height, dtype=pl.Boolean)
-    while seeds.len():
-        found = linked.select(
-            pl.any_horizontal(pl.col(c).is_in(seeds.implode()).fill_null(False) for c in linked.columns)
-        )
-        fresh = found.to_series() & ~inside
-        if not fresh.any():
-            break
-        inside = inside | fresh
-        seeds = _values(linked, fresh)
-    return inside
 
 
 def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:

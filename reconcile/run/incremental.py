@@ -18,18 +18,19 @@ commission line key from the ledgers of the log's prefixes before each close
 union of its components' ledgers. Reconciling the closure with every engineer action (closes
 included) therefore gives its components' frozen lines and adjustments exactly as a full run does.
 
-The patch: the rows added since the previous run (`seq` above its high water mark) seed a
-closure (reconcile/run/closure.py) over every routed non-click row of the log, found on their link
-hashes alone (`_reached`: ids hashed inside DuckDB, 13 integers a row of the log); the closure's
-rows (then read by seq), the clicks it reaches and the programs' engineer actions are reconciled
-(reconcile/pipeline.py) as one small log; the previous rows of those components are deleted
-and the new ones inserted; commission statuses of all other rows are brought up to `now`;
-unroutable events are re-read when new ones (or copies a backfill picked up) arrived. One
-transaction, with the run's record.
+The patch: the rows added since the previous run (`seq` above its high water mark) join the
+component store (reconcile/run/components.py: each covered row's component, by the 64-bit
+hashes of its link values, reconcile/run/closure.py); the rows of the components they joined
+(found in the store by component id, then read by seq, clicks included) and the programs'
+engineer actions are reconciled (reconcile/pipeline.py) as one small log; the previous rows of
+those components are deleted and the new ones inserted; commission statuses of all other rows
+are brought up to `now`; unroutable events are re-read when new ones (or copies a backfill picked
+up) arrived. One transaction, with the run's record and the store's changes.
 
-The cost is a scan of the link columns of the non-click rows and one of the clicks, plus work
-in proportion to the customers the new rows touch, where a full run reconciles and rewrites
-everything.
+The cost is the new rows' link hashes, a lookup of their values in the store and of the
+touched components' rows (scans of two integer columns of the store, not of the log's link
+columns), the read of those rows by seq and of the engineer actions, plus work in proportion to
+the customers the new rows touch, where a full run reconciles and rewrites everything.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import polars as pl
 
 from reconcile import terms, unroutable
 from reconcile.pipeline import Result, reconcile
-from reconcile.run import closure
+from reconcile.run import closure, components
 from reconcile.run.source import ENGINEER_KINDS, read_rows, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 
@@ -147,49 +148,12 @@ def _previous(reader: duckdb.DuckDBPyConnection, fingerprint: str) -> int | None
     }
     if "fingerprint" not in columns:
         return None
-    last = reader.execute(
+    rows = reader.execute(
         "SELECT high_water_seq, fingerprint FROM rc_runs ORDER BY rowid DESC LIMIT 1"
-    ).fetchone()
-    if last is None or last[1] != fingerprint:
+    ).fetchall()  # fetched to the end: the next read on `reader` may be a relation's
+    if not rows or rows[0][1] != fingerprint:
         return None
-    return int(last[0])
-
-
-# Routed rows that can link to others: every kind but clicks (leaves) and engineer actions.
-_LINKED = f"program_id IS NOT NULL AND kind NOT IN ('click', {', '.join(repr(k) for k in ENGINEER_KINDS)})"
-
-
-def _link_hashes(reader: duckdb.DuckDBPyConnection, where: str, params: list[object]) -> pl.DataFrame:
-    """`seq` and one UInt64 hash per link value (null where none) of the rows matching `where`.
-    Ids are hashed by DuckDB (no strings cross into Polars); emails are normalised and hashed by
-    Polars, as the reconciler normalises them. One run hashes seeds and log alike."""
-    ids = ", ".join(f"CASE WHEN {c} IS NOT NULL THEN hash({c}) END AS {c}" for c in closure.LINKS)
-    rows: pl.DataFrame = reader.sql(
-        f"SELECT seq, {ids}, email FROM raw_events WHERE {where}", params=params or None
-    ).pl()
-    return rows.with_columns(closure.email_hash(pl.col("email")).alias("email"))
-
-
-def _reached(reader: duckdb.DuckDBPyConnection, previous: int) -> pl.DataFrame:
-    """The routed non-click rows (as `read_rows` gives them) linked to the rows added after seq
-    `previous`. One scan keeps only each row's seq and link hashes (13 integers a row); the
-    closure is found on those; then only its rows are read, by seq. A link column of
-    a kind the reconciler does not read only adds links: never fewer rows."""
-    seeds = _link_hashes(reader, "seq > ?", [previous]).drop("seq")
-    linked = _link_hashes(reader, _LINKED, [])
-    seqs = linked.get_column("seq").filter(closure.reach(linked.drop("seq"), seeds))
-    del linked
-    # A semi-join on seq against the registered closure reads only its rows (1M events: 0.12 s,
-    # where reading every row and filtering takes 0.63 s).
-    reader.register("_rc_closure", pl.DataFrame({"seq": seqs}).to_arrow())
-    try:
-        return read_rows(
-            reader,
-            "program_id IS NOT NULL AND seq IN (SELECT seq FROM _rc_closure)",
-            groups=("stripe", "other", "ledger"),
-        )
-    finally:
-        reader.unregister("_rc_closure")
+    return int(rows[0][0])
 
 
 def prepare(
@@ -199,13 +163,19 @@ def prepare(
     now: datetime,
     report: Any,
     tables: Tables,
+    store: components.Update,
 ) -> Patch | None:
-    """The patch an incremental run would write, or None when a full run is needed."""
+    """The patch an incremental run would write, or None when a full run is needed. `store`:
+    the component store brought up to the log's high water (`components.catch_up`); a store
+    rebuilt from the whole log (no previous one to build on) means a full run."""
     previous = _previous(reader, fingerprint)
-    if previous is None:
+    # Every row after the previous run must have joined the store in this run (each run moves
+    # both in one transaction; a store rebuilt or ahead of the run, e.g. results written by a
+    # tool, is not built on).
+    if previous is None or store.after is None or store.after > previous:
         return None
-    ((high,),) = reader.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchall()
-    if int(high) < previous:
+    high = store.upto
+    if high < previous:
         return None
     new = read_rows(reader, "seq > ?", [previous])
     if new.get_column("kind").is_in(NEW_ENGINEER_KINDS).any():
@@ -216,14 +186,9 @@ def prepare(
     result, stale, read = None, pl.DataFrame(schema={"value": pl.String}), new.height
     engineer = read_rows(reader, "program_id IS NOT NULL", groups=("engineer",))
     if routed.height:
-        reached = _reached(reader, previous)
-        # Clicks are read whole and filtered here: a semi-join against a registered frame of
-        # click ids costs DuckDB far more time and memory (10M events: 30 s, 20 GiB).
-        clicks = pl.concat([reached.get_column("click_id"), new.get_column("click_id")]).drop_nulls().unique()
-        reached_clicks = read_rows(reader, "program_id IS NOT NULL", groups=("click",)).filter(
-            pl.col("click_id").is_in(clicks.implode())
-        )
-        log = pl.concat([reached, reached_clicks, engineer], how="diagonal_relaxed")
+        rows = _closure(reader, store)
+        reached = rows.filter(pl.col("kind") != "click")
+        log = pl.concat([rows, engineer], how="diagonal_relaxed")
         read += log.height
         result = reconcile(log, programs, partners, now)
         stale = closure.stale_keys(reached)
@@ -233,4 +198,20 @@ def prepare(
     settings = prepare_programs(programs).collect(engine=ENGINE)
     holding = terms.holding(terms.history(prepare_raw(engineer), settings))
     report("write", 1, 1)
-    return Patch(int(high), read, stale, result, lost, holding, now, tables)
+    return Patch(high, read, stale, result, lost, holding, now, tables)
+
+
+def _closure(reader: duckdb.DuckDBPyConnection, store: components.Update) -> pl.DataFrame:
+    """The rows (as `read_rows` gives them, clicks included) of every component the rows the
+    store took in are in: found in the component store (reconcile/run/components.py), read by
+    seq. A semi-join on seq against the registered closure reads only its rows (1M events:
+    0.12 s, where reading every row and filtering takes 0.63 s)."""
+    reader.register("_rc_closure", store.closure(reader).to_frame("seq").to_arrow())
+    try:
+        return read_rows(
+            reader,
+            "program_id IS NOT NULL AND seq IN (SELECT seq FROM _rc_closure)",
+            groups=("stripe", "other", "ledger", "click"),
+        )
+    finally:
+        reader.unregister("_rc_closure")

@@ -42,7 +42,7 @@ from ingest.progress import Progress
 from ingest.storage.sql import unordered_inserts
 from reconcile import explain, terms
 from reconcile.pipeline import Result, reconcile
-from reconcile.run import incremental
+from reconcile.run import components, incremental
 from reconcile.run import mirror as mirror_module
 from reconcile.run.mirror import Mirror
 from reconcile.run.source import control_plane, raw_chunk, read_rows
@@ -408,10 +408,22 @@ def run(
             reader.execute("BEGIN TRANSACTION")
             control = control_plane(reader)
             fingerprint = incremental.fingerprint(*control)
-            patch = None if full else incremental.prepare(reader, control, fingerprint, now, report, TABLES)
+            # The component store follows the log on every run (reconcile/run/components.py); a
+            # full run brings it up to date after reconciling, so as not to hold it meanwhile.
+            store = None
+            if not full and components.covered(reader) is not None:
+                store = components.catch_up(reader, components.high_water(reader))
+            patch = (
+                None
+                if store is None
+                else incremental.prepare(reader, control, fingerprint, now, report, TABLES, store)
+            )
             mirror = Mirror.open(reader)
             if patch is None:
                 counts = _reconcile_all(con, reader, run_id, now, report, control, mirror)
+                if store is None:
+                    report("components", 0, 1)
+                    store = components.catch_up(reader, counts[1])
             else:
                 # Whole segments only: the mirror keeps up with the log between full runs.
                 mirror.extend(reader, patch.high_water, report, least=mirror_module.SEGMENT_ROWS)
@@ -421,6 +433,8 @@ def run(
         def swap() -> RunSummary:
             _swap_in(con, run_id, keep_previous=publish is not None)
             mirror.register(con)
+            assert store is not None
+            store.apply(con)
             summary = _record(con, run_id, now, started, counts, "full", fingerprint)
             if publish is not None:
                 report("publish", 0, 1)
@@ -431,6 +445,8 @@ def run(
         def apply() -> RunSummary:
             assert patch is not None
             mirror.register(con)
+            assert store is not None
+            store.apply(con)
             summary = _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
             if publish is not None:
                 report("publish", 0, 1)

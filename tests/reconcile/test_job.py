@@ -50,7 +50,8 @@ def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyCo
     assert recorded == [
         (summary.run_id, NOW, NOW + timedelta(milliseconds=summary.duration_ms), summary.duration_ms)
     ]
-    assert [p[0] for p in progress] == ["read", "reconcile", "write", "done"]
+    # a full run brings the component store up to date after reconciling (reconcile/run/components.py)
+    assert [p[0] for p in progress] == ["read", "reconcile", "write", "components", "done"]
     sales = table(con, "rc_sales")
     assert sales.select("sale_id", "partner_code", "commission", "platform_fee", "warnings").rows() == [
         ("sale_1", "p1", 2_000, 100, [])

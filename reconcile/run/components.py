@@ -1,0 +1,296 @@
+"""The component store: each row's closure component, kept up to date run by run, so that an
+incremental run finds what its new rows touch without reading the link columns of the log.
+
+reconcile/run/closure.py defines components: rows linked, directly or not, through a shared
+value (by its 64-bit hash). The store holds them in three tables of the engine's database (the
+embedded file, or a PostgreSQL replica's working copy):
+
+- `rc_link_values(value, comp)`: every link value hash of the rows covered, and its component;
+- `rc_link_rows(seq, comp)`: every routed row but the engineer actions (clicks included: a
+  click's only value is its click id, so it sits in that value's component), and its component;
+- `rc_link_state(format, upto_seq)`: the rows covered are those with seq <= upto_seq; `FORMAT`
+  names the hash functions and link columns (a DuckDB or Polars upgrade may change a hash).
+
+A component's id is the smallest seq of its rows. `catch_up` reads the rows after `upto_seq`
+(every run does, full or incremental, so the store follows the log), hashes their values, looks
+up the components those values already belong to, and joins the new rows to them (`union`):
+components a new row links are merged into the one of the smallest id, the others' rows and
+values renamed. Nothing is written then: the returned `Update` is applied in the run's final
+transaction (`Update.apply`), so the store moves with the run that computed it, and a run that
+fails leaves it as it was. The raw log is append-only, so the store of a prefix of the log never
+needs more than additions and merges; a store that does not fit the log (another format, ahead
+of the log, missing) is rebuilt from seq 0 by the same code.
+
+An incremental run then reads the rows of the components its new rows touched (`Update.closure`):
+the rows of the old components they joined plus the new rows, by seq.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from reconcile.run import closure
+from reconcile.run.source import ENGINEER_KINDS
+
+FORMAT = hashlib.sha256(f"1|{duckdb.__version__}|{pl.__version__}|{closure.LINKS}".encode()).hexdigest()[:16]
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS rc_link_values (value UBIGINT NOT NULL, comp BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS rc_link_rows (seq BIGINT NOT NULL, comp BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS rc_link_state (format VARCHAR NOT NULL, upto_seq BIGINT NOT NULL)",
+)
+TABLES = ("rc_link_values", "rc_link_rows", "rc_link_state")
+
+# The rows the store covers: routed, and not engineer actions (which every component reads).
+COVERED = f"program_id IS NOT NULL AND kind NOT IN ({', '.join(repr(k) for k in ENGINEER_KINDS)})"
+
+PAIRS_SCHEMA = {"seq": pl.Int64, "value": pl.UInt64}
+COMPS_SCHEMA = {"value": pl.UInt64, "comp": pl.Int64}
+# A rebuild reads the log this many seqs at a time (`_rebuild`).
+BUILD_SEQS = 1_000_000
+
+
+def link_hashes(reader: duckdb.DuckDBPyConnection, where: str, params: list[object]) -> pl.DataFrame:
+    """`seq` and one UInt64 hash per link value (null where none) of the covered rows matching
+    `where`. Ids are hashed by DuckDB (no strings cross into Polars); emails are normalised and
+    hashed by Polars, as the reconciler normalises them."""
+    ids = ", ".join(f"CASE WHEN {c} IS NOT NULL THEN hash({c}) END AS {c}" for c in closure.LINKS)
+    rows: pl.DataFrame = reader.sql(
+        f"SELECT seq, {ids}, email FROM raw_events WHERE {COVERED} AND ({where})", params=params or None
+    ).pl()
+    return rows.with_columns(closure.email_hash(pl.col("email")).alias("email"))
+
+
+def pairs(hashes: pl.DataFrame) -> pl.DataFrame:
+    """(seq, value) for every non-null link value hash of the rows of `hashes` (`link_hashes`)."""
+    columns = [c for c in hashes.columns if c != "seq"]
+    if not columns or not hashes.height:
+        return pl.DataFrame(schema=PAIRS_SCHEMA)
+    return (
+        hashes.unpivot(index="seq", on=columns, value_name="value")
+        .select(pl.col("seq").cast(pl.Int64), pl.col("value").cast(pl.UInt64))
+        .drop_nulls("value")
+    )
+
+
+@dataclass(frozen=True)
+class Union:
+    """What joining new rows to the store changes (`union`)."""
+
+    rows: pl.DataFrame  # (seq, comp) of the new rows
+    values: pl.DataFrame  # (value, comp) of the values the store did not hold
+    renamed: pl.DataFrame  # (old, new): components merged into another (`old` > `new`)
+    touched: pl.Series  # the store's components (ids before the merge) the new rows joined
+
+
+def _roots(size: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Connected components of the graph of `size` nodes and the edges `left[i]`-`right[i]`: for
+    each node, the smallest node of its component. Hook and compress (each round hooks every
+    edge's greater root under the smaller, then jumps pointers to the roots), a few rounds
+    whatever the graph's diameter; no node's parent is ever above it."""
+    parent = np.arange(size, dtype=np.int64)
+    while True:
+        a, b = parent[left], parent[right]
+        differ = a != b
+        if not differ.any():
+            return parent
+        a, b = a[differ], b[differ]
+        np.minimum.at(parent, np.maximum(a, b), np.minimum(a, b))
+        while True:
+            jumped = parent[parent]
+            if np.array_equal(jumped, parent):
+                break
+            parent = jumped
+
+
+def _first(column: str) -> pl.Expr:
+    """True on the first row of each run of equal values of a sorted column."""
+    return (pl.col(column) != pl.col(column).shift()).fill_null(True)
+
+
+def _numbered(column: str) -> pl.Expr:
+    """0, 1, ...: the rank of each row's value among the distinct values of a sorted column."""
+    return _first(column).cast(pl.Int64).cum_sum() - 1
+
+
+def union(new: pl.DataFrame, seqs: pl.Series, known: pl.DataFrame) -> Union:
+    """Join new rows to the store. `new`: (seq, value) pairs of the new rows (`pairs`); `seqs`:
+    every new row's seq (a row without values is a component of its own); `known`: (value,
+    comp) of the store for the values of `new` that it holds. Seqs of new rows are above every
+    seq the store covers, so a component's id (its smallest seq) only ever goes down.
+
+    Connected components (`_roots`) of the graph whose nodes are the store's components that
+    the new values belong to and the new rows (both by id, ascending: a component's smallest
+    node is then its smallest id), then the values; a new row is linked to its values, a store
+    component to its known values."""
+    comps = known.get_column("comp").unique()
+    # Nodes numbered by sorting: ids (a row's seq or a component's id) ascending, then values;
+    # every new row is a node, with or without values.
+    edges = (
+        pl.concat(
+            [
+                new.select("seq", "value"),
+                known.select(pl.col("comp").alias("seq"), "value"),
+                seqs.cast(pl.Int64).to_frame("seq").with_columns(value=pl.lit(None, pl.UInt64)),
+            ],
+            how="vertical_relaxed",
+        )
+        .sort("seq")
+        .with_columns(node=_numbered("seq"))
+    )
+    ids = edges.filter(_first("seq")).get_column("seq").to_numpy()
+    edges = edges.drop_nulls("value").sort("value").with_columns(vnode=_numbered("value") + len(ids))
+    values = edges.filter(_first("value")).get_column("value").to_numpy()
+    roots = _roots(
+        ids.size + values.size, edges.get_column("node").to_numpy(), edges.get_column("vnode").to_numpy()
+    )
+    comp_of = ids[roots]  # every root is an id node: each value has a row or component
+    labels = pl.DataFrame({"seq": ids, "comp": comp_of[: ids.size]})
+    by_value = pl.DataFrame({"value": values, "comp": comp_of[ids.size :]}, schema=COMPS_SCHEMA)
+    old = labels.filter(pl.col("seq").is_in(comps.implode()))
+    return Union(
+        rows=labels.filter(~pl.col("seq").is_in(comps.implode())),
+        values=by_value.filter(~pl.col("value").is_in(known.get_column("value").implode())),
+        renamed=old.filter(pl.col("comp") != pl.col("seq")).select(old="seq", new="comp"),
+        touched=comps,
+    )
+
+
+def _state(reader: duckdb.DuckDBPyConnection) -> int | None:
+    """The seq up to which the store covers the log, when it exists in this format."""
+    ((count,),) = reader.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+        f" AND table_name IN {TABLES!r}"
+    ).fetchall()
+    if count != len(TABLES):
+        return None
+    rows = reader.execute("SELECT format, upto_seq FROM rc_link_state").fetchall()
+    if len(rows) != 1 or rows[0][0] != FORMAT:
+        return None
+    return int(rows[0][1])
+
+
+@dataclass(frozen=True)
+class Update:
+    """The store brought from `after` (None: rebuilt) up to `upto`, to be applied in the run's
+    final transaction."""
+
+    after: int | None
+    upto: int
+    union: Union
+
+    @property
+    def rows(self) -> int:
+        """How many rows joined the store."""
+        return self.union.rows.height
+
+    def closure(self, reader: duckdb.DuckDBPyConnection) -> pl.Series:
+        """The seqs of the rows of every component the new rows are in (read before `apply`:
+        the store's rows of the components they joined, plus the new rows)."""
+        fresh = self.union.rows.get_column("seq")
+        touched = self.union.touched
+        if self.after is None or not touched.len():
+            return fresh
+        reader.register("_rc_touched", touched.to_frame("comp").to_arrow())
+        try:
+            old: pl.DataFrame = reader.sql(
+                "SELECT seq FROM rc_link_rows WHERE comp IN (SELECT comp FROM _rc_touched)"
+            ).pl()
+        finally:
+            reader.unregister("_rc_touched")
+        return pl.concat([old.get_column("seq").cast(pl.Int64), fresh]).unique()
+
+    def apply(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Inside the run's final transaction: write the new rows, values and merges."""
+        for ddl in DDL:
+            con.execute(ddl)
+        if self.after is None:
+            for table in TABLES:
+                con.execute(f"DELETE FROM {table}")
+        registered = []
+        try:
+            if self.union.renamed.height:
+                con.register("_rc_renamed", self.union.renamed.to_arrow())
+                registered.append("_rc_renamed")
+                for table in ("rc_link_values", "rc_link_rows"):
+                    con.execute(
+                        f"UPDATE {table} SET comp = r.new FROM _rc_renamed r WHERE {table}.comp = r.old"
+                    )
+            for table, frame in (("rc_link_values", self.union.values), ("rc_link_rows", self.union.rows)):
+                if frame.height:
+                    con.register(f"_rc_new_{table}", frame.to_arrow())
+                    registered.append(f"_rc_new_{table}")
+                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rc_new_{table}")
+        finally:
+            for name in registered:
+                con.unregister(name)
+        con.execute("DELETE FROM rc_link_state")
+        con.execute("INSERT INTO rc_link_state VALUES (?, ?)", [FORMAT, self.upto])
+
+
+def high_water(reader: duckdb.DuckDBPyConnection) -> int:
+    """The log's last seq (0: empty) in `reader`'s snapshot."""
+    ((high,),) = reader.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchall()
+    return int(high)
+
+
+def covered(reader: duckdb.DuckDBPyConnection) -> int | None:
+    """The seq up to which the store covers the log in `reader`'s snapshot; None when it must
+    be rebuilt (missing, of another format, or ahead of the log: a database restored from an
+    older copy)."""
+    after = _state(reader)
+    return None if after is None or after > high_water(reader) else after
+
+
+def _batch(reader: duckdb.DuckDBPyConnection, after: int, upto: int) -> tuple[pl.DataFrame, pl.Series]:
+    """The (seq, value) pairs and the seqs of the covered rows with `after < seq <= upto`."""
+    hashes = link_hashes(reader, "seq > ? AND seq <= ?", [after, upto])
+    return pairs(hashes), hashes.get_column("seq")
+
+
+def _rebuild(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
+    """The store of every covered row up to `upto`, built `BUILD_SEQS` seqs at a time, each
+    batch joined to the store of the previous ones (held in memory, 16 bytes a row and a
+    value), so that only one batch's link hashes are held at once: the whole 10M-event log's
+    at once took the first run's peak from 4.8 to 8.2 GiB."""
+    rows = pl.DataFrame(schema={"seq": pl.Int64, "comp": pl.Int64})
+    values = pl.DataFrame(schema=COMPS_SCHEMA)
+    for start in range(0, max(upto, 0), BUILD_SEQS):
+        new, seqs = _batch(reader, start, min(start + BUILD_SEQS, upto))
+        known = values.join(new.select("value").unique(), on="value") if values.height else values
+        joined = union(new, seqs, known)
+        del new, seqs
+        if joined.renamed.height:
+            renamed = joined.renamed
+            rename = pl.col("comp").replace(renamed.get_column("old"), renamed.get_column("new"))
+            rows, values = rows.with_columns(rename), values.with_columns(rename)
+        rows = pl.concat([rows, joined.rows])
+        values = pl.concat([values, joined.values])
+    empty = pl.DataFrame(schema={"old": pl.Int64, "new": pl.Int64})
+    return Update(None, upto, Union(rows, values, empty, pl.Series("comp", [], pl.Int64)))
+
+
+def catch_up(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
+    """The store brought up to seq `upto` (through `reader`'s snapshot): the rows after the
+    seq it covers joined to it, or, when it must be rebuilt (`covered`), every row."""
+    after = covered(reader)
+    if after is None or after > upto:
+        return _rebuild(reader, upto)
+    new, seqs = _batch(reader, after, upto)
+    if not new.height:
+        known = pl.DataFrame(schema=COMPS_SCHEMA)
+    else:
+        reader.register("_rc_values", new.select("value").unique().to_arrow())
+        try:
+            found: pl.DataFrame = reader.sql(
+                "SELECT value, comp FROM rc_link_values WHERE value IN (SELECT value FROM _rc_values)"
+            ).pl()
+        finally:
+            reader.unregister("_rc_values")
+        known = found.cast(COMPS_SCHEMA)  # type: ignore[arg-type]
+    return Update(after, upto, union(new, seqs, known))
