@@ -263,14 +263,15 @@ def emit(
             + " ON CONFLICT (event_id) DO NOTHING RETURNING event_id, event_order",
             values,
         )
-        new = {str(r[0]): int(r[1]) for r in rows}
+        new: dict[str, int | None] = {str(r[0]): int(r[1]) for r in rows}
         deliveries: list[Any] = []
         for event, takers in chunk:
-            if event.event_id not in new:
+            numbered = new.pop(event.event_id, None)  # None: there already (or given twice: once)
+            if numbered is None:
                 continue
             for taker in takers:
                 deliveries += [delivery_id(event.event_id, taker["endpoint_id"]), taker["endpoint_id"]]
-                deliveries += [event.event_id, event.program_id, event.type, new[event.event_id], now, now]
+                deliveries += [event.event_id, event.program_id, event.type, numbered, now, now]
         if deliveries:
             count = len(deliveries) // 8
             db.execute(

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import psycopg
 import pytest
 from standardwebhooks.webhooks import Webhook
@@ -27,6 +28,7 @@ from api.app import create_app
 from api.outbound.sending import ProcessSender
 from api.outbound.worker import Deliverer
 from api.settings import Settings
+from ingest.storage.sql import DuckExecutor
 from ingest.webhooks_out import outbox
 from ingest.webhooks_out.journal import AttemptJournal
 from tests.conftest import make_world
@@ -181,3 +183,43 @@ def test_a_claim_skips_an_endpoint_another_replica_is_claiming(
         other.execute("SELECT 1 FROM webhook_endpoints WHERE endpoint_id = %s FOR UPDATE", [endpoint_id])
         assert Deliverer(store, True)._claim([]) == []  # the other replica is claiming it
     assert len(Deliverer(store, True)._claim([])) == 3  # its transaction ended: nothing leased
+
+
+def test_events_are_put_in_the_outbox_a_chunk_at_a_time_in_order_and_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = DuckExecutor(duckdb.connect())
+    outbox.migrate(db)
+    monkeypatch.setattr(outbox, "EMIT_CHUNK", 2)  # several statements for one call
+    takers = {
+        "p": [
+            {"endpoint_id": "we_1", "events": ["sale.created"]},
+            {"endpoint_id": "we_2", "events": ["ping"]},
+        ]
+    }
+
+    def event(n: int, kind: str = "sale.created") -> outbox.Event:
+        return outbox.Event(f"evt_{n}", kind, "p", NOW, b"{}")
+
+    assert (
+        outbox.emit(
+            db, [event(1), event(2), event(1), event(3, "ping"), event(4, "payout.paid")], takers, NOW
+        )
+        == 3
+    )
+    assert outbox.emit(db, [event(2), event(5)], takers, NOW) == 1  # evt_2 is there already
+    found = db.rows("SELECT event_id, endpoint_id, event_order FROM webhook_deliveries ORDER BY event_order")
+    assert [(e, w) for e, w, _ in found] == [
+        ("evt_1", "we_1"),
+        ("evt_2", "we_1"),
+        ("evt_3", "we_2"),
+        ("evt_5", "we_1"),
+    ]
+    assert len({o for _, _, o in found}) == 4
+    # an event no endpoint takes is not kept
+    assert [r[0] for r in db.rows("SELECT event_id FROM webhook_events ORDER BY event_order")] == [
+        "evt_1",
+        "evt_2",
+        "evt_3",
+        "evt_5",
+    ]
