@@ -10,12 +10,16 @@ NULL, and the delivery is unusable (see `ingest/deliveries.py`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from ingest.domain.bounds import MAX_AMOUNT, TIME_RANGE, amount_in_range, utc_in_range
 from ingest.domain.errors import InvalidJson, InvalidSignature
@@ -164,16 +168,37 @@ def parse_event(payload: bytes) -> dict[str, Any]:
     """Parse a delivery body; raise `InvalidJson` unless it is a JSON object of text, that is,
     with no `\\u` escape naming a lone surrogate (`"evt_\\ud800_1"`): Python's reader takes one,
     but it is not a character, and neither the log, the journal nor PostgreSQL can hold it (the
-    request bodies of tally's own endpoints are refused the same way, by orjson)."""
-    try:
-        value = json.loads(payload)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise InvalidJson(f"webhook body is not valid JSON: {type(exc).__name__}") from None
+    request bodies of tally's own endpoints are refused the same way, by orjson).
+
+    orjson reads a delivery about three times faster than the standard library's reader, and
+    where it reads one, it reads it the same, but for integers beyond 64 bits (it makes them
+    floats): a body holding a run of 19 digits or more, and any body orjson refuses (a lone
+    surrogate, NaN, a byte order mark, UTF-16...), is read by the standard library's reader, so
+    the bodies it accepted are accepted, as the same values. (Until orjson read them, a UTF-16 or
+    UTF-32 body escaped its lone surrogates past the check: those are refused now.)"""
+    value: Any = _UNREAD
+    if _LONG_DIGITS.search(payload) is None:
+        with contextlib.suppress(orjson.JSONDecodeError):  # (it refuses lone surrogates itself)
+            value = orjson.loads(payload)
+    if value is _UNREAD:
+        value = _stdlib_loads(payload)
+        # (checked whatever the encoding: a UTF-16 body's escapes are not the bytes `\\u`)
+        if _lone_surrogate(value):
+            raise InvalidJson("webhook body is not valid JSON: a \\u escape names a lone surrogate")
     if not isinstance(value, dict):
         raise InvalidJson(f"webhook body is a JSON {type(value).__name__}, not an object")
-    if b"\\u" in payload and _lone_surrogate(value):
-        raise InvalidJson("webhook body is not valid JSON: a \\u escape names a lone surrogate")
     return value
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_UNREAD = object()
+
+
+def _stdlib_loads(payload: bytes) -> Any:
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise InvalidJson(f"webhook body is not valid JSON: {type(exc).__name__}") from None
 
 
 def _is_text(value: str) -> bool:

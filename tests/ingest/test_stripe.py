@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from ingest.domain.bounds import MAX_AMOUNT
 from ingest.domain.errors import InvalidJson, InvalidSignature
 from ingest.storage.schema import RAW_EVENT_FIELDS
-from ingest.stripe import STRIPE_FIELDS, extract, parse_event, sign, verify_signature
+from ingest.stripe import STRIPE_FIELDS, _lone_surrogate, extract, parse_event, sign, verify_signature
 from tests.hypothesis_profiles import examples
 from tests.stripe_fixtures import (
     FIXTURES_DIR,
@@ -538,6 +539,98 @@ def test_parse_event_accepts_objects_only() -> None:
         assert info.value.code == "invalid_json"
     # any JSON object, whatever its layout, as the object it is
     assert parse_event(b' {\n "a" : [1, {"b": null}], "c": "\\u00e9"}\t') == {"a": [1, {"b": None}], "c": "é"}
+
+
+def _stdlib_reading(body: bytes) -> object:
+    """What parsing a delivery gave before orjson read it: the standard library's reader, and
+    the same refusals (not JSON, not an object, a lone surrogate)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return InvalidJson
+    if not isinstance(value, dict) or _lone_surrogate(value):
+        return InvalidJson
+    return value
+
+
+_NUMBERS = st.one_of(
+    st.integers(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(
+        [
+            "1e400",
+            "-1e400",
+            "1.5e-400",
+            "-0",
+            "-0.0",
+            "1E5",
+            "2.50",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551616",
+            "NaN",
+            "Infinity",
+            "01",
+            "1.",
+        ]
+    ),
+)
+_TEXTS = st.text() | st.sampled_from(
+    ["\\ud800", "\\udfff\\ud800", "\\ud83d\\ude00", "\\u0000", "evt_1234567890123456789"]
+)
+
+
+def _json_text(draw: st.DrawFn, depth: int = 0) -> str:
+    kind = draw(st.integers(0, 5 if depth < 3 else 2))
+    if kind == 0:
+        n = draw(_NUMBERS)
+        return n if isinstance(n, str) else json.dumps(n)
+    if kind == 1:
+        text = draw(_TEXTS)
+        return '"' + text + '"' if text.startswith("\\u") or text.startswith("evt_") else json.dumps(text)
+    if kind == 2:
+        return draw(st.sampled_from(["true", "false", "null"]))
+    if kind == 3:
+        items = draw(st.lists(st.just(None), max_size=4))
+        return "[" + ", ".join(_json_text(draw, depth + 1) for _ in items) + "]"
+    keys = draw(st.lists(_TEXTS, max_size=4))
+    return "{" + ",".join(json.dumps(k) + ":" + _json_text(draw, depth + 1) for k in keys) + "}"
+
+
+@st.composite
+def _bodies(draw: st.DrawFn) -> bytes:
+    """JSON texts (objects mostly), with the numbers, escapes and prefixes where the two readers
+    could differ, in UTF-8 or, now and then, in another encoding the standard reader detects."""
+    keys = draw(st.lists(_TEXTS, max_size=5))
+    text = "{" + ", ".join(json.dumps(k) + ": " + _json_text(draw, 1) for k in keys) + "}"
+    text = draw(st.sampled_from(["", " ", "\n", "\ufeff"])) + text + draw(st.sampled_from(["", "\n", " x"]))
+    if draw(st.booleans()):
+        text = _json_text(draw)
+    encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-16", "utf-32"]))
+    return text.encode(encoding, "surrogatepass")
+
+
+@given(_bodies())
+@settings(max_examples=examples(400), deadline=None)
+@example(b'{"amount": 123456789012345678901234567890}')
+@example(b'{"a": -9223372036854775809, "b": 18446744073709551615}')
+@example(b'{"a": NaN}')
+@example(b"\xef\xbb\xbf{}")
+@example(b'{"a": "\\ud800"}')
+@example(b'{"a": "\\ud83d\\ude00"}')
+@example('{"a": "\\ud800"}'.encode("utf-16"))  # accepted until orjson read deliveries
+def test_parse_event_reads_what_the_standard_reader_read(body: bytes) -> None:
+    """orjson reads deliveries now: every body is accepted or refused as the standard library's
+    reader did, and read as the same values (types included: a big integer stays an integer)."""
+    expected = _stdlib_reading(body)
+    if expected is InvalidJson:
+        with pytest.raises(InvalidJson):
+            parse_event(body)
+        return
+    got = parse_event(body)
+    assert got == expected
+    assert json.dumps(got) == json.dumps(expected)  # the same types: 1 is not 1.0, ints stay ints
 
 
 # --- signatures -------------------------------------------------------------------------------
