@@ -21,6 +21,7 @@ from api.app import create_app
 from api.settings import Settings, load_settings
 from tests import hypothesis_profiles
 from tests.pg import Server
+from tests.receiver import Receiver
 
 # -- hypothesis profiles: registered in tests/hypothesis_profiles.py, chosen by TALLY_HYPOTHESIS --
 hypothesis_profiles.load()
@@ -314,3 +315,13 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
         server.stop()
         if server.process.stderr:
             server.process.stderr.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """An HTTP receiver on loopback standing for a brand's server (tests/receiver.py)."""
+    r = Receiver()
+    try:
+        yield r
+    finally:
+        r.close()

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,6 @@ from tests.receiver import Receiver
 pytestmark = pytest.mark.slow
 
 HOOKS = {"TALLY_WEBHOOKS_ALLOW_PRIVATE": "1"}
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def _endpoint(url: str, auth: dict[str, str], program_id: str, target: str, events: list[str]) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,9 +20,7 @@ import time_machine
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.testclient import TestClient
 
-from api.app import create_app
 from api.outbound.worker import Deliverer
-from api.settings import Settings
 from tests.conftest import OP, World, make_world
 from tests.receiver import Receiver
 
@@ -40,26 +37,6 @@ ALL = [
     "api_key.rotation_required",
     "ping",
 ]
-
-
-@pytest.fixture
-def hooks_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"webhooks_allow_private": True, "webhooks_delivery": False})
-
-
-@pytest.fixture
-def app_client(hooks_settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(hooks_settings)) as c:
-        yield c
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def _path(world: World, suffix: str = "") -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 from starlette.testclient import TestClient
 
-from api.app import create_app
 from api.outbound.sending import ProcessSender
 from api.outbound.worker import Deliverer
 from api.settings import Settings
@@ -73,26 +71,6 @@ def test_a_recording_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> Non
         journal.take(failing)
     taken: list[list[outbox.Attempt]] = []
     assert journal.take(taken.append) == 1 and taken == [[_attempt(1)]]
-
-
-@pytest.fixture
-def hooks_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"webhooks_allow_private": True, "webhooks_delivery": False})
-
-
-@pytest.fixture
-def app_client(hooks_settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(hooks_settings)) as c:
-        yield c
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def _pings(client: TestClient, url: str, count: int) -> tuple[Any, str, str]:

@@ -6,7 +6,6 @@ an answer slower than the timeout fails the attempt; 4 KiB of an answer are kept
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import httpcore
@@ -20,15 +19,6 @@ from api.settings import Settings
 from ingest.webhooks_out import schedule
 from tests.conftest import World, make_world
 from tests.receiver import Receiver
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def _app(settings: Settings, allow_private: bool) -> TestClient:
