@@ -192,6 +192,15 @@ def _claimed(m: dict[str, Any]) -> Claimed:
     )
 
 
+def group_seconds(size: int) -> float:
+    """How long a group of `size` deliveries may take in the sending process: each attempt
+    times out there, so more means it hangs. Shorter than the group's lease (worker.lease_for)."""
+    return size * (schedule.TIMEOUT_SECONDS + 2) + GROUP_MARGIN_SECONDS
+
+
+GROUP_MARGIN_SECONDS = 15.0
+
+
 class ProcessSender:
     """Attempts made by a child process (the module's docstring says why)."""
 
@@ -272,7 +281,21 @@ class ProcessSender:
             assert child.stdin is not None
             child.stdin.write(orjson.dumps(message) + b"\n")
             await child.stdin.drain()
-            found = await answer
+            async with asyncio.timeout(group_seconds(len(group))):
+                found = await answer
+        except TimeoutError:
+            # Each attempt is bounded in the child, so it hangs (or was stopped): end it before
+            # the group's lease runs out and another worker may send the same deliveries.
+            log.error(
+                "webhook sending process %d did not finish a group of %d in %g s; ending it",
+                child.pid,
+                len(group),
+                group_seconds(len(group)),
+            )
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
+            return GroupSent(0, [])
         except (BrokenPipeError, ConnectionResetError):
             return GroupSent(0, [])
         finally:

@@ -332,86 +332,73 @@ def claim(
     same time, the claim first locks the rows of the endpoints it claims for (`FOR UPDATE SKIP
     LOCKED`, in one transaction with the UPDATE): a worker claiming at the same instant skips
     those endpoints, and one that claims after the commit sees their leases."""
-    if db.dialect == "postgresql":
-        with transaction(db):
-            return _claim(db, holder, now, until, per_endpoint, limit, busy)
-    return _claim(db, holder, now, until, per_endpoint, limit, busy)
-
-
-def _claim(
-    db: Executor,
-    holder: str,
-    now: datetime,
-    until: datetime,
-    per_endpoint: int,
-    limit: int,
-    busy: Sequence[str],
-) -> list[Claimed]:
-    skip = f" AND d.endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
-    mine: list[str] = []  # PostgreSQL: the endpoints this claim holds the rows of
-    if db.dialect == "postgresql":
-        not_busy = f" AND endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
-        mine = [
-            str(r[0])
-            for r in db.rows(
-                "SELECT endpoint_id FROM webhook_endpoints WHERE endpoint_id IN (SELECT endpoint_id FROM"
-                f" webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?){not_busy}"
-                " ORDER BY endpoint_id FOR UPDATE SKIP LOCKED",
-                [now, *busy],
-            )
-        ]
-        if not mine:
-            return []
-        skip += f" AND d.endpoint_id IN ({_marks(len(mine))})"
-    ranked = (
-        "SELECT delivery_id FROM (SELECT d.delivery_id, d.event_order, row_number() OVER"
-        " (PARTITION BY d.endpoint_id ORDER BY d.event_order, d.delivery_id) AS n"
-        " FROM webhook_deliveries d JOIN webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
-        " WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
-        " AND (d.lease_until IS NULL OR d.lease_until <= ?)"
-        f" AND (e.enabled OR d.type = 'ping'){skip} AND NOT EXISTS (SELECT 1 FROM webhook_deliveries x"
-        " WHERE x.endpoint_id = d.endpoint_id AND x.status = 'pending' AND x.lease_until > ?)) ranked"
-        " WHERE n <= ? ORDER BY event_order, delivery_id LIMIT ?"
-    )
-    params: list[Any] = [now, now, *busy, *mine, now, per_endpoint, limit]
-    if db.dialect == "postgresql":
+    in_transaction = transaction(db) if db.dialect == "postgresql" else contextlib.nullcontext()
+    with in_transaction:
+        skip = f" AND d.endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
+        mine: list[str] = []  # PostgreSQL: the endpoints this claim holds the rows of
+        if db.dialect == "postgresql":
+            not_busy = f" AND endpoint_id NOT IN ({_marks(len(busy))})" if busy else ""
+            mine = [
+                str(r[0])
+                for r in db.rows(
+                    "SELECT endpoint_id FROM webhook_endpoints WHERE endpoint_id IN (SELECT endpoint_id FROM"
+                    f" webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?){not_busy}"
+                    " ORDER BY endpoint_id FOR UPDATE SKIP LOCKED",
+                    [now, *busy],
+                )
+            ]
+            if not mine:
+                return []
+            skip += f" AND d.endpoint_id IN ({_marks(len(mine))})"
         ranked = (
-            f"SELECT delivery_id FROM webhook_deliveries WHERE delivery_id IN ({ranked})"
-            " FOR UPDATE SKIP LOCKED"
+            "SELECT delivery_id FROM (SELECT d.delivery_id, d.event_order, row_number() OVER"
+            " (PARTITION BY d.endpoint_id ORDER BY d.event_order, d.delivery_id) AS n"
+            " FROM webhook_deliveries d JOIN webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
+            " WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
+            " AND (d.lease_until IS NULL OR d.lease_until <= ?)"
+            f" AND (e.enabled OR d.type = 'ping'){skip} AND NOT EXISTS (SELECT 1 FROM webhook_deliveries x"
+            " WHERE x.endpoint_id = d.endpoint_id AND x.status = 'pending' AND x.lease_until > ?)) ranked"
+            " WHERE n <= ? ORDER BY event_order, delivery_id LIMIT ?"
         )
-    rows = db.rows(
-        "UPDATE webhook_deliveries SET lease_holder = ?, lease_until = ?"
-        f" WHERE delivery_id IN ({ranked}) AND status = 'pending'"
-        " AND (lease_until IS NULL OR lease_until <= ?)"
-        " RETURNING delivery_id",
-        [holder, until, *params, now],
-    )
-    ids = [str(r[0]) for r in rows]
-    if not ids:
-        return []
-    found = db.rows(
-        _CLAIMED + f" WHERE d.delivery_id IN ({_marks(len(ids))}) AND d.lease_holder = ?"
-        " ORDER BY d.event_order, d.delivery_id",
-        [*ids, holder],
-    )
-    return [
-        Claimed(
-            str(r[0]),
-            str(r[1]),
-            str(r[2]),
-            str(r[3]),
-            int(r[4]),
-            int(r[5]),
-            r[6],
-            str(r[7]).encode(),
-            str(r[8]),
-            str(r[9]),
-            r[10],
-            r[11],
-            bool(r[12]),
+        params: list[Any] = [now, now, *busy, *mine, now, per_endpoint, limit]
+        if db.dialect == "postgresql":
+            ranked = (
+                f"SELECT delivery_id FROM webhook_deliveries WHERE delivery_id IN ({ranked})"
+                " FOR UPDATE SKIP LOCKED"
+            )
+        rows = db.rows(
+            "UPDATE webhook_deliveries SET lease_holder = ?, lease_until = ?"
+            f" WHERE delivery_id IN ({ranked}) AND status = 'pending'"
+            " AND (lease_until IS NULL OR lease_until <= ?)"
+            " RETURNING delivery_id",
+            [holder, until, *params, now],
         )
-        for r in found
-    ]
+        ids = [str(r[0]) for r in rows]
+        if not ids:
+            return []
+        found = db.rows(
+            _CLAIMED + f" WHERE d.delivery_id IN ({_marks(len(ids))}) AND d.lease_holder = ?"
+            " ORDER BY d.event_order, d.delivery_id",
+            [*ids, holder],
+        )
+        return [
+            Claimed(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                str(r[3]),
+                int(r[4]),
+                int(r[5]),
+                r[6],
+                str(r[7]).encode(),
+                str(r[8]),
+                str(r[9]),
+                r[10],
+                r[11],
+                bool(r[12]),
+            )
+            for r in found
+        ]
 
 
 def release(db: Executor, delivery_ids: Sequence[str], holder: str) -> None:

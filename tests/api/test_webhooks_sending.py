@@ -6,11 +6,12 @@
 - the sending process that `tally serve` uses: it signs and sends a group, records each attempt
   in the file, and a sending process that is killed mid-group is started again, with every
   delivery sent (only the one under way at the kill may come twice) and none left waiting for
-  its lease to run out.
+  its lease to run out; one that hangs is ended when its group has had its time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 from starlette.testclient import TestClient
 
+from api.outbound import sending, worker
 from api.outbound.sending import ProcessSender
 from api.outbound.worker import Deliverer
 from api.settings import Settings
@@ -147,6 +149,38 @@ def test_a_sending_process_killed_mid_group_is_replaced_and_nothing_waits(
     ids = receiver.ids()
     assert len(set(ids)) == 6 and len(ids) <= 7
     assert all(ids.count(i) == 1 for i in ids if i != ids[0])
+
+
+def test_a_sending_process_that_hangs_is_ended_before_the_lease_runs_out(
+    app_client: TestClient, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sending process that stops answering (here: stopped with SIGSTOP mid-group) is ended
+    once its group has had the time its attempts may take, and a fresh one sends the rest."""
+    for size in (1, worker.PER_ENDPOINT):  # ended before its lease runs out
+        assert sending.group_seconds(size) < worker.lease_for(size).total_seconds()
+    monkeypatch.setattr(sending, "group_seconds", lambda size: 2.0)  # (a group of 6: 87 s)
+    world, endpoint_id, _ = _pings(app_client, receiver.url, 6)
+    store = app_client.app.state.tally.store  # type: ignore[attr-defined]
+    receiver.hang.set()
+    deliverer = Deliverer(store, True, own_process=True, poll_seconds=0.05)
+    deliverer.start()
+    try:
+        receiver.wait_for(1)
+        sender = deliverer.sender
+        assert isinstance(sender, ProcessSender) and sender.pid is not None
+        stopped = sender.pid
+        os.kill(stopped, signal.SIGSTOP)
+        receiver.release()
+        wait_until(
+            lambda: _statuses(app_client, world, endpoint_id) == ["succeeded"] * 6, "6 deliveries", 30, 0.1
+        )
+        assert sender.pid != stopped
+    finally:
+        deliverer.stop()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGKILL)
+    ids = receiver.ids()
+    assert len(set(ids)) == 6 and len(ids) <= 7
 
 
 @pytest.mark.shared
