@@ -126,61 +126,41 @@ def test_the_sending_process_sends_signs_and_records_a_group(
         assert not store.attempt_journal().stat().st_size  # every attempt is in the database
 
 
-def test_a_sending_process_killed_mid_group_is_replaced_and_nothing_waits(
-    app_client: TestClient, receiver: Receiver
+@pytest.mark.parametrize("signal_sent", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hangs"])
+def test_a_sending_process_that_dies_or_hangs_mid_group_is_replaced_and_nothing_waits(
+    app_client: TestClient, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, signal_sent: int
 ) -> None:
-    world, endpoint_id, _ = _pings(app_client, receiver.url, 6)
-    store = app_client.app.state.tally.store  # type: ignore[attr-defined]
-    receiver.hang.set()  # the first delivery is held, unanswered, while its sender is killed
-    deliverer = Deliverer(store, True, own_process=True, poll_seconds=0.05)
-    deliverer.start()
-    try:
-        receiver.wait_for(1)
-        sender = deliverer.sender
-        assert isinstance(sender, ProcessSender) and sender.pid is not None
-        os.kill(sender.pid, signal.SIGKILL)
-        receiver.release()
-        # well before the group's lease (over 10 minutes) could run out
-        wait_until(
-            lambda: _statuses(app_client, world, endpoint_id) == ["succeeded"] * 6, "6 deliveries", 30, 0.1
-        )
-    finally:
-        deliverer.stop()
-    ids = receiver.ids()
-    assert len(set(ids)) == 6 and len(ids) <= 7
-    assert all(ids.count(i) == 1 for i in ids if i != ids[0])
-
-
-def test_a_sending_process_that_hangs_is_ended_before_the_lease_runs_out(
-    app_client: TestClient, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A sending process that stops answering (here: stopped with SIGSTOP mid-group) is ended
-    once its group has had the time its attempts may take, and a fresh one sends the rest."""
-    for size in (1, worker.PER_ENDPOINT):  # ended before its lease runs out
+    """A sending process killed mid-group is started again at once; one that stops answering
+    (stopped with SIGSTOP) is ended once its group has had the time its attempts may take. Either
+    way a fresh one sends the rest, well before the group's lease (over 10 minutes) runs out."""
+    for size in (1, worker.PER_ENDPOINT):
         assert sending.group_seconds(size) < worker.lease_for(size).total_seconds()
     monkeypatch.setattr(sending, "group_seconds", lambda size: 2.0)  # (a group of 6: 87 s)
     world, endpoint_id, _ = _pings(app_client, receiver.url, 6)
     store = app_client.app.state.tally.store  # type: ignore[attr-defined]
-    receiver.hang.set()
+    receiver.hang.set()  # the first delivery is held, unanswered, while its sender is signalled
     deliverer = Deliverer(store, True, own_process=True, poll_seconds=0.05)
     deliverer.start()
+    first: int | None = None
     try:
         receiver.wait_for(1)
         sender = deliverer.sender
         assert isinstance(sender, ProcessSender) and sender.pid is not None
-        stopped = sender.pid
-        os.kill(stopped, signal.SIGSTOP)
+        first = sender.pid
+        os.kill(first, signal_sent)
         receiver.release()
         wait_until(
             lambda: _statuses(app_client, world, endpoint_id) == ["succeeded"] * 6, "6 deliveries", 30, 0.1
         )
-        assert sender.pid != stopped
+        assert sender.pid != first
     finally:
         deliverer.stop()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(stopped, signal.SIGKILL)
+        if first is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(first, signal.SIGKILL)
     ids = receiver.ids()
     assert len(set(ids)) == 6 and len(ids) <= 7
+    assert all(ids.count(i) == 1 for i in ids if i != ids[0])
 
 
 @pytest.mark.shared
