@@ -4,6 +4,7 @@ embedded file, several on a shared database), the test says which it checks."""
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from ingest.domain.records import (
     ProgramSettings,
     StoredSession,
 )
-from ingest.storage.contract import Store
+from ingest.storage.contract import Store, Tx
 from ingest.storage.duckdb.store import DuckStore
 from ingest.storage.factory import open_store as open_backend
 from ingest.writer import Writer
@@ -103,6 +104,61 @@ def _seed(store: Store) -> None:
 
     w.run_sync(op)
     w.stop()
+
+
+def _put_program(program: Program, tx: Tx) -> None:
+    tx.put_program(program)
+
+
+def test_programs_are_found_by_their_stripe_account_through_changes_rollbacks_and_reopen(
+    open_store: Callable[[], Store],
+) -> None:
+    """Webhook routing's lookup: the programs connected to an account, oldest first, as programs
+    are added, moved to another account, and changed in a transaction that fails (undone)."""
+
+    def program(pid: str, account: str | None, minutes: int) -> Program:
+        at = AT + timedelta(minutes=minutes)
+        return Program(pid, "ws_1", pid, ProgramSettings(stripe_account_id=account), at, at)
+
+    def found(store: Store) -> dict[str, list[str]]:
+        return {
+            a: [p.program_id for p in store.programs_for_stripe_account(a)]
+            for a in ("acct_1", "acct_2", "acct_3")
+        }
+
+    store = open_store()
+    w = Writer(store)
+    w.start()
+    try:
+        w.run_sync(lambda tx: tx.add_workspace("ws_1", "W", AT))
+        added = [
+            program("prog_b", "acct_1", 2),
+            program("prog_a", "acct_1", 1),
+            program("prog_c", "acct_2", 3),
+        ]
+        for made in added:
+            w.run_sync(functools.partial(_put_program, made))
+        w.run_sync(lambda tx: tx.put_program(program("prog_d", None, 4)))
+        assert found(store) == {"acct_1": ["prog_a", "prog_b"], "acct_2": ["prog_c"], "acct_3": []}
+        w.run_sync(lambda tx: tx.put_program(program("prog_b", "acct_2", 2)))
+        assert found(store) == {"acct_1": ["prog_a"], "acct_2": ["prog_b", "prog_c"], "acct_3": []}
+
+        def fails(tx):  # type: ignore[no-untyped-def]
+            tx.put_program(program("prog_a", "acct_3", 1))
+            tx.put_program(program("prog_e", "acct_3", 5))
+            raise ValueError("the operation fails after its writes")
+
+        with pytest.raises(ValueError):
+            w.run_sync(fails)
+        assert found(store) == {"acct_1": ["prog_a"], "acct_2": ["prog_b", "prog_c"], "acct_3": []}
+    finally:
+        w.stop()
+        store.close()
+    store = open_store()
+    try:
+        assert found(store) == {"acct_1": ["prog_a"], "acct_2": ["prog_b", "prog_c"], "acct_3": []}
+    finally:
+        store.close()
 
 
 def test_everything_survives_reopen(open_store: Callable[[], Store]) -> None:

@@ -67,6 +67,9 @@ class ControlCache:
     partners: dict[tuple[str, str], Partner] = field(default_factory=dict)
     roles: dict[tuple[str, str], Role] = field(default_factory=dict)
     checklist: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    # The programs connected to each Stripe account, oldest first: a webhook is routed by a
+    # lookup, whatever the number of programs. A key's tuple is replaced whole, never changed.
+    by_account: dict[str, tuple[Program, ...]] = field(default_factory=dict)
 
     # -- writes (each records how to undo itself) ------------------------------------------
     def put_credential(self, cred: Credential, undo: Undo) -> None:
@@ -78,7 +81,26 @@ class ControlCache:
         _set_item(self.credentials, cred.token_hash, cred, undo)
 
     def put_program(self, program: Program, undo: Undo) -> None:
+        before = self.programs.get(program.program_id)
         _set_item(self.programs, program.program_id, program, undo)
+        self._reindex(before, program)
+        undo.append(lambda: self._reindex(program, before))
+
+    def _reindex(self, before: Program | None, after: Program | None) -> None:
+        """`by_account` after a program changed from `before` to `after` (None: absent)."""
+        changed = after or before
+        assert changed is not None
+        accounts = {p.settings.stripe_account_id for p in (before, after) if p is not None}
+        for account in accounts - {None}:
+            assert account is not None
+            kept = [p for p in self.by_account.get(account, ()) if p.program_id != changed.program_id]
+            if after is not None and after.settings.stripe_account_id == account:
+                kept.append(after)
+                kept.sort(key=lambda p: (p.created_at, p.program_id))
+            if kept:
+                self.by_account[account] = tuple(kept)
+            else:
+                self.by_account.pop(account, None)
 
     def put_partner(self, partner: Partner, undo: Undo) -> None:
         _set_item(self.partners, (partner.program_id, partner.code), partner, undo)

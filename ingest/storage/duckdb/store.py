@@ -438,8 +438,11 @@ class DuckStore(KeyLookups):
             return None
         return cred, self.index.programs.get(cred.subject_id) if cred.kind == "program" else None
 
+    # Reads that go through a whole table of the control cache iterate a copy of it (`dict.copy`
+    # runs in C, so the writer thread cannot change the table while it is taken): iterating the
+    # table itself while the writer adds to it raises "dictionary changed size during iteration".
     def program_credential(self, program_id: str) -> Credential | None:
-        for cred in self.index.credentials.values():
+        for cred in self.index.credentials.copy().values():
             if cred.kind == "program" and cred.subject_id == program_id:
                 return cred
         return None
@@ -450,36 +453,33 @@ class DuckStore(KeyLookups):
     def programs_in(self, workspace_ids: Sequence[str]) -> list[Program]:
         wanted = set(workspace_ids)
         return sorted(
-            (p for p in self.index.programs.values() if p.workspace_id in wanted),
+            (p for p in self.index.programs.copy().values() if p.workspace_id in wanted),
             key=lambda p: (p.created_at, p.program_id),
         )
 
     def programs_for_stripe_account(self, account: str) -> list[Program]:
-        return sorted(
-            (p for p in self.index.programs.values() if p.settings.stripe_account_id == account),
-            key=lambda p: (p.created_at, p.program_id),
-        )
+        return list(self.index.by_account.get(account, ()))
 
     def role(self, workspace_id: str, account_id: str) -> Role | None:
         return self.index.roles.get((workspace_id, account_id))
 
     def workspaces_of(self, account_id: str) -> dict[str, Role]:
-        return {ws: role for (ws, acct), role in self.index.roles.items() if acct == account_id}
+        return {ws: role for (ws, acct), role in self.index.roles.copy().items() if acct == account_id}
 
     def workspace_exists(self, workspace_id: str) -> bool:
-        return any(ws == workspace_id for ws, _ in self.index.roles)
+        return any(ws == workspace_id for ws, _ in self.index.roles.copy())
 
     def partner(self, program_id: str, code: str) -> Partner | None:
         return self.index.partners.get((program_id, code))
 
     def partners(self, program_id: str) -> list[Partner]:
         return sorted(
-            (p for (pid, _), p in self.index.partners.items() if pid == program_id),
+            (p for (pid, _), p in self.index.partners.copy().items() if pid == program_id),
             key=lambda p: p.code,
         )
 
     def checklist(self, program_id: str) -> dict[str, datetime]:
-        return {step: at for (pid, step), at in self.index.checklist.items() if pid == program_id}
+        return {step: at for (pid, step), at in self.index.checklist.copy().items() if pid == program_id}
 
     def tracking_log(self, program_id: str, limit: int, before: int | None = None) -> list[LogLine]:
         # Two steps, so that choosing the page reads two narrow columns, never the details of
