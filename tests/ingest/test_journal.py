@@ -59,6 +59,33 @@ def test_records_round_trip_and_torn_tail_is_ignored(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_the_next_segment_is_made_ahead_and_never_taken_for_a_closed_one(tmp_path: Path) -> None:
+    """The copier makes the next segment before it takes the writer's lock (`prepare`); the
+    rotation then switches to it, and a segment made ahead is never handed back as closed (the
+    copier deletes those)."""
+    journal = Journal(tmp_path / "j")
+    journal.append({"batch": 1, "raw": []})
+    journal.prepare()
+    journal.prepare()  # once is enough
+    first, ahead = journal.segments()
+    assert ahead.stat().st_size == 0
+    assert journal.rotate() == [first]
+    assert journal.segments() == [first, ahead]  # the rotation made no file: it took the one ahead
+    Journal.remove([first])
+    journal.prepare()
+    assert journal.rotate() == []  # nothing appended: no rotation, and the one ahead is not closed
+    journal.append({"batch": 2, "raw": []})
+    [current, next_one] = journal.segments()
+    assert (current, next_one.stat().st_size) == (ahead, 0)
+    journal.close()  # a crash, with an empty segment made ahead
+    again = Journal(tmp_path / "j")
+    assert [r["batch"] for r in again.records()] == [2]
+    again.append({"batch": 3, "raw": []})  # after the empty one
+    assert [r["batch"] for r in again.records()] == [2, 3]
+    assert again.rotate() == [current, next_one, again.segments()[2]]
+    again.close()
+
+
 def test_journaled_batches_are_recovered_after_a_crash(tmp_path: Path) -> None:
     db = tmp_path / "crash.duckdb"
     store = DuckStore(db)

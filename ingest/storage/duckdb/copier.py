@@ -51,8 +51,6 @@ def _schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
     )
 
 
-log = logging.getLogger("tally.store")
-
 RAW_SCHEMA = _schema(RAW_EVENT_COLUMNS)
 LOG_SCHEMA = _schema(
     (
@@ -253,6 +251,11 @@ class Copier:
         database refuses is set aside (see the module docstring); a resource fault raises
         `DatabaseUnavailable` and keeps every batch for the next attempt."""
         with self.copy_lock:
+            if self.journal is not None and self.pending:
+                try:  # the next segment, made while the writer can still append
+                    self.journal.prepare()
+                except OSError as exc:  # the rotation below makes it, or says why it cannot
+                    log.warning("cannot make the next journal segment ahead: %s", exc)
             with self.lock:
                 batches, self.pending = self.pending, []
                 self._pending_rows = 0

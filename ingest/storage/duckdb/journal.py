@@ -8,7 +8,9 @@ where a DuckDB commit of the same rows costs several milliseconds. A copier thre
 batches into DuckDB in large transactions (`DuckStore.flush`): it rotates to a fresh segment,
 copies the batches of the closed ones, records the last batch number copied in the same DuckDB
 transaction, and only then deletes the closed segments. At start, batches the database has not
-got yet (by batch number) are copied in before anything else happens.
+got yet (by batch number) are copied in before anything else happens. The copier makes the next
+segment ahead (`prepare`), before it takes the lock the writer's appends wait on, so creating
+it and syncing the directory do not hold a group commit up.
 
 Record format: 4-byte big-endian length, 4-byte CRC-32, JSON payload (datetimes as ISO 8601
 strings; the reader knows which columns are timestamps). A torn or corrupt tail (a
@@ -23,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from datetime import datetime
@@ -71,6 +74,8 @@ class Journal:
         self._number = int(existing[-1].stem) if existing else 0
         self._size = 0  # bytes of whole records in the open segment
         self._torn = False  # a failed write could not be cut off: the next append starts a segment
+        self._ready: tuple[int, int] | None = None  # the next segment, made ahead: (number, fd)
+        self._ready_lock = threading.Lock()
         self._fd = self._open_next()
 
     def segments(self) -> list[Path]:
@@ -80,15 +85,40 @@ class Journal:
     def current(self) -> Path:
         return self.directory / f"{self._number:012d}.log"
 
-    def _open_next(self) -> int:
-        self._number += 1
-        fd = os.open(self.current, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _DSYNC, 0o600)
+    def _create(self, number: int) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _DSYNC
+        fd = os.open(self.directory / f"{number:012d}.log", flags, 0o600)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the new file's name is durable before anything relies on it
         finally:
             os.close(dir_fd)
         return fd
+
+    def _open_next(self) -> int:
+        self._number += 1
+        with self._ready_lock:
+            ready, self._ready = self._ready, None
+        if ready is not None:
+            if ready[0] == self._number:
+                return ready[1]
+            os.close(ready[1])
+        return self._create(self._number)
+
+    def prepare(self) -> None:
+        """Make the next segment's file ahead of the rotation that takes it: creating it and
+        syncing the directory (up to several milliseconds on a busy disk) then happen before the
+        copier takes the lock the writer's appends wait on, not while it holds it. An empty
+        segment left by a crash is read as one holding nothing."""
+        number = self._number + 1
+        with self._ready_lock:
+            if self._ready is not None and self._ready[0] == number:
+                return
+        fd = self._create(number)
+        with self._ready_lock:
+            old, self._ready = self._ready, (number, fd)
+        if old is not None:
+            os.close(old[1])
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one record durably, or raise `OSError` having stored none of it."""
@@ -130,8 +160,7 @@ class Journal:
         closed segment, which together hold everything appended so far."""
         if self._size or self._torn:
             self._swap_segment()
-        current = self.current
-        return [path for path in self.segments() if path != current]
+        return [path for path in self.segments() if int(path.stem) < self._number]
 
     @staticmethod
     def remove(paths: list[Path]) -> None:
@@ -140,3 +169,7 @@ class Journal:
 
     def close(self) -> None:
         os.close(self._fd)
+        with self._ready_lock:
+            ready, self._ready = self._ready, None
+        if ready is not None:
+            os.close(ready[1])
