@@ -24,8 +24,9 @@ hashes of its link values, reconcile/run/closure.py); the rows of the components
 (found in the store by component id, then read by seq, clicks included) and the programs'
 engineer actions are reconciled (reconcile/pipeline.py) as one small log; the previous rows of
 those components are deleted and the new ones inserted; commission statuses of all other rows
-are brought up to `now`; unroutable events are re-read when new ones (or copies a backfill picked
-up) arrived. One transaction, with the run's record and the store's changes.
+are brought up to `now` (only the pending ones when `now` is not before the previous run's:
+approval only comes with time); unroutable events are re-read when new ones (or copies a
+backfill picked up) arrived. One transaction, with the run's record and the store's changes.
 
 The cost is the new rows' link hashes, a lookup of their values in the store and of the
 touched components' rows (scans of two integer columns of the store, not of the log's link
