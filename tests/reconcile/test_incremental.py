@@ -18,6 +18,7 @@ from polars.testing import assert_frame_equal
 
 from reconcile.pipeline import reconcile
 from reconcile.run import incremental, job, mirror
+from reconcile.run.source import read_linked, read_rows
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
@@ -87,6 +88,23 @@ def test_full_run_then_incremental_run_equals_one_full_run(stream: Stream, data:
         # a full run reads the segments both kinds of run wrote
         assert job.run(con, stream.now, full=True).mode == "full"
         assert_same_as_full_run(con, stream.now)
+
+
+@profile(5, ci=20)
+@given(stream=ledger_streams(max_events=30), data=st.data())
+def test_the_linked_rows_read_in_one_scan_are_those_read_group_by_group(
+    stream: Stream, data: st.DataObject
+) -> None:
+    """An incremental run reads the closure's rows with `read_linked` (one scan for three
+    groups of rows): the same rows, columns and values as `read_rows` reading each group with
+    its own columns (every other column null), whatever the filter."""
+    cut = data.draw(st.integers(0, len(stream.rows)), label="cut")
+    with stream_file(stream) as con:
+        append(con, stream.rows)
+        for where, params in (("", []), ("seq > ?", [cut]), ("program_id IS NOT NULL AND seq % 2 = 0", [])):
+            expected = read_rows(con, where, params, groups=("stripe", "other", "ledger", "click"))
+            got = read_linked(con, where, params)
+            assert_frame_equal(got.sort("seq"), expected.sort("seq"), check_exact=True)
 
 
 @profile(5, ci=30)
