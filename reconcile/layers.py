@@ -70,9 +70,8 @@ def states(engineer: pl.LazyFrame, sales: pl.DataFrame, final: pl.DataFrame, val
     concerned = pl.col("program_id").is_in(programs)
     by_program = sales.filter(concerned).partition_by("program_id", as_dict=True)
     finals = final.filter(concerned).partition_by("program_id", as_dict=True)
-    jobs: list[Job] = []
-    # per program: the layers to value (jobs[first:]), their times and causes, the final values
-    plans: list[tuple[int, list[tuple[Any, Any]], pl.DataFrame]] = []
+    # per program with layers to value: its sales, the fix sets of those layers, their times and causes
+    found: list[tuple[str, pl.DataFrame, list[pl.DataFrame], list[tuple[Any, Any]]]] = []
     for program in programs:
         mine = applied.filter(pl.col("program_id") == program)
         program_sales = by_program.get((program,))
@@ -92,11 +91,27 @@ def states(engineer: pl.LazyFrame, sales: pl.DataFrame, final: pl.DataFrame, val
         starts = [i for i in range(len(sets)) if i == 0 or not sets[i].equals(sets[i - 1])]
         if len(starts) == 1:
             continue
-        reached = _reached(program_sales, [sets[i] for i in starts]).implode()
-        subset = program_sales.filter(pl.col("sale_id").is_in(reached))
         marks = [(times[i - 1] if i else None, ids[i - 1] if i else None) for i in starts]
-        plans.append((len(jobs), marks, finals[(program,)].filter(pl.col("sale_id").is_in(reached))))
-        jobs += [(program, subset, sets[i]) for i in starts[:-1]]  # the last is the final pass's
+        found.append((program, program_sales, [sets[i] for i in starts], marks))
+    # The sales each program's layers can change, found for all programs at once (every link
+    # is within a program): one pass over the identities instead of one per program.
+    reached = (
+        _reached(
+            pl.concat([program_sales for _, program_sales, _, _ in found]),
+            [(program, fix_sets) for program, _, fix_sets, _ in found],
+        ).partition_by("program_id", as_dict=True)
+        if found
+        else {}
+    )
+    jobs: list[Job] = []
+    # per program: the layers to value (jobs[first:]), their times and causes, the final values
+    plans: list[tuple[int, list[tuple[Any, Any]], pl.DataFrame]] = []
+    for program, program_sales, fix_sets, marks in found:
+        mine_reached = reached.get((program,), pl.DataFrame(schema={"sale_id": pl.String}))
+        ids_reached = mine_reached.get_column("sale_id").implode()
+        subset = program_sales.filter(pl.col("sale_id").is_in(ids_reached))
+        plans.append((len(jobs), marks, finals[(program,)].filter(pl.col("sale_id").is_in(ids_reached))))
+        jobs += [(program, subset, fix_set) for fix_set in fix_sets[:-1]]  # the last is the final pass's
     valued = value(jobs) if jobs else []
     parts: list[pl.DataFrame] = []
     for first, marks, last in plans:
@@ -112,17 +127,21 @@ def states(engineer: pl.LazyFrame, sales: pl.DataFrame, final: pl.DataFrame, val
             )
             for rank, (frame, (at, cause)) in enumerate(zip(frames, marks, strict=True))
         ]
-        parts.append(_collapse(pl.concat(layers, how="vertical_relaxed")))
+        parts += layers
     if not parts:
         return pl.DataFrame(schema=STATES_SCHEMA)
-    return pl.concat(parts).select(list(STATES_SCHEMA))
+    # one pass for every program (it sorts by program first: the order of a pass per program)
+    return _collapse(pl.concat(parts, how="vertical_relaxed")).select(list(STATES_SCHEMA))
 
 
-def _reached(sales: pl.DataFrame, fix_sets: list[pl.DataFrame]) -> pl.Series:
-    """The ids of the `sales` (of one program) linked to a sale whose effective fixes differ
-    between consecutive `fix_sets`: starting from those sales, every real sale sharing an
-    identity (reconcile/customers.py) with one reached, under any fix set, until none is new."""
-    key = ["sale_id", "fix_click", "fix_key"]
+def _reached(sales: pl.DataFrame, fix_sets: list[tuple[str, list[pl.DataFrame]]]) -> pl.DataFrame:
+    """program_id and sale_id of the `sales` linked to a sale whose effective fixes differ
+    between consecutive fix sets of its program (`fix_sets`: each program's, in order): starting
+    from those sales, every real sale of the same program sharing an identity
+    (reconcile/customers.py) with one reached, under any of its program's fix sets, until none
+    is new. Every program's sales are searched at once; no link crosses programs."""
+    key = ["program_id", "sale_id", "fix_click", "fix_key"]
+    sale = ["program_id", "sale_id"]
     changed = pl.concat(
         [
             pl.concat(
@@ -130,32 +149,36 @@ def _reached(sales: pl.DataFrame, fix_sets: list[pl.DataFrame]) -> pl.Series:
                     a.join(b, on=key, how="anti", nulls_equal=True),
                     b.join(a, on=key, how="anti", nulls_equal=True),
                 ]
-            ).select("sale_id")
-            for a, b in itertools.pairwise(fix_sets)
+            ).select(sale)
+            for _, sets in fix_sets
+            for a, b in itertools.pairwise(sets)
         ]
     ).unique()
     real = sales.filter(~pl.col("test_mode").fill_null(False))
-    fixed_keys = pl.concat([f.select("sale_id", value="fix_key") for f in fix_sets]).drop_nulls()
+    fixed_keys = pl.concat(
+        [f.select(*sale, value="fix_key") for _, sets in fix_sets for f in sets]
+    ).drop_nulls()
     identities = pl.concat(
         [
             *(
                 real.select(
-                    "sale_id", kind=pl.lit(i, pl.Int8), value=norm_email(pl.col(n)) if n == "email" else n
+                    *sale, kind=pl.lit(i, pl.Int8), value=norm_email(pl.col(n)) if n == "email" else n
                 )
                 for i, n in enumerate(customers.IDENTITIES)
             ),
-            fixed_keys.join(real.select("sale_id"), on="sale_id").select(
-                "sale_id", kind=pl.lit(customers.IDENTITIES.index("customer_key"), pl.Int8), value="value"
+            fixed_keys.join(real.select(sale), on=sale).select(
+                *sale, kind=pl.lit(customers.IDENTITIES.index("customer_key"), pl.Int8), value="value"
             ),
         ]
     ).drop_nulls()
+    identity = ["program_id", "kind", "value"]
     reached, frontier = changed, changed
     while frontier.height:
-        shared = identities.join(frontier, on="sale_id", how="semi").select("kind", "value").unique()
-        linked = identities.join(shared, on=["kind", "value"], how="semi").select("sale_id").unique()
-        frontier = linked.join(reached, on="sale_id", how="anti")
+        shared = identities.join(frontier, on=sale, how="semi").select(identity).unique()
+        linked = identities.join(shared, on=identity, how="semi").select(sale).unique()
+        frontier = linked.join(reached, on=sale, how="anti")
         reached = pl.concat([reached, frontier])
-    return reached.get_column("sale_id")
+    return reached
 
 
 def _collapse(layers: pl.DataFrame) -> pl.DataFrame:
