@@ -52,12 +52,29 @@ Job = tuple[str, pl.DataFrame, pl.DataFrame]
 Value = Callable[[list[Job]], list[pl.DataFrame]]
 
 
-def _fix_set(engineer: pl.LazyFrame, sales: pl.DataFrame, program: str, last_seq: int | None) -> pl.DataFrame:
-    """The program's effective fixes with its backfills after `last_seq` left out (None: all)."""
-    drop = (pl.col("kind") == "backfill") & (pl.col("program_id") == program)
-    if last_seq is not None:
-        drop = drop & (pl.col("seq") > last_seq)
-    return fixes.effective_fixes(engineer.filter(~drop.fill_null(False)), sales).sort("sale_id")
+def _fix_sets(
+    engineer: pl.LazyFrame, sales: dict[str, pl.DataFrame], cuts: dict[str, int | None]
+) -> dict[str, pl.DataFrame]:
+    """For each program of `cuts`: its effective fixes on its `sales` with its backfills after
+    its cut left out (None: all of them), sorted by sale_id. One pass for all those programs:
+    fixes and backfills only reach sales of their own program."""
+    cut = pl.DataFrame(
+        {"program_id": list(cuts), "__cut": list(cuts.values()), "__in": [True] * len(cuts)},
+        schema={"program_id": pl.String, "__cut": pl.Int64, "__in": pl.Boolean},
+    )
+    drop = (
+        (pl.col("kind") == "backfill")
+        & pl.col("__in")
+        & (pl.col("__cut").is_null() | (pl.col("seq") > pl.col("__cut")))
+    )
+    kept = (
+        engineer.join(cut.lazy(), on="program_id", how="left", maintain_order="left")
+        .filter(~drop.fill_null(False))
+        .drop("__cut", "__in")
+    )
+    found = fixes.effective_fixes(kept, pl.concat([sales[program] for program in cuts])).sort("sale_id")
+    parts = found.partition_by("program_id", as_dict=True)
+    return {program: parts.get((program,), found.clear()) for program in cuts}
 
 
 def states(engineer: pl.LazyFrame, sales: pl.DataFrame, final: pl.DataFrame, value: Value) -> pl.DataFrame:
@@ -71,28 +88,48 @@ def states(engineer: pl.LazyFrame, sales: pl.DataFrame, final: pl.DataFrame, val
     by_program = sales.filter(concerned).partition_by("program_id", as_dict=True)
     finals = final.filter(concerned).partition_by("program_id", as_dict=True)
     # per program with layers to value: its sales, the fix sets of those layers, their times and causes
-    found: list[tuple[str, pl.DataFrame, list[pl.DataFrame], list[tuple[Any, Any]]]] = []
+    # per program: its sales, the sales a fix names (only those can have effective fixes), and
+    # its applied backfills' seqs, ids and times
+    plan: dict[str, tuple[pl.DataFrame, pl.DataFrame, list[Any], list[Any], list[Any]]] = {}
     for program in programs:
         mine = applied.filter(pl.col("program_id") == program)
         program_sales = by_program.get((program,))
         if program_sales is None:
             continue
-        # only the sales a fix names can have effective fixes
         named = fixes.metadata_fixes(engineer.filter(pl.col("program_id") == program)).collect(engine=ENGINE)
         targeted = program_sales.filter(
             pl.col("subscription_id").is_in(named.get_column("f_subscription").drop_nulls().implode())
             | pl.col("transaction_id").is_in(named.get_column("f_transaction").drop_nulls().implode())
         )
-        seqs = mine.get_column("seq").to_list()
-        ids = mine.get_column("event_id").to_list()
-        times = mine.get_column("received_at").cum_max().to_list()
-        sets = [_fix_set(engineer, targeted, program, None)]
-        sets += [_fix_set(engineer, targeted, program, seq) for seq in seqs]
-        starts = [i for i in range(len(sets)) if i == 0 or not sets[i].equals(sets[i - 1])]
+        plan[program] = (
+            program_sales,
+            targeted,
+            mine.get_column("seq").to_list(),
+            mine.get_column("event_id").to_list(),
+            mine.get_column("received_at").cum_max().to_list(),
+        )
+    # The fix sets after each program's first i backfills (i = 0: none of them), level by level
+    # for all programs at once.
+    sets: dict[str, list[pl.DataFrame]] = {program: [] for program in plan}
+    for level in range(1 + max((len(seqs) for _, _, seqs, _, _ in plan.values()), default=-1)):
+        cuts = {
+            program: None if level == 0 else seqs[level - 1]
+            for program, (_, _, seqs, _, _) in plan.items()
+            if level <= len(seqs)
+        }
+        for program, fix_set in _fix_sets(
+            engineer, {program: plan[program][1] for program in cuts}, cuts
+        ).items():
+            sets[program].append(fix_set)
+    # per program with layers to value: its sales, the fix sets of those layers, their times and causes
+    found: list[tuple[str, pl.DataFrame, list[pl.DataFrame], list[tuple[Any, Any]]]] = []
+    for program, (program_sales, _, _, ids, times) in plan.items():
+        mine_sets = sets[program]
+        starts = [i for i in range(len(mine_sets)) if i == 0 or not mine_sets[i].equals(mine_sets[i - 1])]
         if len(starts) == 1:
             continue
         marks = [(times[i - 1] if i else None, ids[i - 1] if i else None) for i in starts]
-        found.append((program, program_sales, [sets[i] for i in starts], marks))
+        found.append((program, program_sales, [mine_sets[i] for i in starts], marks))
     # The sales each program's layers can change, found for all programs at once (every link
     # is within a program): one pass over the identities instead of one per program.
     reached = (
