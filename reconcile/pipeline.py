@@ -286,8 +286,21 @@ def _valued(
     customer key, leads by email; the promo codes whole), cut down once to the rows these sales can
     find (a lookup's
     cost grows with its table)."""
-    fixed = [(program_id, fixes.apply(sales, fix_set)) for program_id, sales, fix_set in jobs]
-    every = pl.concat([sales for _, sales in fixed])
+    # Jobs of different programs are valued together (every rule is per program): round r holds
+    # the r-th job of each program, so one attribution and one commission pass serve a round.
+    rounds: list[list[int]] = []
+    taken: dict[str, int] = {}
+    for index, (program_id, _, _) in enumerate(jobs):
+        r = taken.get(program_id, 0)
+        taken[program_id] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(index)
+    fixed = [
+        fixes.apply(pl.concat([jobs[i][1] for i in members]), pl.concat([jobs[i][2] for i in members]))
+        for members in rounds
+    ]
+    every = pl.concat(fixed)
     clicks, by_key, by_email, promo_table = lookups
     wanted = (
         clicks.filter(pl.col("click_id").is_in(every.get_column("click_id").drop_nulls().implode())),
@@ -299,13 +312,15 @@ def _valued(
         ),
         promo_table,
     )
-    out = []
-    for _, mine in fixed:
+    out: list[pl.DataFrame] = [pl.DataFrame()] * len(jobs)
+    for members, mine in zip(rounds, fixed, strict=True):
         found = attribution.attribute(mine, *wanted)
         attributed = mine.hstack(found.select(attribution.OUTPUT).get_columns())
-        out.append(
-            attributed.select("program_id", "sale_id", "partner_code").hstack(
-                commissions.gross(attributed, programs, partners).get_columns()
-            )
+        valued = attributed.select("program_id", "sale_id", "partner_code").hstack(
+            commissions.gross(attributed, programs, partners).get_columns()
         )
+        offset = 0
+        for i in members:  # aligned with the round's rows: each job's slice, in order
+            out[i] = valued.slice(offset, jobs[i][1].height)
+            offset += jobs[i][1].height
     return out

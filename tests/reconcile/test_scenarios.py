@@ -886,6 +886,56 @@ def test_a_refund_dated_before_approval_changes_an_unpaid_line_in_place() -> Non
     assert got == [("commission", "2026-01", 1_500, 1_500, "approved")]
 
 
+def test_late_backfills_of_two_programs_each_freeze_their_own_lines() -> None:
+    """The same late backfill in two programs, whose layers the reconciler values in one pass:
+    each program's renewals (two in prog_a, one in prog_b, of other amounts) get their own
+    partner, amounts and approval time, as the reference computes them one by one."""
+
+    def renewal(program: str, n: int, amount: int, partner: str) -> list[dict[str, Any]]:
+        return [
+            b.click(f"clk_{program}_{n}", partner, program_id=program),
+            b.lead(
+                f"lead_{program}_{n}", f"ck_{program}_{n}", click_id=f"clk_{program}_{n}", program_id=program
+            ),
+            b.invoice(
+                f"evt_{program}_{n}",
+                f"in_{program}_{n}",
+                amount,
+                subscription_id=f"sub_{program}_{n}",
+                occurred_at=at(5 + n),
+                program_id=program,
+            ),
+            b.metadata_fix(
+                f"fix_{program}_{n}",
+                subscription_id=f"sub_{program}_{n}",
+                customer_key=f"ck_{program}_{n}",
+                occurred_at=at(49),
+                program_id=program,
+            ),
+        ]
+
+    rows = [
+        *renewal("prog_a", 1, 10_000, "p1"),
+        *renewal("prog_a", 2, 20_000, "p2"),
+        *renewal("prog_b", 1, 40_000, "p1"),
+        b.backfill("bf_b", "2026-01-01", "2026-01-31", occurred_at=at(50), program_id="prog_b"),
+        b.backfill("bf_a", "2026-01-01", "2026-01-31", occurred_at=at(51), program_id="prog_a"),
+    ]
+    programs = b.program_frame(
+        [
+            {**b.programs().row(0, named=True), "program_id": "prog_a"},
+            {**b.programs().row(0, named=True), "program_id": "prog_b", "stripe_account_id": "acct_2"},
+        ]
+    )
+    partners = pl.concat([PARTNERS, b.partners(("p1", "p1@partner.test"), program="prog_b")])
+    got = checked(b.frame(rows), programs, partners, NOW).commissions
+    assert got.select("program_id", "sale_id", "partner_code", "kind", "amount", "available_at").rows() == [
+        ("prog_a", "in_prog_a_1", "p1", "commission", 3_000, at(51)),
+        ("prog_a", "in_prog_a_2", "p2", "commission", 6_000, at(51)),
+        ("prog_b", "in_prog_b_1", "p1", "commission", 12_000, at(50)),
+    ]
+
+
 def test_a_line_approved_by_a_late_backfill_is_frozen_from_then_on() -> None:
     """A renewal without metadata is unattributed at its approval time; a fix applied by a
     backfill on Mar 1 attributes it (approved from then, 30.00); a later refund is a clawback."""
