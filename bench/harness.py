@@ -119,21 +119,22 @@ def tally_process(
 ) -> Iterator[Served]:
     """`tally serve` on loopback, with its pid and how long it took to answer."""
     port = free_port()
-    tmp = tempfile.mkdtemp(prefix="tally-bench-")
-    env = {
-        **os.environ,
-        "TALLY_DATABASE": str(database or Path(tmp) / "bench.duckdb"),
-        "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
-        "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
-        "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
-        "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
-        **(env_extra or {}),
-    }
-    module = "api.cli" if observe else "bench.unobserved"
-    with _serve(
-        [sys.executable, "-m", module, "serve", "--port", str(port)], port, "/healthz", env
-    ) as served:
-        yield served
+    # (removed with the server: a run of the benches starts dozens, of about 65 MB each)
+    with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
+        env = {
+            **os.environ,
+            "TALLY_DATABASE": str(database or Path(tmp) / "bench.duckdb"),
+            "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
+            "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
+            "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+            "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
+            **(env_extra or {}),
+        }
+        module = "api.cli" if observe else "bench.unobserved"
+        with _serve(
+            [sys.executable, "-m", module, "serve", "--port", str(port)], port, "/healthz", env
+        ) as served:
+            yield served
 
 
 @contextmanager

@@ -38,18 +38,19 @@ CONNECTIONS = 16
 @contextmanager
 def server() -> Iterator[str]:
     port = free_port()
-    env = {
-        **os.environ,
-        "TALLY_DATABASE": str(Path(tempfile.mkdtemp(prefix="tally-bench-")) / "bench.duckdb"),
-        "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
-        "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
-        "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
-        "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
-        "TALLY_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
-    }
-    cmd = [sys.executable, "-m", "api.cli", "serve", "--port", str(port)]
-    with _serve(cmd, port, "/healthz", env) as url:
-        yield url
+    with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
+        env = {
+            **os.environ,
+            "TALLY_DATABASE": str(Path(tmp) / "bench.duckdb"),
+            "TALLY_OPERATOR_TOKEN": OPERATOR_TOKEN,
+            "TALLY_BASE_URL": f"http://127.0.0.1:{port}",
+            "TALLY_STRIPE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+            "TALLY_RECONCILE_INTERVAL_SECONDS": "0",
+            "TALLY_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
+        }
+        cmd = [sys.executable, "-m", "api.cli", "serve", "--port", str(port)]
+        with _serve(cmd, port, "/healthz", env) as served:
+            yield served.url
 
 
 @dataclass
