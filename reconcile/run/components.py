@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 
 from reconcile.run import closure
-from reconcile.run.source import ENGINEER_KINDS
+from reconcile.run.source import ENGINEER_KINDS, registered
 
 FORMAT = hashlib.sha256(f"1|{duckdb.__version__}|{pl.__version__}|{closure.LINKS}".encode()).hexdigest()[:16]
 
@@ -196,13 +196,10 @@ class Update:
         touched = self.union.touched
         if self.after is None or not touched.len():
             return fresh
-        reader.register("_rc_touched", touched.to_frame("comp").to_arrow())
-        try:
+        with registered(reader, "_rc_touched", touched.to_frame("comp")):
             old: pl.DataFrame = reader.sql(
                 "SELECT seq FROM rc_link_rows WHERE comp IN (SELECT comp FROM _rc_touched)"
             ).pl()
-        finally:
-            reader.unregister("_rc_touched")
         return pl.concat([old.get_column("seq").cast(pl.Int64), fresh]).unique()
 
     def apply(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -285,12 +282,9 @@ def catch_up(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
     if not new.height:
         known = pl.DataFrame(schema=COMPS_SCHEMA)
     else:
-        reader.register("_rc_values", new.select("value").unique().to_arrow())
-        try:
+        with registered(reader, "_rc_values", new.select("value").unique()):
             found: pl.DataFrame = reader.sql(
                 "SELECT value, comp FROM rc_link_values WHERE value IN (SELECT value FROM _rc_values)"
             ).pl()
-        finally:
-            reader.unregister("_rc_values")
         known = found.cast(COMPS_SCHEMA)  # type: ignore[arg-type]
     return Update(after, upto, union(new, seqs, known))

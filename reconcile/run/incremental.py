@@ -48,7 +48,7 @@ import polars as pl
 from reconcile import terms, unroutable
 from reconcile.pipeline import Result, reconcile
 from reconcile.run import closure, components
-from reconcile.run.source import ENGINEER_KINDS, read_linked, read_rows, unroutable_rows
+from reconcile.run.source import ENGINEER_KINDS, read_linked, read_rows, registered, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 
 ENGINE_VERSION = "9"
@@ -216,8 +216,5 @@ def _closure(reader: duckdb.DuckDBPyConnection, store: components.Update) -> pl.
     seq. A semi-join on seq against the registered closure reads only its rows (1M events:
     0.12 s, where reading every row and filtering takes 0.63 s), in one scan for the three
     groups of linked rows (`read_linked`)."""
-    reader.register("_rc_closure", store.closure(reader).to_frame("seq").to_arrow())
-    try:
+    with registered(reader, "_rc_closure", store.closure(reader).to_frame("seq")):
         return read_linked(reader, "program_id IS NOT NULL AND seq IN (SELECT seq FROM _rc_closure)")
-    finally:
-        reader.unregister("_rc_closure")

@@ -3,7 +3,8 @@ control plane (program settings, partners)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -52,6 +53,16 @@ _GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def _select(columns: Sequence[str]) -> str:
     return ", ".join(columns)
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> Iterator[None]:
+    """`frame` readable by SQL on `con` as `name` inside the block (a few keys to semi-join)."""
+    con.register(name, frame.to_arrow())
+    try:
+        yield
+    finally:
+        con.unregister(name)
 
 
 def read_rows(
