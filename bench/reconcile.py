@@ -16,7 +16,10 @@ For each size in `BENCH_RECONCILE_SIZES` (default `1000000,10000000`; add `30000
    sizes in `BENCH_RECONCILE_BASELINE_SIZES` (default: those up to 10M). Each side has its own
    copy of the log (a run writes its tables, mirror and indexes into the database);
 3. in a fresh subprocess per run, alternating the two sides (baseline, this tree, baseline...),
-   time `reconcile.run.job.run(con, now)`: wall clock, CPU time, the time and resident memory
+   time `reconcile.run.job.run(con, now)` on a connection whose DuckDB memory is bounded as the
+   server bounds it (`BENCH_RECONCILE_MEMORY_MB`, default the server's `database_memory_mb`,
+   512; without a bound DuckDB keeps every block a run writes, up to 80 % of the machine's
+   memory, which the server never does): wall clock, CPU time, the time and resident memory
    of every step the job reports through `on_progress`, and the peak RSS of that process
    (VmHWM), so runs never share a peak: the first run (it also writes what later runs read
    instead of DuckDB's copy of the log), then `BENCH_RECONCILE_FULL_RUNS` (default 3) full runs
@@ -198,6 +201,15 @@ def step_append(db: Path, count: int | None = None) -> dict[str, Any]:
     return {"appended": tail.height, "append_s": round(appended, 2)}
 
 
+def _memory_mb() -> int:
+    """DuckDB's memory bound for the runs measured: the server's (api/settings.py
+    `database_memory_mb`) unless `BENCH_RECONCILE_MEMORY_MB` says otherwise."""
+    from api.settings import Settings
+
+    default = Settings.model_fields["database_memory_mb"].default
+    return int(os.environ.get("BENCH_RECONCILE_MEMORY_MB") or default)
+
+
 def step_run(db: Path, *, full: bool = False) -> dict[str, Any]:
     import duckdb
 
@@ -211,7 +223,7 @@ def step_run(db: Path, *, full: bool = False) -> dict[str, Any]:
         marks.append((stage, done, total, time.perf_counter()))
         resident.append(round((_status("VmRSS") or 0) / GIB, 2))
 
-    con = duckdb.connect(str(db))
+    con = duckdb.connect(str(db), config={"memory_limit": f"{_memory_mb()}MB"})  # as bench/bounded.py
     load = _load()
     try:
         cpu = time.process_time()
@@ -243,6 +255,7 @@ def step_run(db: Path, *, full: bool = False) -> dict[str, Any]:
         "rss_gib_at_steps": resident,
         "events_per_s": round(summary.high_water_seq / wall),
         "peak_rss_gib": round(_peak_rss() / GIB, 2),
+        "duckdb_memory_mb": _memory_mb(),
         "load_avg_before": load,
         "load_avg_after": _load(),
     }
@@ -314,10 +327,11 @@ def _child(*args: str, tree: Path = ROOT) -> dict[str, Any]:
     The machine is shared: should its available memory fall under `BENCH_RECONCILE_MIN_FREE_MIB`
     (default 1024) while the step runs, the step is stopped and reported as such."""
     floor = int(os.environ.get("BENCH_RECONCILE_MIN_FREE_MIB", "1024")) * 2**20
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), "BENCH_RECONCILE_MEMORY_MB": str(_memory_mb())}
+    bounded = ROOT / "bench" / "bounded.py"
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.reconcile", *args], cwd=tree, env=env, stdout=out, stderr=err
+            [sys.executable, str(bounded), str(tree), *args], cwd=tree, env=env, stdout=out, stderr=err
         )
         stopped = None
         while proc.poll() is None:

@@ -202,6 +202,26 @@ class Update:
             ).pl()
         return pl.concat([old.get_column("seq").cast(pl.Int64), fresh]).unique()
 
+    def comps(self, reader: duckdb.DuckDBPyConnection, seqs: pl.Series) -> pl.DataFrame:
+        """(seq, comp): the component of each of `seqs` that the store covers once this update
+        is applied (read before `apply`: the store's rows, renamed by the merges, and the new
+        rows); seqs it does not cover (engineer actions) are left out."""
+        wanted = seqs.cast(pl.Int64).unique().to_frame("seq")
+        fresh = self.union.rows.join(wanted, on="seq", how="semi")
+        if self.after is None:
+            return fresh
+        with registered(reader, "_rc_wanted", wanted):
+            stored: pl.DataFrame = reader.sql(
+                "SELECT seq, comp FROM rc_link_rows WHERE seq IN (SELECT seq FROM _rc_wanted)"
+            ).pl()
+        stored = stored.cast({"seq": pl.Int64, "comp": pl.Int64})
+        renamed = self.union.renamed
+        if renamed.height:
+            stored = stored.with_columns(
+                pl.col("comp").replace(renamed.get_column("old"), renamed.get_column("new"))
+            )
+        return pl.concat([stored, fresh])
+
     def apply(self, con: duckdb.DuckDBPyConnection) -> None:
         """Inside the run's final transaction: write the new rows, values and merges."""
         for ddl in DDL:

@@ -8,11 +8,15 @@ run's, never a mix. A run that can build on the previous one patches the tables 
 (reconcile/run/incremental.py says when and how); a full run goes:
 
 1. the log's column mirror (reconcile/run/mirror.py) takes in the rows it lacks, as Parquet segments;
-2. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows (a bigger program is a
-   chunk of its own; `schedule` says in which order they run). Every reconcile rule is per
-   program, so reconciling chunk by chunk gives exactly the result of reconciling the whole log
-   at once (tests/reconcile/test_job.py), while Polars holds at most two chunks' rows (one
-   being reconciled, the results of the previous one being written);
+2. the programs are packed into chunks of at most `CHUNK_EVENTS` raw rows; a bigger program is
+   split into parts of about that size by component (the component store, brought up to the
+   log's high water first, reconcile/run/components.py), each part read with the program's
+   engineer actions (`plan` says in which order they run). Every reconcile rule is per
+   program, and within a program per component (what incremental runs rely on too,
+   reconcile/run/closure.py), so reconciling step by step gives exactly the result of
+   reconciling the whole log at once (tests/reconcile/test_job.py), while Polars holds at most
+   two steps' rows (one being reconciled, the results of the previous one being written): a
+   run's peak memory follows `CHUNK_EVENTS`, not the log;
 3. each chunk is read (only the columns the reconciler uses for each kind of row, schema.py
    READ_COLUMNS; `body` only for engineer actions: from the mirror's segments, plus the newer
    rows from DuckDB) and reconciled (reconcile/pipeline.py); its rows are appended to this run's
@@ -30,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -45,7 +49,7 @@ from reconcile.pipeline import Result, reconcile
 from reconcile.run import components, incremental
 from reconcile.run import mirror as mirror_module
 from reconcile.run.mirror import Mirror
-from reconcile.run.source import control_plane, raw_chunk, read_rows
+from reconcile.run.source import ENGINEER_KINDS, control_plane, raw_chunk, read_rows
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
@@ -68,9 +72,11 @@ TABLES: dict[str, tuple[str, dict[str, pl.DataType]]] = {
 
 # rc_runs, the record of every run, is made by the schema migrations (ingest/storage/migrations.py).
 
-# Each chunk costs one scan of the log per group of rows (DuckDB decompresses the columns of every
-# row group whatever the filter), so fewer, larger chunks read less; 2.5M events peak under 5 GiB.
-CHUNK_EVENTS = 2_500_000
+# A run's peak memory follows the size of a step, not the log's: 10M events (largest program 2M)
+# with DuckDB's memory at the server's default 512 MB peaked at 3.8 GiB in steps of up to 2.5M
+# events, and at about 2.2 GiB in steps of 1M, for about 10 % more time (each step reads its
+# programs' rows from the mirror, and a program's parts each read all of its row groups).
+CHUNK_EVENTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -133,14 +139,39 @@ def chunks(counts: Sequence[tuple[str, int]], limit: int | None = None) -> list[
     return packed
 
 
-def schedule(counts: Sequence[tuple[str, int]], limit: int | None = None) -> list[list[str]]:
-    """The chunks (`chunks`) in the order a run takes them: largest first. Each chunk's writes
-    overlap the next chunk's reconcile; nothing overlaps the last chunk's writes, so the last
-    should be small. (Splitting the smallest programs off as a first and a last chunk of their
-    own gained nothing measurable at 10M events and cost 1M-event runs a third more time:
-    three chunks instead of one, and small inserts that go through the WAL.)"""
-    sizes = dict(counts)
-    return sorted(chunks(counts, limit), key=lambda chunk: -sum(sizes[program] for program in chunk))
+@dataclass(frozen=True)
+class Unit:
+    """What one step of a full run reconciles: the rows of `programs`, or, when a program
+    alone is larger than a chunk, part `part` of `parts` of it (the components of the program's
+    rows whose id hashes to `part`, with the program's engineer actions)."""
+
+    programs: tuple[str, ...]
+    part: int = 0
+    parts: int = 1
+    events: int = 0
+
+
+def plan(counts: Sequence[tuple[str, int]], limit: int | None = None) -> list[Unit]:
+    """The steps of a full run, largest first: every program of more than `limit` (default
+    CHUNK_EVENTS) events split into enough parts of about `limit` (by component: the result is
+    the union of the components' results, the engineer actions apart, reconcile/run/closure.py),
+    the others packed into chunks (`chunks`). Each step's writes overlap the next step's
+    reconcile; nothing overlaps the last step's writes, so the last should be small. (Splitting
+    the smallest programs off as a first and a last chunk of their own gained nothing measurable
+    at 10M events and cost 1M-event runs a third more time: three chunks instead of one, and
+    small inserts that go through the WAL.)"""
+    most = CHUNK_EVENTS if limit is None else limit
+    small = [(program, events) for program, events in counts if events <= most]
+    units = [
+        Unit((program,), part, parts, -(-events // parts))
+        for program, events in counts
+        if events > most
+        for parts in [-(-events // most)]
+        for part in range(parts)
+    ]
+    sizes = dict(small)
+    units += [Unit(tuple(chunk), events=sum(sizes[p] for p in chunk)) for chunk in chunks(small, most)]
+    return sorted(units, key=lambda unit: -unit.events)
 
 
 def _replace_view(con: duckdb.DuckDBPyConnection, name: str, ddl: str) -> None:
@@ -205,6 +236,7 @@ def _reconcile_all(
     report: Progress,
     control: tuple[pl.DataFrame, pl.DataFrame],
     mirror: Mirror,
+    store_update: components.Update,
 ) -> tuple[int, int, int, int]:
     """Reconcile chunk by chunk, reading through `reader` (one snapshot; the log's rows through
     `mirror`, which first takes in the rows it lacks) and writing each chunk's
@@ -229,8 +261,9 @@ def _reconcile_all(
     programs, partners = control
     for table, (_, schema) in TABLES.items():
         _put(con, _staging(table, run_id), pl.DataFrame(schema=schema), replace=True)
-    packed = schedule(counts)
+    units = plan(counts)
     sales = lines = 0
+    split: tuple[str, pl.DataFrame | None] = ("", None)
 
     def store(result: Result) -> None:
         for table, (attribute, _) in TABLES.items():
@@ -238,9 +271,25 @@ def _reconcile_all(
 
     with unordered_inserts(con), ThreadPoolExecutor(1, thread_name_prefix="rc-store") as pool:
         stored: Future[None] | None = None
-        for done, chunk in enumerate(packed):
-            report("reconcile", done, len(packed))
-            result = reconcile(mirror.chunk(reader, chunk), programs, partners, now)
+        for done, unit in enumerate(units):
+            report("reconcile", done, len(units))
+            keep = None
+            if unit.parts > 1:
+                if split[0] != unit.programs[0]:
+                    split = ("", None)  # the previous program's parts are done: free them first
+                    split = (unit.programs[0], _parts(reader, mirror, store_update, unit))
+                assigned = split[1]
+                if assigned is None:
+                    if unit.part:
+                        continue  # part 0 reconciled the program whole
+                else:
+                    keep = assigned.filter(pl.col("part") == unit.part).get_column("seq")
+                    if unit.part and keep.is_empty():
+                        continue  # no component hashed here (part 0 always runs: the batches)
+            result = reconcile(mirror.chunk(reader, unit.programs, keep), programs, partners, now)
+            if unit.part:
+                # a program's batches come from its engineer actions alone, which every part reads
+                result = replace(result, payouts=result.payouts.clear())
             if stored is not None:
                 stored.result()
             stored = pool.submit(store, result)
@@ -250,12 +299,31 @@ def _reconcile_all(
             sales += result.sales.height
             lines += result.commissions.height
             del result
-        report("write", len(packed), len(packed))
+        report("write", len(units), len(units))
         lost = mirror.unroutable(reader, programs)
         if stored is not None:
             stored.result()
     _put(con, _staging("rc_unroutable", run_id), lost, replace=True)
     return int(events), int(high_water), sales, lines
+
+
+# Parts of a program are assigned by a hash of their component's id (any function of the
+# component gives the same results; this one spreads consecutive ids).
+_PART_SEED = 0x7A11
+
+
+def _parts(
+    reader: duckdb.DuckDBPyConnection, mirror: Mirror, store: components.Update, unit: Unit
+) -> pl.DataFrame | None:
+    """(seq, part) of every row of the program of `unit` but its engineer actions: the part its
+    component (in the component store as `store` brings it up to the run's high water) hashes
+    to. None when a row has no component (the store does not cover it): the program is then
+    reconciled whole."""
+    rows = mirror.kinds(reader, unit.programs[0]).filter(~pl.col("kind").is_in(ENGINEER_KINDS))
+    comps = store.comps(reader, rows.get_column("seq"))
+    if comps.height != rows.height:
+        return None
+    return comps.select("seq", part=(pl.col("comp").hash(_PART_SEED) % unit.parts).cast(pl.Int64))
 
 
 def previous(table: str) -> str:
@@ -408,22 +476,21 @@ def run(
             reader.execute("BEGIN TRANSACTION")
             control = control_plane(reader)
             fingerprint = incremental.fingerprint(*control)
-            # The component store follows the log on every run (reconcile/run/components.py); a
-            # full run brings it up to date after reconciling, so as not to hold it meanwhile.
-            store = None
-            if not full and components.covered(reader) is not None:
-                store = components.catch_up(reader, components.high_water(reader))
+            # The component store follows the log on every run (reconcile/run/components.py),
+            # brought up to the snapshot's high water first: a full run splits a program larger
+            # than a chunk by component.
+            rebuilt = components.covered(reader) is None
+            if rebuilt:
+                report("components", 0, 1)
+            store = components.catch_up(reader, components.high_water(reader))
             patch = (
                 None
-                if store is None
+                if full or rebuilt
                 else incremental.prepare(reader, control, fingerprint, now, report, TABLES, store)
             )
             mirror = Mirror.open(reader)
             if patch is None:
-                counts = _reconcile_all(con, reader, run_id, now, report, control, mirror)
-                if store is None:
-                    report("components", 0, 1)
-                    store = components.catch_up(reader, counts[1])
+                counts = _reconcile_all(con, reader, run_id, now, report, control, mirror, store)
             else:
                 # Whole segments only: the mirror keeps up with the log between full runs.
                 mirror.extend(reader, patch.high_water, report, least=mirror_module.SEGMENT_ROWS)
@@ -433,7 +500,6 @@ def run(
         def swap() -> RunSummary:
             _swap_in(con, run_id, keep_previous=publish is not None)
             mirror.register(con)
-            assert store is not None
             store.apply(con)
             summary = _record(con, run_id, now, started, counts, "full", fingerprint)
             if publish is not None:
@@ -445,7 +511,6 @@ def run(
         def apply() -> RunSummary:
             assert patch is not None
             mirror.register(con)
-            assert store is not None
             store.apply(con)
             summary = _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
             if publish is not None:

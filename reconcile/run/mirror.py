@@ -48,15 +48,27 @@ import polars.selectors as cs
 
 from ingest.pause import pause
 from ingest.progress import Progress
-from reconcile.run.source import raw_chunk, read_rows, stray_rows, unroutable_table
+from reconcile.run.source import (
+    ENGINEER_KINDS,
+    raw_chunk,
+    read_rows,
+    registered,
+    stray_rows,
+    unroutable_table,
+)
 from reconcile.schema import ENGINE, RAW_SCHEMA, READ_COLUMNS
 
-SEGMENT_ROWS = 2_500_000
+# A segment is read into memory, sorted and written whole: at 2.5M rows the first run of a 10M-event
+# log peaked at 4.5 GiB writing them, at 1M rows about 2.5 GiB (job.CHUNK_EVENTS bounds the rest).
+SEGMENT_ROWS = 1_000_000
 MIN_ROWS = 250_000
 ROW_GROUP = 50_000
 # Bump the version when segments must be rewritten for another reason than the columns read.
 FORMAT = hashlib.sha256(f"2|{sorted(READ_COLUMNS.items())}|{sorted(RAW_SCHEMA)}".encode()).hexdigest()[:16]
 SUFFIX = ".parquet"
+# The rows of a part of a program read from DuckDB: its seqs (registered as `_rc_keep`) and the
+# program-wide engineer actions.
+KEEP = f"(seq IN (SELECT seq FROM _rc_keep) OR kind IN ({', '.join(repr(k) for k in ENGINEER_KINDS)}))"
 
 REGISTRY_DDL = """CREATE TABLE IF NOT EXISTS rc_mirror (
     segment VARCHAR PRIMARY KEY,
@@ -200,18 +212,40 @@ class Mirror:
             self.written.append(segment)
             pause("mirror.segment")
 
-    def chunk(self, reader: duckdb.DuckDBPyConnection, programs: Sequence[str]) -> pl.DataFrame:
+    def chunk(
+        self, reader: duckdb.DuckDBPyConnection, programs: Sequence[str], keep: pl.Series | None = None
+    ) -> pl.DataFrame:
         """The rows of `programs` as `source.raw_chunk` gives them: from the segments, plus
-        those received after them from DuckDB."""
-        after = raw_chunk(reader, programs, after_seq=self.covered)
+        those received after them from DuckDB. `keep`: only the rows of these seqs and the
+        engineer actions (a part of a program, reconcile/run/job.py), filtered as they are read."""
+        if keep is None:
+            after = raw_chunk(reader, programs, after_seq=self.covered)
+        else:
+            with registered(reader, "_rc_keep", keep.to_frame("seq")):
+                after = raw_chunk(reader, programs, after_seq=self.covered, where=KEEP)
+        if self.root is None or not self.segments:
+            return after
+        wanted = pl.col("program_id").is_in(list(programs))
+        if keep is not None:
+            wanted &= pl.col("seq").is_in(keep.implode()) | pl.col("kind").is_in(ENGINEER_KINDS)
+        mirrored = pl.scan_parquet(self._files()).filter(wanted).collect(engine=ENGINE)
+        return pl.concat([mirrored, _utc(after)], how="diagonal_relaxed")
+
+    def kinds(self, reader: duckdb.DuckDBPyConnection, program: str) -> pl.DataFrame:
+        """`seq` and `kind` of every row of `program` (what a run splits it by)."""
+        after: pl.DataFrame = reader.sql(
+            "SELECT seq, kind FROM raw_events WHERE program_id = ? AND seq > ?",
+            params=[program, self.covered],
+        ).pl()
         if self.root is None or not self.segments:
             return after
         mirrored = (
             pl.scan_parquet(self._files())
-            .filter(pl.col("program_id").is_in(list(programs)))
+            .filter(pl.col("program_id") == program)
+            .select("seq", "kind")
             .collect(engine=ENGINE)
         )
-        return pl.concat([mirrored, _utc(after)], how="diagonal_relaxed")
+        return pl.concat([mirrored, after], how="vertical_relaxed")
 
     def unroutable(self, reader: duckdb.DuckDBPyConnection, programs: pl.DataFrame) -> pl.DataFrame:
         """The rc_unroutable rows, as `source.unroutable_rows` gives them."""

@@ -125,22 +125,24 @@ def raw_chunk(
     programs: Sequence[str] | None = None,
     before_seq: int | None = None,
     after_seq: int | None = None,
+    where: str = "TRUE",
 ) -> pl.DataFrame:
     """The rows of `raw_events` (of the given programs, None = all; with seq before `before_seq`
-    and after `after_seq`, None = any), as `read_rows` gives them."""
-    where, params = ["TRUE"], list[object]()
+    and after `after_seq`, None = any; matching the SQL condition `where`), as `read_rows`
+    gives them."""
+    conditions, params = [where], list[object]()
     if programs is not None:
         # A filter on the column itself, which DuckDB evaluates inside the scan; `IN (SELECT
         # unnest(?))` is a semi join over every row of the group (10 % more read time).
-        where.append("list_contains(?::VARCHAR[], program_id)")
+        conditions.append("list_contains(?::VARCHAR[], program_id)")
         params.append(list(programs))
     if before_seq is not None:
-        where.append("seq < ?")
+        conditions.append("seq < ?")
         params.append(before_seq)
     if after_seq:
-        where.append("seq > ?")
+        conditions.append("seq > ?")
         params.append(after_seq)
-    return read_rows(con, " AND ".join(where), params)
+    return read_rows(con, " AND ".join(conditions), params)
 
 
 def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:

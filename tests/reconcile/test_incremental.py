@@ -154,6 +154,58 @@ def test_a_sale_in_a_closed_month_is_booked_as_an_adjustment_by_an_incremental_r
     assert kinds and all(kind == "adjustment" and period != "2026-01" for kind, period in kinds)
 
 
+def _customer(n: int, days: float) -> list[dict[str, Any]]:
+    """A customer of its own (its own click, lead and sale: a component of its own)."""
+    return [
+        b.click(f"clk_{n}", "p1"),
+        b.lead(f"lead_{n}", f"ck_{n}", click_id=f"clk_{n}"),
+        b.track_sale(f"sale_{n}", f"tx_{n}", 1_000 * n, customer_key=f"ck_{n}", occurred_at=at(days)),
+    ]
+
+
+def test_a_program_larger_than_a_chunk_is_reconciled_in_parts_that_equal_the_whole(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A program of more events than a chunk is reconciled in parts by component, each with the
+    program's engineer actions: the tables are exactly the whole log's, a payout batch (which
+    every part reads) is listed once and pays the lines of every part, and an incremental run
+    builds on it."""
+    log = [row for n in range(1, 9) for row in _customer(n, days=n)]
+    log += b.bookings(log, at(50), holding_days=30)  # finance's view of the approved lines
+    log += [
+        b.payout_batch("pay_1", "2026-03-01", received_at=at(60), occurred_at=at(60)),
+        b.payout_paid("paid_1", "pay_1", received_at=at(61), occurred_at=at(61)),
+    ]
+    append(con, log)
+    steps: list[tuple[str, int, int]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job, "CHUNK_EVENTS", 4)
+        assert job.run(con, at(100), lambda *step: steps.append(step)).mode == "full"
+    parts = {total for stage, _, total in steps if stage == "reconcile"}
+    assert parts == {-(-len(log) // 4)}  # parts of about 4 events, not one chunk
+    assert_same_as_full_run(con, at(100))
+    assert con.sql("SELECT payout_id, status FROM rc_payouts").fetchall() == [("pay_1", "paid")]
+    paid = con.sql("SELECT count(DISTINCT sale_id) FROM rc_commissions WHERE payout_id = 'pay_1'").fetchall()
+    assert paid == [(8,)]
+    append(con, _customer(9, days=70), first_seq=len(log) + 1)
+    assert job.run(con, at(100)).mode == "incremental"
+    assert_same_as_full_run(con, at(100))
+
+
+@profile(5, ci=30)
+@given(stream=ledger_streams(max_events=20), chunk_events=st.sampled_from((1, 3)))
+def test_a_full_run_in_parts_equals_the_whole_log(stream: Stream, chunk_events: int) -> None:
+    """The ledger's streams (bookings, finance actions, batches and payments, backfills and
+    fixes: one program) reconciled in parts of `chunk_events` events by component give the
+    whole log's tables."""
+    with stream_file(stream, 7) as con:
+        append(con, stream.rows)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(job, "CHUNK_EVENTS", chunk_events)
+            assert job.run(con, stream.now).mode == "full"
+        assert_same_as_full_run(con, stream.now)
+
+
 @pytest.fixture
 def con(tmp_path: Path) -> Any:
     connection = program_database(tmp_path / "tally.duckdb", {"commission_bps": 2000, "holding_days": 30})

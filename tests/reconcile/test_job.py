@@ -50,8 +50,8 @@ def test_run_materialises_every_table_and_records_the_run(con: duckdb.DuckDBPyCo
     assert recorded == [
         (summary.run_id, NOW, NOW + timedelta(milliseconds=summary.duration_ms), summary.duration_ms)
     ]
-    # a full run brings the component store up to date after reconciling (reconcile/run/components.py)
-    assert [p[0] for p in progress] == ["read", "reconcile", "write", "components", "done"]
+    # the first run builds the component store before reconciling (reconcile/run/components.py)
+    assert [p[0] for p in progress] == ["read", "components", "reconcile", "write", "done"]
     sales = table(con, "rc_sales")
     assert sales.select("sale_id", "partner_code", "commission", "platform_fee", "warnings").rows() == [
         ("sale_1", "p1", 2_000, 100, [])
@@ -127,17 +127,24 @@ def test_program_settings_default_like_ingest(con: duckdb.DuckDBPyConnection) ->
 
 
 @profile(4, ci=40)
-@given(stream=streams(max_events=30), segment_rows=st.sampled_from((3, 7)))
-def test_job_materialises_exactly_what_the_reference_computes(stream: Stream, segment_rows: int) -> None:
+@given(
+    stream=streams(max_events=30),
+    segment_rows=st.sampled_from((3, 7)),
+    chunk_events=st.sampled_from((1, 4, 10_000)),
+)
+def test_job_materialises_exactly_what_the_reference_computes(
+    stream: Stream, segment_rows: int, chunk_events: int
+) -> None:
     """On a database file, reading the log through the Parquet mirror (segments of a few rows,
-    so several) and chunked one program a chunk, reading only the columns each kind needs, the
-    job must give the very tables the pure pipeline gives on the whole log, which must be the
+    so several) and in steps of at most `chunk_events` events (so programs split into parts by
+    component, down to one part per event), reading only the columns each kind needs, the job
+    must give the very tables the pure pipeline gives on the whole log, which must be the
     reference's (tests/reconcile/reference.py)."""
     expected = checked(stream.frame(), stream.programs, stream.partners, stream.now)
     with stream_file(stream, segment_rows) as con:
         append(con, stream.rows)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(job, "CHUNK_EVENTS", 1)
+            patch.setattr(job, "CHUNK_EVENTS", chunk_events)
             job.run(con, stream.now)
         assert mirrored_rows(con) == (len(stream.rows) if len(stream.rows) >= mirror.MIN_ROWS else 0)
         assert_materialised(con, expected)
@@ -160,10 +167,19 @@ def test_programs_are_packed_into_chunks_without_splitting_one() -> None:
     assert job.chunks([], limit=6) == []
 
 
-def test_a_run_takes_the_largest_chunks_first() -> None:
-    counts = [("a", 3), ("b", 3), ("c", 10), ("d", 1), ("e", 1)]
-    assert job.schedule(counts, limit=6) == [["c"], ["a", "b"], ["d", "e"]]
-    assert job.schedule([("a", 1)], limit=6) == [["a"]]
+def test_a_run_splits_larger_programs_into_parts_and_takes_the_largest_steps_first() -> None:
+    counts = [("a", 3), ("b", 3), ("c", 10), ("d", 1), ("e", 1), ("f", 13)]
+    assert job.plan(counts, limit=6) == [
+        job.Unit(("a", "b"), events=6),
+        job.Unit(("c",), 0, 2, 5),
+        job.Unit(("c",), 1, 2, 5),
+        job.Unit(("f",), 0, 3, 5),
+        job.Unit(("f",), 1, 3, 5),
+        job.Unit(("f",), 2, 3, 5),
+        job.Unit(("d", "e"), events=2),
+    ]
+    assert job.plan([("a", 1)], limit=6) == [job.Unit(("a",), events=1)]
+    assert job.plan([], limit=6) == []
 
 
 def test_staging_tables_left_by_a_crash_are_cleaned_up(con: duckdb.DuckDBPyConnection) -> None:

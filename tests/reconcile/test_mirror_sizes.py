@@ -17,7 +17,7 @@ from reconcile.run import job, mirror
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile.database import ORDERS, materialised
 
-PRODUCTION = (250_000, 2_500_000)  # (MIN_ROWS, SEGMENT_ROWS) as shipped
+PRODUCTION = (250_000, 1_000_000)  # (MIN_ROWS, SEGMENT_ROWS) as shipped
 TABLES = {**job.TABLES, "rc_unroutable": ("unroutable", UNROUTABLE_SCHEMA)}
 
 
