@@ -708,9 +708,8 @@ def write_sharded(
             del log
         assert first is not None
         write_db(path, replace(first, events=first.events.head(0)))
-        merge = duckdb.connect(
-            config={"memory_limit": "2GB", "temp_directory": folder, "enable_progress_bar": False}
-        )
+        merge = duckdb.connect(config={"memory_limit": "2GB", "temp_directory": folder})
+        merge.execute("SET enable_progress_bar = false")  # DuckDB 2 refuses it as a connect option
         target = duckdb.connect(str(path))
         try:
             ordered = merge.sql(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 
 from bench import bounded
@@ -40,3 +41,19 @@ def test_a_run_step_runs_in_a_child_under_the_bound(tmp_path: Path, monkeypatch:
     assert made.get("events") == 2000, made
     ran = bench_reconcile._child("run", str(db), tree=ROOT)
     assert ran.get("mode") == "full" and ran.get("duckdb_memory_mb") == 256, ran
+
+
+def test_a_log_drawn_in_shards_is_written_in_arrival_order(tmp_path: Path) -> None:
+    """bench/rawgen.py `write_sharded` (sizes above 10M events): the database holds the first
+    `size` rows numbered 1..size in arrival order, the tail file the held-back rows after them."""
+    from bench import rawgen
+
+    db, tail = tmp_path / "log.duckdb", tmp_path / "tail.parquet"
+    rawgen.write_sharded(db, tail, 2_500, 100, 1_000)
+    with duckdb.connect(str(db), read_only=True) as con:
+        ((rows, first, last, ordered),) = con.sql(
+            "SELECT count(*), min(seq), max(seq), bool_and(received_at >= previous) FROM ("
+            " SELECT seq, received_at, lag(received_at) OVER (ORDER BY seq) AS previous FROM raw_events)"
+        ).fetchall()
+    assert (rows, first, last) == (2_500, 1, 2_500) and ordered
+    assert pl.read_parquet(tail).height == 100

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconcile.run import components, job
+from reconcile.run.source import ENGINEER_KINDS
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
 from tests.reconcile.database import SALE, append, program_database, stream_file
@@ -115,6 +116,28 @@ def test_runs_over_several_batches_equal_a_full_run_and_a_rebuilt_store(
             assert job.run(con, stream.now).mode == "full"  # a store of another format: rebuilt
             assert _store(con) == kept
         assert_same_as_full_run(con, stream.now)
+
+
+@profile(5, ci=30)
+@given(stream=streams(closes=False, max_events=35), data=st.data())
+def test_the_components_an_update_gives_are_a_rebuilt_stores(stream: Stream, data: st.DataObject) -> None:
+    """What a full run splits programs by (`Update.comps`, before the update is applied): for
+    every covered row, the store's component renamed by the merges the new rows make, or the
+    new row's, is the component a store rebuilt from the whole log gives."""
+    cut = data.draw(st.integers(0, len(stream.rows)), label="cut")
+    with stream_file(stream) as con:
+        append(con, stream.rows[:cut])
+        job.run(con, stream.now)
+        append(con, stream.rows[cut:], first_seq=cut + 1)
+        high = components.high_water(con)
+        seqs = pl.Series("seq", range(1, high + 1), pl.Int64)
+        update = components.catch_up(con, high)
+        got = update.comps(con, seqs).sort("seq")
+        expected = components._rebuild(con, high).comps(con, seqs).sort("seq")
+        assert got.rows() == expected.rows()
+        rows = enumerate(stream.rows, 1)
+        covered = [i for i, r in rows if r["kind"] not in ENGINEER_KINDS and r["program_id"]]
+        assert got.get_column("seq").to_list() == covered  # engineer actions have none
 
 
 def test_a_store_ahead_of_the_previous_run_is_not_built_on(tmp_path: Path) -> None:
