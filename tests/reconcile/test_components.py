@@ -118,7 +118,7 @@ def test_runs_over_several_batches_equal_a_full_run_and_a_rebuilt_store(
         assert_same_as_full_run(con, stream.now)
 
 
-@profile(5, ci=30)
+@profile(5, ci=20)
 @given(stream=streams(closes=False, max_events=35), data=st.data())
 def test_the_components_an_update_gives_are_a_rebuilt_stores(stream: Stream, data: st.DataObject) -> None:
     """What a full run splits programs by (`Update.comps`, before the update is applied): for

@@ -192,7 +192,7 @@ def test_a_program_larger_than_a_chunk_is_reconciled_in_parts_that_equal_the_who
     assert_same_as_full_run(con, at(100))
 
 
-@profile(5, ci=30)
+@profile(5, ci=15)
 @given(stream=ledger_streams(max_events=20), chunk_events=st.sampled_from((1, 3)))
 def test_a_full_run_in_parts_equals_the_whole_log(stream: Stream, chunk_events: int) -> None:
     """The ledger's streams (bookings, finance actions, batches and payments, backfills and

@@ -126,7 +126,9 @@ def test_program_settings_default_like_ingest(con: duckdb.DuckDBPyConnection) ->
     assert table(con, "rc_sales").select("commission", "platform_fee").rows() == [(3_000, 0)]
 
 
-@profile(4, ci=40)
+# ci=25 (40 before steps of 1 and 4 events joined): a case in parts of one event costs several
+# reconciles, and the whole test must stay far under the suite's 300 s timeout on a loaded machine.
+@profile(4, ci=25)
 @given(
     stream=streams(max_events=30),
     segment_rows=st.sampled_from((3, 7)),
