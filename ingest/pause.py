@@ -11,7 +11,9 @@ Points: `reconcile.chunk` (a full run's first chunk written to its staging table
 replica of a shared database, published; not committed yet), `publish.commit` (a replica's
 publishing transaction on PostgreSQL, its rows sent; not committed yet), `pull.window` (a
 replica's working copy has taken a window of the log's rows; not committed yet),
-`mirror.segment` (a full run has written a column-mirror segment; not registered yet).
+`mirror.segment` (a full run has written a column-mirror segment; not registered yet),
+`components.batch` (a run rebuilding the component store has written a batch to its own
+tables; nothing in the store yet).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import time
 from pathlib import Path
 
 PAUSE_ENV = "TALLY_TEST_PAUSE_AT"
-POINTS = ("reconcile.chunk", "reconcile.commit", "publish.commit", "pull.window", "mirror.segment")
+POINTS = (
+    "reconcile.chunk",
+    "reconcile.commit",
+    "publish.commit",
+    "pull.window",
+    "mirror.segment",
+    "components.batch",
+)
 
 
 def pausing(point: str) -> bool:

@@ -9,7 +9,8 @@ in the middle of a full run (its first chunk in the staging tables), inside a ru
 transaction (full and incremental), while a full run writes the column mirror (embedded),
 inside a replica's publishing transaction (PostgreSQL, full and incremental), and while a
 replica's working copy pulls the log (its first pull into an empty copy, which the next run
-resumes after the windows it committed, and a later one).
+resumes after the windows it committed, and a later one), and while a run rebuilds the
+component store (its format changed), a batch in the rebuild's own tables.
 Small chunks, mirror segments and pull windows make the small log take several of each.
 
 After each kill the published tables (what the API reads, through the store's reader) are
@@ -39,6 +40,7 @@ from ingest.pause import PAUSE_ENV
 from ingest.storage.factory import open_store
 from ingest.storage.postgres.conn import conninfo
 from reconcile.pipeline import reconcile
+from reconcile.run import components
 from reconcile.run.engine import books
 from tests.conftest import ROOT
 from tests.pg import Server
@@ -56,6 +58,7 @@ SMALL = (  # so that the small log takes several chunks, mirror segments and pul
     "reconcile.run.mirror.SEGMENT_ROWS=400",
     "ingest.storage.postgres.source.PULL_WINDOW=600",
     "ingest.storage.postgres.copy.COMMIT_ROWS=600",
+    "reconcile.run.components.BUILD_SEQS=500",
 )
 
 
@@ -64,6 +67,7 @@ class Kill:
     point: str
     full: bool = True  # the killed run: full, or incremental where it can be
     fresh_copy: bool = False  # PostgreSQL: the killed run's working copy is empty (its first pull)
+    rebuild: bool = False  # the killed run rebuilds the component store (its format changed)
 
 
 KILLS = {
@@ -72,6 +76,7 @@ KILLS = {
         Kill("mirror.segment"),
         Kill("reconcile.commit"),
         Kill("reconcile.commit", full=False),
+        Kill("components.batch", rebuild=True),
     ],
     "postgresql": [
         Kill("reconcile.chunk"),
@@ -81,6 +86,7 @@ KILLS = {
         Kill("publish.commit", full=False),
         Kill("pull.window", full=False),
         Kill("pull.window", fresh_copy=True),
+        Kill("components.batch", rebuild=True),
     ],
 }
 
@@ -179,6 +185,27 @@ def _kill_at(database: str, engine: Path, point: str, marker: Path, *, full: boo
         process.communicate(timeout=30)
 
 
+def _engine_file(database: str, engine: Path) -> str:
+    """The DuckDB file the reconciler runs in: the embedded database, or a replica's working copy."""
+    return str(engine / "reconcile.duckdb") if database.startswith("postgresql://") else database
+
+
+def _store_format(database: str, engine: Path, change: str | None = None) -> str:
+    """The component store's format (reconcile/run/components.py), first set to `change` if given
+    (another format: the next run rebuilds the store)."""
+    with duckdb.connect(_engine_file(database, engine)) as con:
+        if change is not None:
+            con.execute("UPDATE rc_link_state SET format = ?", [change])
+        return str(con.execute("SELECT format FROM rc_link_state").fetchall()[0][0])
+
+
+def _leftovers(database: str, engine: Path) -> list[str]:
+    """Tables a run keeps only while it runs (named `<table>__rcr_<run id>`)."""
+    with duckdb.connect(_engine_file(database, engine), read_only=True) as con:
+        names = con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    return [str(name) for (name,) in names if "__rcr_" in str(name)]
+
+
 def _same_as(left: Tables, right: Tables) -> bool:
     try:
         assert_same(left, right)
@@ -206,6 +233,8 @@ def test_sigkill_while_reconciling_leaves_the_last_results_and_the_next_run_corr
         _append(database, log.events.slice(FIRST + step * n, upto - FIRST - step * n))
         if kill.fresh_copy:
             engine = tmp_path / f"engine-{n + 1}"
+        if kill.rebuild:
+            _store_format(database, engine, "another")
         _kill_at(database, engine, kill.point, tmp_path / "paused", full=kill.full)
         if kill.fresh_copy:  # a first pull commits as it goes: the next run resumes after that
             with duckdb.connect(str(engine / "reconcile.duckdb"), read_only=True) as copy:
@@ -221,3 +250,6 @@ def test_sigkill_while_reconciling_leaves_the_last_results_and_the_next_run_corr
         assert summary["high_water_seq"] == upto, (kill, summary)
         last = _published(database, engine)
         assert_same(last, expected)
+        if kill.rebuild:  # rebuilt whole by the next run, the killed run's tables dropped
+            assert _store_format(database, engine) == components.FORMAT
+            assert not _leftovers(database, engine), kill

@@ -15,11 +15,13 @@ A component's id is the smallest seq of its rows. `catch_up` reads the rows afte
 (every run does, full or incremental, so the store follows the log), hashes their values, looks
 up the components those values already belong to, and joins the new rows to them (`union`):
 components a new row links are merged into the one of the smallest id, the others' rows and
-values renamed. Nothing is written then: the returned `Update` is applied in the run's final
+values renamed. Nothing is written to the store then: the returned `Update` is applied in the run's final
 transaction (`Update.apply`), so the store moves with the run that computed it, and a run that
 fails leaves it as it was. The raw log is append-only, so the store of a prefix of the log never
 needs more than additions and merges; a store that does not fit the log (another format, ahead
-of the log, missing) is rebuilt from seq 0 by the same code.
+of the log, missing) is rebuilt from seq 0 by the same code, batch by batch into tables of the
+run's own (`Staged`), which the final transaction renames into place: a rebuild holds one
+batch and the merges in memory, not the store.
 
 An incremental run then reads the rows of the components its new rows touched (`Update.closure`):
 the rows of the old components they joined plus the new rows, by seq.
@@ -28,12 +30,14 @@ the rows of the old components they joined plus the new rows, by seq.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
 import polars as pl
 
+from ingest.pause import pause
 from reconcile.run import closure
 from reconcile.run.source import ENGINEER_KINDS, registered
 
@@ -45,6 +49,8 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS rc_link_state (format VARCHAR NOT NULL, upto_seq BIGINT NOT NULL)",
 )
 TABLES = ("rc_link_values", "rc_link_rows", "rc_link_state")
+# A rebuild's tables, each `<table>__<run id>` (`Staged`): the batches as joined, then the store.
+STAGED = ("rc_link_build_values", "rc_link_build_rows", "rc_link_values", "rc_link_rows")
 
 # The rows the store covers: routed, and not engineer actions (which every component reads).
 COVERED = f"program_id IS NOT NULL AND kind NOT IN ({', '.join(repr(k) for k in ENGINEER_KINDS)})"
@@ -175,23 +181,43 @@ def _state(reader: duckdb.DuckDBPyConnection) -> int | None:
     return int(rows[0][1])
 
 
+@dataclass
+class Staged:
+    """Where a rebuild writes the store as it builds it: tables named `<table>__<name>`
+    (`STAGED`), created and committed through `writer`, a connection of their own (the run's
+    reads hold a snapshot that would not see them); the run's final transaction renames the
+    store's two into place (`Update.apply`), and a run that fails leaves them to be dropped
+    (reconcile/run/job.py `_drop_staging`, by name)."""
+
+    writer: duckdb.DuckDBPyConnection
+    name: str = field(default_factory=lambda: f"rcr_{uuid.uuid4().hex}")
+
+    def table(self, base: str) -> str:
+        return f"{base}__{self.name}"
+
+    def drop(self) -> None:
+        for base in STAGED:
+            self.writer.execute(f'DROP TABLE IF EXISTS "{self.table(base)}"')
+
+
 @dataclass(frozen=True)
 class Update:
-    """The store brought from `after` (None: rebuilt) up to `upto`, to be applied in the run's
-    final transaction."""
+    """The store brought from `after` up to `upto`, to be applied in the run's final
+    transaction; or, when `staged` is set, the store rebuilt up to `upto` into those tables."""
 
     after: int | None
     upto: int
     union: Union
-
-    @property
-    def rows(self) -> int:
-        """How many rows joined the store."""
-        return self.union.rows.height
+    staged: Staged | None = None
 
     def closure(self, reader: duckdb.DuckDBPyConnection) -> pl.Series:
         """The seqs of the rows of every component the new rows are in (read before `apply`:
         the store's rows of the components they joined, plus the new rows)."""
+        if self.staged is not None:
+            every: pl.DataFrame = self.staged.writer.sql(
+                f'SELECT seq FROM "{self.staged.table("rc_link_rows")}"'
+            ).pl()
+            return every.get_column("seq").cast(pl.Int64)
         fresh = self.union.rows.get_column("seq")
         touched = self.union.touched
         if self.after is None or not touched.len():
@@ -205,16 +231,15 @@ class Update:
     def comps(self, reader: duckdb.DuckDBPyConnection, seqs: pl.Series) -> pl.DataFrame:
         """(seq, comp): the component of each of `seqs` that the store covers once this update
         is applied (read before `apply`: the store's rows, renamed by the merges, and the new
-        rows); seqs it does not cover (engineer actions) are left out."""
+        rows; or the rebuilt store's rows); seqs it does not cover (engineer actions) are left
+        out."""
         wanted = seqs.cast(pl.Int64).unique().to_frame("seq")
+        if self.staged is not None:
+            return _by_seq(self.staged.writer, self.staged.table("rc_link_rows"), wanted)
         fresh = self.union.rows.join(wanted, on="seq", how="semi")
         if self.after is None:
             return fresh
-        with registered(reader, "_rc_wanted", wanted):
-            stored: pl.DataFrame = reader.sql(
-                "SELECT seq, comp FROM rc_link_rows WHERE seq IN (SELECT seq FROM _rc_wanted)"
-            ).pl()
-        stored = stored.cast({"seq": pl.Int64, "comp": pl.Int64})
+        stored = _by_seq(reader, "rc_link_rows", wanted)
         renamed = self.union.renamed
         if renamed.height:
             stored = stored.with_columns(
@@ -223,10 +248,15 @@ class Update:
         return pl.concat([stored, fresh])
 
     def apply(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Inside the run's final transaction: write the new rows, values and merges."""
+        """Inside the run's final transaction: write the new rows, values and merges, or put
+        the rebuilt store in place."""
         for ddl in DDL:
             con.execute(ddl)
-        if self.after is None:
+        if self.staged is not None:
+            for table in ("rc_link_values", "rc_link_rows"):
+                con.execute(f"DROP TABLE {table}")
+                con.execute(f'ALTER TABLE "{self.staged.table(table)}" RENAME TO {table}')
+        elif self.after is None:
             for table in TABLES:
                 con.execute(f"DELETE FROM {table}")
         registered = []
@@ -250,6 +280,15 @@ class Update:
         con.execute("INSERT INTO rc_link_state VALUES (?, ?)", [FORMAT, self.upto])
 
 
+def _by_seq(reader: duckdb.DuckDBPyConnection, table: str, wanted: pl.DataFrame) -> pl.DataFrame:
+    """(seq, comp) of the rows of the store table `table` whose seq is in `wanted`."""
+    with registered(reader, "_rc_wanted", wanted):
+        stored: pl.DataFrame = reader.sql(
+            f'SELECT seq, comp FROM "{table}" WHERE seq IN (SELECT seq FROM _rc_wanted)'
+        ).pl()
+    return stored.cast({"seq": pl.Int64, "comp": pl.Int64})
+
+
 def high_water(reader: duckdb.DuckDBPyConnection) -> int:
     """The log's last seq (0: empty) in `reader`'s snapshot."""
     ((high,),) = reader.execute("SELECT coalesce(max(seq), 0) FROM raw_events").fetchall()
@@ -270,34 +309,72 @@ def _batch(reader: duckdb.DuckDBPyConnection, after: int, upto: int) -> tuple[pl
     return pairs(hashes), hashes.get_column("seq")
 
 
-def _rebuild(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
-    """The store of every covered row up to `upto`, built `BUILD_SEQS` seqs at a time, each
-    batch joined to the store of the previous ones (held in memory, 16 bytes a row and a
-    value), so that only one batch's link hashes are held at once: the whole 10M-event log's
-    at once took the first run's peak from 4.8 to 8.2 GiB."""
-    rows = pl.DataFrame(schema={"seq": pl.Int64, "comp": pl.Int64})
-    values = pl.DataFrame(schema=COMPS_SCHEMA)
+def _rebuild(reader: duckdb.DuckDBPyConnection, upto: int, staged: Staged) -> Update:
+    """The store of every covered row up to `upto`, built `BUILD_SEQS` seqs at a time into
+    `staged`'s tables, so that a rebuild holds one batch's link hashes and the merges in memory,
+    not the store (the whole 10M-event log's hashes at once took the first run's peak from 4.8
+    to 8.2 GiB; the store held in memory, 16 bytes a row and a value, added about 0.6 GiB at 10M
+    and grew with the log).
+
+    Each batch's values are looked up in the values written so far, whose components are those
+    they had when written: `renamed` maps every component merged away since to the one it is
+    now part of (kept resolved: a merge renames the entries that pointed at the merged
+    component too), so a batch joins the current components. The rows and values are written
+    with the components they had then, and renamed once at the end, as the store's tables are
+    made from the batches'."""
+    rows, values = staged.table("rc_link_build_rows"), staged.table("rc_link_build_values")
+    writer = staged.writer
+    staged.drop()
+    writer.execute(f'CREATE TABLE "{rows}" (seq BIGINT NOT NULL, comp BIGINT NOT NULL)')
+    writer.execute(f'CREATE TABLE "{values}" (value UBIGINT NOT NULL, comp BIGINT NOT NULL)')
+    renamed = pl.DataFrame(schema={"old": pl.Int64, "new": pl.Int64})
     for start in range(0, max(upto, 0), BUILD_SEQS):
         new, seqs = _batch(reader, start, min(start + BUILD_SEQS, upto))
-        known = values.join(new.select("value").unique(), on="value") if values.height else values
+        known = pl.DataFrame(schema=COMPS_SCHEMA)
+        if start and new.height:
+            with registered(writer, "_rc_values", new.select("value").unique()):
+                found: pl.DataFrame = writer.sql(
+                    f'SELECT value, comp FROM "{values}" WHERE value IN (SELECT value FROM _rc_values)'
+                ).pl()
+            known = found.cast(COMPS_SCHEMA).with_columns(_renaming(renamed, "comp"))  # type: ignore[arg-type]
         joined = union(new, seqs, known)
-        del new, seqs
+        del new, seqs, known
         if joined.renamed.height:
-            renamed = joined.renamed
-            rename = pl.col("comp").replace(renamed.get_column("old"), renamed.get_column("new"))
-            rows, values = rows.with_columns(rename), values.with_columns(rename)
-        rows = pl.concat([rows, joined.rows])
-        values = pl.concat([values, joined.values])
-    empty = pl.DataFrame(schema={"old": pl.Int64, "new": pl.Int64})
-    return Update(None, upto, Union(rows, values, empty, pl.Series("comp", [], pl.Int64)))
+            renamed = pl.concat([renamed.with_columns(_renaming(joined.renamed, "new")), joined.renamed])
+        for table, frame in ((rows, joined.rows), (values, joined.values)):
+            if frame.height:
+                with registered(writer, "_rc_batch", frame):
+                    writer.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM _rc_batch')
+        pause("components.batch")  # the crash tests: a batch in the rebuild's tables
+    with registered(writer, "_rc_renamed", renamed):
+        for table, built, key in (("rc_link_rows", rows, "seq"), ("rc_link_values", values, "value")):
+            writer.execute(
+                f'CREATE TABLE "{staged.table(table)}" AS SELECT b.{key}, coalesce(r.new, b.comp) AS comp'
+                f' FROM "{built}" b LEFT JOIN _rc_renamed r ON b.comp = r.old'
+            )
+            writer.execute(f'DROP TABLE "{built}"')
+    empty = pl.DataFrame(schema={"seq": pl.Int64, "comp": pl.Int64})
+    nothing = Union(
+        empty, pl.DataFrame(schema=COMPS_SCHEMA), renamed.clear(), pl.Series("comp", [], pl.Int64)
+    )
+    return Update(None, upto, nothing, staged)
 
 
-def catch_up(reader: duckdb.DuckDBPyConnection, upto: int) -> Update:
+def _renaming(renamed: pl.DataFrame, column: str) -> pl.Expr:
+    """`column` with every component `renamed` maps (old -> new) replaced."""
+    if not renamed.height:
+        return pl.col(column)
+    return pl.col(column).replace(renamed.get_column("old"), renamed.get_column("new"))
+
+
+def catch_up(reader: duckdb.DuckDBPyConnection, upto: int, staged: Staged | None = None) -> Update:
     """The store brought up to seq `upto` (through `reader`'s snapshot): the rows after the
-    seq it covers joined to it, or, when it must be rebuilt (`covered`), every row."""
+    seq it covers joined to it, or, when it must be rebuilt (`covered`), every row, into
+    `staged` (default: tables named after a fresh run id, written through a cursor of
+    `reader`'s database)."""
     after = covered(reader)
     if after is None or after > upto:
-        return _rebuild(reader, upto)
+        return _rebuild(reader, upto, staged or Staged(reader.cursor()))
     new, seqs = _batch(reader, after, upto)
     if not new.height:
         known = pl.DataFrame(schema=COMPS_SCHEMA)

@@ -210,6 +210,8 @@ def _put(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, *, rep
 
 
 STAGED = (*TABLES, "rc_unroutable")
+# What a run that failed or was killed leaves behind: its staging tables and a rebuilt store's.
+DROPPED = frozenset((*STAGED, *components.STAGED))
 
 
 def _staging(table: str, run_id: str) -> str:
@@ -224,7 +226,7 @@ def _drop_staging(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     ).fetchall()
     for (name,) in names:
         table, _, run = str(name).partition("__")
-        if table in STAGED and run.startswith("rcr_") and (run_id is None or run == run_id):
+        if table in DROPPED and run.startswith("rcr_") and (run_id is None or run == run_id):
             con.execute(f'DROP TABLE IF EXISTS "{name}"')
 
 
@@ -469,6 +471,7 @@ def run(
     run_id = f"rcr_{uuid.uuid4().hex}"
     report("read", 0, 1)
     mirror = Mirror(None)
+    staged = components.Staged(con.cursor(), run_id)
     try:
         _drop_staging(con)
         reader = con.cursor()
@@ -482,7 +485,7 @@ def run(
             rebuilt = components.covered(reader) is None
             if rebuilt:
                 report("components", 0, 1)
-            store = components.catch_up(reader, components.high_water(reader))
+            store = components.catch_up(reader, components.high_water(reader), staged)
             patch = (
                 None
                 if full or rebuilt
@@ -520,11 +523,13 @@ def run(
 
         summary = _transaction(con, run_id, swap if patch is None else apply)
     except BaseException as exc:
+        staged.writer.close()
         _drop_staging(con, run_id)
         mirror.discard()
         if isinstance(exc, duckdb.Error):
             raise ReconcileFailed(f"reconcile run {run_id} failed: {exc}") from exc
         raise
+    staged.writer.close()
     mirror.prune()
     report("done", 1, 1)
     return summary
