@@ -348,6 +348,9 @@ def _rebuild(reader: duckdb.DuckDBPyConnection, upto: int, staged: Staged) -> Up
         pause("components.batch")  # the crash tests: a batch in the rebuild's tables
     with registered(writer, "_rc_renamed", renamed):
         for table, built, key in (("rc_link_rows", rows, "seq"), ("rc_link_values", values, "value")):
+            if not renamed.height:  # nothing merged across batches (a log of one batch)
+                writer.execute(f'ALTER TABLE "{built}" RENAME TO "{staged.table(table)}"')
+                continue
             writer.execute(
                 f'CREATE TABLE "{staged.table(table)}" AS SELECT b.{key}, coalesce(r.new, b.comp) AS comp'
                 f' FROM "{built}" b LEFT JOIN _rc_renamed r ON b.comp = r.old'
