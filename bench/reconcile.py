@@ -3,7 +3,7 @@ request), side by side with the previous release in the same bench run, and besi
 pure-Python reference implementation.
 
 For each size in `BENCH_RECONCILE_SIZES` (default `1000000,10000000`; add `30000000` for the
-30M log, about 40 minutes more on the 2-core machine, README "Benchmarks"):
+30M log, about 30 minutes more on a quiet 2-core machine, README "Benchmarks"):
 
 1. generate the log (bench/rawgen.py) with 1 % + `BENCH_RECONCILE_NEW_EVENTS` (default 1,000)
    more events than the size and write the first `size` of them (arrival order) to a fresh

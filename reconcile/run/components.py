@@ -55,6 +55,17 @@ STAGED = ("rc_link_build_values", "rc_link_build_rows", "rc_link_values", "rc_li
 # The rows the store covers: routed, and not engineer actions (which every component reads).
 COVERED = f"program_id IS NOT NULL AND kind NOT IN ({', '.join(repr(k) for k in ENGINEER_KINDS)})"
 
+# Parts of a closure (a program in a full run, reconcile/run/job.py; the rows an incremental run
+# recomputes, reconcile/run/incremental.py) are assigned by a hash of their component's id: any
+# function of the component gives the same results; this one spreads consecutive ids.
+_PART_SEED = 0x7A11
+
+
+def part(parts: int) -> pl.Expr:
+    """The part (0 to `parts` - 1) of a row by its component (column `comp`)."""
+    return (pl.col("comp").hash(_PART_SEED) % parts).cast(pl.Int64)
+
+
 PAIRS_SCHEMA = {"seq": pl.Int64, "value": pl.UInt64}
 COMPS_SCHEMA = {"value": pl.UInt64, "comp": pl.Int64}
 # A rebuild reads the log this many seqs at a time (`_rebuild`).

@@ -309,11 +309,6 @@ def _reconcile_all(
     return int(events), int(high_water), sales, lines
 
 
-# Parts of a program are assigned by a hash of their component's id (any function of the
-# component gives the same results; this one spreads consecutive ids).
-_PART_SEED = 0x7A11
-
-
 def _parts(
     reader: duckdb.DuckDBPyConnection, mirror: Mirror, store: components.Update, unit: Unit
 ) -> pl.DataFrame | None:
@@ -325,7 +320,7 @@ def _parts(
     comps = store.comps(reader, rows.get_column("seq"))
     if comps.height != rows.height:
         return None
-    return comps.select("seq", part=(pl.col("comp").hash(_PART_SEED) % unit.parts).cast(pl.Int64))
+    return comps.select("seq", part=components.part(unit.parts))
 
 
 def previous(table: str) -> str:
@@ -489,7 +484,9 @@ def run(
             patch = (
                 None
                 if full or rebuilt
-                else incremental.prepare(reader, control, fingerprint, now, report, TABLES, store)
+                else incremental.prepare(
+                    reader, control, fingerprint, now, report, TABLES, store, limit=CHUNK_EVENTS
+                )
             )
             mirror = Mirror.open(reader)
             if patch is None:
