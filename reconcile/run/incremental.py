@@ -234,11 +234,16 @@ def _in_parts(
             parts = 1
     if parts <= 1:
         return reconcile(pl.concat([rows, engineer], how="diagonal_relaxed"), programs, partners, now)
-    assigned = rows.join(comps.select("seq", part=components.part(parts)), on="seq")
-    del rows, comps
+    # Each row's part, in the rows' order (no copy of the rows but each part's).
+    assigned = (
+        rows.select("seq")
+        .join(comps.select("seq", part=components.part(parts)), on="seq", how="left", maintain_order="left")
+        .get_column("part")
+    )
+    del comps
     results = []
     for part in range(parts):
-        some = assigned.filter(pl.col("part") == part).drop("part")
+        some = rows.filter(assigned == part)
         if part and some.is_empty():
             continue
         result = reconcile(pl.concat([some, engineer], how="diagonal_relaxed"), programs, partners, now)
