@@ -22,7 +22,8 @@ The patch: the rows added since the previous run (`seq` above its high water mar
 component store (reconcile/run/components.py: each covered row's component, by the 64-bit
 hashes of its link values, reconcile/run/closure.py); the rows of the components they joined
 (found in the store by component id, then read by seq, clicks included) and the programs'
-engineer actions are reconciled (reconcile/pipeline.py) as one small log; the previous rows of
+engineer actions are reconciled (reconcile/pipeline.py) as one small log (in parts by component,
+each with every engineer action, when they outnumber a full run's step: `_in_parts`); the previous rows of
 those components are deleted and the new ones inserted; commission statuses of all other rows
 are brought up to `now` (only the pending ones when `now` is not before the previous run's:
 approval only comes with time); unroutable events are re-read when new ones (or copies a
