@@ -520,13 +520,13 @@ def run(
 
         summary = _transaction(con, run_id, swap if patch is None else apply)
     except BaseException as exc:
-        staged.writer.close()
         _drop_staging(con, run_id)
         mirror.discard()
         if isinstance(exc, duckdb.Error):
             raise ReconcileFailed(f"reconcile run {run_id} failed: {exc}") from exc
         raise
-    staged.writer.close()
+    finally:
+        staged.writer.close()
     mirror.prune()
     report("done", 1, 1)
     return summary
