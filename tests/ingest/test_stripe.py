@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +15,15 @@ from hypothesis import strategies as st
 from ingest.domain.bounds import MAX_AMOUNT
 from ingest.domain.errors import InvalidJson, InvalidSignature
 from ingest.storage.schema import RAW_EVENT_FIELDS
-from ingest.stripe import STRIPE_FIELDS, _lone_surrogate, extract, parse_event, sign, verify_signature
+from ingest.stripe import (
+    STRIPE_FIELDS,
+    _lone_surrogate,
+    _long_digits,
+    extract,
+    parse_event,
+    sign,
+    verify_signature,
+)
 from tests.hypothesis_profiles import examples
 from tests.stripe_fixtures import (
     FIXTURES_DIR,
@@ -631,6 +640,22 @@ def test_parse_event_reads_what_the_standard_reader_read(body: bytes) -> None:
     got = parse_event(body)
     assert got == expected
     assert json.dumps(got) == json.dumps(expected)  # the same types: 1 is not 1.0, ints stay ints
+
+
+@given(
+    st.lists(
+        st.one_of(st.binary(max_size=8), st.text("0123456789", max_size=25).map(str.encode)), max_size=12
+    ).map(b"".join)
+)
+@settings(max_examples=examples(300))
+@example(b"1" * 19)
+@example(b"1" * 18 + b"x" + b"1" * 18)
+@example("\u0663".encode() * 19)  # an Arabic-Indic digit is not an ASCII one
+@example(b"0" * 19)
+def test_a_run_of_nineteen_digits_is_found_as_the_regular_expression_finds_it(body: bytes) -> None:
+    """`_long_digits` (what sends a body with a big integer to the standard reader) finds
+    exactly the runs `[0-9]{19}` finds."""
+    assert _long_digits(body) == (re.search(rb"[0-9]{19}", body) is not None)
 
 
 # --- signatures -------------------------------------------------------------------------------
