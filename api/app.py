@@ -64,6 +64,7 @@ def create_app(settings: Settings, *, observe: bool = True) -> Starlette:
                 memory_mb=settings.database_memory_mb,
                 engine_dir=settings.engine_dir or None,
                 credential_cache=settings.credential_cache,
+                partitions=settings.reconcile_partitions,
             )
         except Exception as exc:  # `tally serve` reports this one line and exits (api.serving)
             app.state.startup_failure = f"cannot open the database {settings.database_name}: {one_line(exc)}"

@@ -9,6 +9,14 @@ needs the lock while a run holds it is answered at once, 409 `reconcile_running`
 up the threads the reads and `/readyz` need. Journaled raw rows are first made visible (the
 writer flushes), then the job reads the raw log on its own cursor and replaces the materialised
 tables atomically.
+
+On a shared database with `TALLY_RECONCILE_PARTITIONS` above 1 the programs are split into
+that many partitions (ingest/storage/partitions.py), each with a lease of its own
+(`reconcile/<n>-of-<parts>`): a scheduled run takes every partition it can without waiting,
+starting at one that depends on the process, and reconciles them one after the other, so that
+replicas share the work; a run asked for (the operator's, a period close, an engineer action)
+takes them all. A partition's run pulls, reconciles, books and publishes that partition's
+programs only.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, date, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +41,7 @@ from ingest.domain.errors import DatabaseUnavailable, ReconcileRunning
 from ingest.progress import Progress
 from ingest.storage import lockfile
 from ingest.storage.contract import Store, Tx
+from ingest.storage.partitions import Scope, scopes
 from ingest.writer import Writer
 from reconcile import backfill, unroutable
 from reconcile.backfill import BackfillDiff
@@ -43,8 +53,33 @@ log = logging.getLogger("tally.reconcile")
 
 
 LEASE = "reconcile"
+DERIVE_LEASE = "reconcile/webhook-events"  # in partitions: who derives webhook events after a run
 LEASE_TTL = timedelta(minutes=10)  # renewed at each progress step of a run
 BOOKING_GROUP = 2_000  # booking rows appended in one group commit
+
+
+def lease_name(scope: Scope | None) -> str:
+    """The lease a run of `scope` (None: the whole log) holds."""
+    return LEASE if scope is None else f"{LEASE}/{scope.part + 1}-of-{scope.parts}"
+
+
+def combined(summaries: Sequence[reconcile.run.RunSummary]) -> reconcile.run.RunSummary:
+    """One summary of the runs of several partitions (in order; the last one's id): counts
+    added up, the highest high water, `full` when any was full, the unroutable events from the
+    first partition's run (the only one to hold them) when it is among them."""
+    last = summaries[-1]
+    if len(summaries) == 1:
+        return last
+    return replace(
+        last,
+        events_read=sum(s.events_read for s in summaries),
+        sales=sum(s.sales for s in summaries),
+        commissions=sum(s.commissions for s in summaries),
+        duration_ms=sum(s.duration_ms for s in summaries),
+        high_water_seq=max(s.high_water_seq for s in summaries),
+        mode="full" if any(s.mode == "full" for s in summaries) else last.mode,
+        unroutable=max(s.unroutable for s in summaries),
+    )
 
 
 def _appending(rows: list[dict[str, Any]]) -> Callable[[Tx], None]:
@@ -69,6 +104,8 @@ class Reconciler:
         self._interval = interval_seconds
         self._lock = threading.Lock()
         self._holder = f"{lockfile.identity()}:{uuid.uuid4().hex[:8]}"
+        self._scopes = scopes(store.partitions)
+        self._held: list[Scope | None] = []  # the leases the run in progress holds
         self._renewed = 0.0
         self._last_seconds = 1.0  # how long the last run took: the Retry-After of a busy answer
         self._scheduler: BackgroundScheduler | None = None
@@ -96,21 +133,46 @@ class Reconciler:
             self._scheduler = None
 
     @contextmanager
-    def _run_lock(self) -> Iterator[None]:
-        """This process's lock, then the database's `reconcile` lease, both taken without
-        waiting: `ReconcileRunning` at once when a run (here or in another process) holds it."""
+    def _run_lock(self, scopes: Sequence[Scope | None] | None = None) -> Iterator[list[Scope | None]]:
+        """This process's lock, then the database's `reconcile` lease (in partitions, every
+        partition's, or those of `scopes`), all taken without waiting: `ReconcileRunning` at
+        once when a run (here or in another process) holds one. The scopes held, in order."""
         if not self._lock.acquire(blocking=False):
             raise self._busy("a reconcile run is in progress")
-        try:
-            if not self._store.acquire_lease(LEASE, self._holder, utcnow(), LEASE_TTL):
-                raise self._busy("another process is running a reconcile")
-            self._renewed = time.monotonic()
-            try:
-                yield
-            finally:
-                self._store.release_lease(LEASE, self._holder)
-        finally:
+        held: list[Scope | None] = []
+        agreed = self._store.reconcile_partitions()
+        if agreed != len(self._scopes):
             self._lock.release()
+            log.error(
+                "this replica reconciles in %d partitions, the database in %d (TALLY_RECONCILE_PARTITIONS"
+                " of the replica started last): restart it with the same setting",
+                len(self._scopes),
+                agreed,
+            )
+            raise ReconcileRunning(
+                f"this replica reconciles in {len(self._scopes)} partitions and the database in {agreed};"
+                " restart it with the same TALLY_RECONCILE_PARTITIONS",
+                retry_after=60,
+            )
+        try:
+            for scope in self._scopes if scopes is None else scopes:
+                if not self._store.acquire_lease(lease_name(scope), self._holder, utcnow(), LEASE_TTL):
+                    raise self._busy("another process is running a reconcile")
+                held.append(scope)
+            self._held = held
+            self._renewed = time.monotonic()
+            yield list(held)
+        finally:
+            self._held = []
+            for scope in held:
+                self._store.release_lease(lease_name(scope), self._holder)
+            self._lock.release()
+
+    def _order(self) -> list[Scope | None]:
+        """The partitions in the order this process asks for them: from one that depends on the
+        process, so that replicas starting together begin with different ones."""
+        start = int(self._holder.rsplit(":", 1)[-1], 16) % len(self._scopes)
+        return self._scopes[start:] + self._scopes[:start]
 
     def _busy(self, why: str) -> ReconcileRunning:
         wait = min(60, max(1, math.ceil(self._last_seconds)))
@@ -127,7 +189,8 @@ class Reconciler:
 
         def progress(stage: str, done: int, total: int) -> None:
             if time.monotonic() - self._renewed > LEASE_TTL.total_seconds() / 3:
-                self._store.acquire_lease(LEASE, self._holder, utcnow(), LEASE_TTL)
+                for scope in self._held:
+                    self._store.acquire_lease(lease_name(scope), self._holder, utcnow(), LEASE_TTL)
                 self._renewed = time.monotonic()
             if on_progress:
                 on_progress(stage, done, total)
@@ -136,7 +199,7 @@ class Reconciler:
 
     def _scheduled(self) -> None:
         try:
-            self.run()
+            self.run() if len(self._scopes) == 1 else self.run_free()
         except ReconcileRunning:
             log.info("scheduled reconcile skipped: a run holds the run lease")
         except Exception:  # a failed run leaves the previous results in place; the next run retries
@@ -147,30 +210,69 @@ class Reconciler:
         when the database cannot take its writes (disk full...), the previous results staying in
         place. `before`: done first under the lock (a period close's append), so that it is
         never done when the run cannot be."""
-        with self._run_lock():
+        with self._run_lock() as held:
             if before is not None:
                 before()
-            return self._run_held(self._renewing(on_progress))
+            return self._run_held(self._renewing(on_progress), held)
 
-    def _run_held(self, report: Progress) -> reconcile.run.RunSummary:
-        """One run, the run lock held: the journal flushed, then reconcile.run.run (the engine
-        brought up to the log; publishing where it is not the database itself); then
-        the lines it shows approved that no booking holds are booked in the log, and the run
-        is made again on the log with those bookings (reconcile/bookings.py)."""
-        summary = self._run_once(report)
-        if self._book(summary.high_water_seq, report):
-            summary = self._run_once(report)
-        if self.after_run is not None:
-            self.after_run()
+    def run_free(self, on_progress: Progress | None = None) -> reconcile.run.RunSummary:
+        """In partitions (the scheduled runs): each partition no other process is running, one
+        after the other, its lease held while it runs, from the one `_order` gives first; so
+        replicas on the same schedule take different partitions. `ReconcileRunning` when this
+        process runs already, or other processes ran or are running every partition."""
+        self.check_free()
+        summaries = []
+        for scope in self._order():
+            try:
+                with self._run_lock([scope]):
+                    summaries.append(self._run_partition(self._renewing(on_progress), scope))
+            except ReconcileRunning:
+                continue  # another process runs it (or this one does: an operator's run)
+        if not summaries:
+            raise self._busy("other processes are running every reconcile partition")
+        self._derive()
+        return combined(summaries)
+
+    def _run_held(self, report: Progress, held: Sequence[Scope | None]) -> reconcile.run.RunSummary:
+        """One run of each partition `held` (the run lock and their leases held): the journal
+        flushed, then reconcile.run.run (the engine brought up to the log; publishing where it
+        is not the database itself); then the lines it shows approved that no booking holds are
+        booked in the log, and the run is made again on the log with those bookings
+        (reconcile/bookings.py)."""
+        summaries = [self._run_partition(report, scope) for scope in held]
+        self._derive()
+        return combined(summaries)
+
+    def _run_partition(self, report: Progress, scope: Scope | None) -> reconcile.run.RunSummary:
+        summary = self._run_once(report, scope)
+        if self._book(summary.high_water_seq, report, scope):
+            summary = self._run_once(report, scope)
         return summary
 
-    def _run_once(self, report: Progress) -> reconcile.run.RunSummary:
+    def _derive(self) -> None:
+        """`after_run`, one process at a time: under the run lease; in partitions, under a lease
+        of its own (`DERIVE_LEASE`), skipped when another process holds it (what it has not seen
+        yet is found by the next one: the deriver compares the published tables with its marks)."""
+        if self.after_run is None:
+            return
+        if len(self._scopes) == 1:
+            self.after_run()
+            return
+        if not self._store.acquire_lease(DERIVE_LEASE, self._holder, utcnow(), LEASE_TTL):
+            log.info("webhook events not derived after this run: another process derives them")
+            return
+        try:
+            self.after_run()
+        finally:
+            self._store.release_lease(DERIVE_LEASE, self._holder)
+
+    def _run_once(self, report: Progress, scope: Scope | None = None) -> reconcile.run.RunSummary:
         report("flushing the journal", 0, 1)
         self._writer.sync_blocking()
         report("catching up with the log", 0, 1)
         started = time.perf_counter()
         try:
-            summary = reconcile.run.run(self._store, utcnow(), report)
+            summary = reconcile.run.run(self._store, utcnow(), report, scope=scope)
         except reconcile.run.ReconcileFailed as exc:
             self._failed(exc)
             if self._store.resource_fault(exc):
@@ -179,16 +281,19 @@ class Reconciler:
         except Exception as exc:
             self._failed(exc)
             raise
-        self._ran(summary, time.perf_counter() - started)
+        self._ran(summary, time.perf_counter() - started, scope)
         return summary
 
-    def _book(self, as_of: int, report: Progress) -> int:
-        """Append the bookings of every line shown approved that no booking holds yet (as of
-        the run's high water `as_of`); the number of sales booked."""
+    def _book(self, as_of: int, report: Progress, scope: Scope | None = None) -> int:
+        """Append the bookings of every line (of the programs of partition `scope`) shown
+        approved that no booking holds yet (as of the run's high water `as_of`); the number of
+        sales booked."""
         with self._store.reader() as db:
             if not db.table_exists("rc_commissions"):
                 return 0
             lines = db.dicts(actions.DUE_LINES_SQL)
+        if scope is not None:
+            lines = [line for line in lines if scope.owns(str(line["program_id"]))]
         rows = actions.booking_rows(lines, as_of)
         for start in range(0, len(rows), BOOKING_GROUP):
             report("booking approved lines", start, len(rows))
@@ -199,23 +304,26 @@ class Reconciler:
         """An engineer action decided on up-to-date tables, one at a time: under the run lock,
         reconcile; `decide()` (reading the fresh tables) gives the raw-log row to append, or
         None; an appended row is reconciled at once. The row appended, or None."""
-        with self._run_lock():
+        with self._run_lock() as held:
             report = self._renewing(None)
-            self._run_held(report)
+            self._run_held(report, held)
             row = decide()
             if row is None:
                 return None
             self._writer.run_sync(lambda tx: tx.append(row), flush=True)
-            self._run_held(report)
+            self._run_held(report, held)
             return row
 
-    def _ran(self, summary: reconcile.run.RunSummary, seconds: float) -> None:
-        """Log a finished run (its id, mode, duration and rows) and record it in the metrics."""
+    def _ran(self, summary: reconcile.run.RunSummary, seconds: float, scope: Scope | None = None) -> None:
+        """Log a finished run (its id, partition, mode, duration and rows) and record it in the
+        metrics (the unroutable events from the run that holds them: the whole log's, or the
+        first partition's)."""
         self._last_seconds = seconds
         log.info(
-            "reconcile run %s (%s) in %.0f ms: %d events read, %d sales, %d commissions, %d unroutable",
+            "reconcile run %s (%s%s) in %.0f ms: %d events read, %d sales, %d commissions, %d unroutable",
             summary.run_id,
             summary.mode,
+            "" if scope is None else f", partition {scope.label}",
             seconds * 1000,
             summary.events_read,
             summary.sales,
@@ -229,10 +337,11 @@ class Reconciler:
                 "sales": summary.sales,
                 "commissions": summary.commissions,
                 "unroutable": summary.unroutable,
+                **({} if scope is None else {"partition": scope.label}),
             },
         )
         if self._observer is not None:
-            self._observer.reconciled(summary, seconds)
+            self._observer.reconciled(summary, seconds, unroutable=scope is None or scope.part == 0)
 
     def _failed(self, exc: BaseException) -> None:
         log.error("reconcile run failed: %s", exc)
@@ -247,7 +356,7 @@ class Reconciler:
         diff is computed on the same snapshot the rows are appended after, so the dry run is a
         true preview."""
         program_id = str(backfill_row["program_id"])
-        with self._run_lock():
+        with self._run_lock() as held:
             self._writer.sync_blocking()
             raw, programs, partners, stray = reconcile.run.backfill_inputs(self._store, program_id)
             chosen = unroutable.pickup(stray, programs, program_id, start, end)
@@ -258,5 +367,5 @@ class Reconciler:
             result = backfill.preview(raw, programs, partners, backfill_row, utcnow(), picked)
             if apply:
                 self._writer.run_sync(lambda tx: actions.apply_backfill(tx, backfill_row, picked), flush=True)
-                self._run_held(self._renewing(None))  # reconciled and booked, as every run
+                self._run_held(self._renewing(None), held)  # reconciled and booked, as every run
             return result, found

@@ -498,7 +498,9 @@ class Observer:
         self.commit_wait.observe(waited)
 
     # -- the reconciler ------------------------------------------------------------------------------
-    def reconciled(self, summary: RunSummary, seconds: float) -> None:
+    def reconciled(self, summary: RunSummary, seconds: float, *, unroutable: bool = True) -> None:
+        """A finished run in the metrics; `unroutable`: its count of unroutable events is the
+        log's (a partition other than the first holds none of them)."""
         self.reconcile_duration.labels(summary.mode).observe(seconds)
         self.reconcile_last_success.set(time.time())
         for mode in RECONCILE_MODES:
@@ -506,7 +508,8 @@ class Observer:
         self.reconcile_last_rows.labels("events_read").set(summary.events_read)
         self.reconcile_last_rows.labels("sales").set(summary.sales)
         self.reconcile_last_rows.labels("commissions").set(summary.commissions)
-        self.unroutable = summary.unroutable
+        if unroutable:
+            self.unroutable = summary.unroutable
 
     def reconcile_failed(self) -> None:
         self.reconcile_failures.inc()

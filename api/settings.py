@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # PostgreSQL only: where this replica keeps the reconciler's working copy of the log (a
     # DuckDB file, derived and disposable); empty: a temporary directory of the process.
     engine_dir: str = ""
+    # PostgreSQL only: how many partitions the programs are reconciled in (ingest/storage/
+    # partitions.py), each taken by whichever replica is free; every replica must say the same.
+    reconcile_partitions: int = Field(default=1, ge=1, le=64)
     # PostgreSQL only: how many program keys a replica keeps in memory for the track endpoints
     # (each group commit reads its keys again, so a revoked key is refused at once); 0: none.
     credential_cache: int = Field(default=4096, ge=0, le=1_000_000)

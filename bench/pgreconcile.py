@@ -14,7 +14,11 @@ For each size in `BENCH_PG_RECONCILE_SIZES` (default `1000000,10000000`):
    the same log at the same `now` are none: its `publish` stage is the comparison; the first
    run's is a whole publish);
 4. the held-back 1 % appended to both; a run on each: the PostgreSQL replica's is incremental
-   (its copy pulls the new rows, publishes only the changes).
+   (its copy pulls the new rows, publishes only the changes);
+5. reconcile partitions (`BENCH_PG_PARTITIONS`, default 2; 1 leaves this out): before the 1 %
+   arrives, each partition's first run with an empty working copy, one after the other, each a
+   fresh process (what one replica a partition costs), then every partition at once, a process
+   each (what they cost sharing this machine's two cores); after it, each partition's run again.
 
 Each run is a fresh process (`python -m bench.pgreconcile <step> ...`): wall, CPU, peak RSS
 (VmHWM), and for PostgreSQL the time of each stage (pull, read, reconcile, write, publish).
@@ -90,9 +94,11 @@ def step_load(db: str, url: str, tail: str | None = None) -> dict[str, Any]:
     return {"rows": rows, "load_s": round(time.perf_counter() - started, 2)}
 
 
-def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
-    """One run on a replica of `url` whose working copy is in `engine_dir`."""
+def step_pg_run(url: str, engine_dir: str, full: bool, part: int = 0, parts: int = 1) -> dict[str, Any]:
+    """One run on a replica of `url` whose working copy is in `engine_dir` (of partition `part`
+    of `parts`, when more than one)."""
     from bench import rawgen
+    from ingest.storage.partitions import Scope
     from ingest.storage.postgres.store import PgStore
     from reconcile.run import job
     from reconcile.run.engine import open_engine
@@ -106,11 +112,15 @@ def step_pg_run(url: str, engine_dir: str, full: bool) -> dict[str, Any]:
         last[:] = [now, stage]
 
     store = PgStore(
-        url, memory_mb=int(os.environ.get("BENCH_ENGINE_MEMORY_MB", "512")), engine_dir=engine_dir
+        url,
+        memory_mb=int(os.environ.get("BENCH_ENGINE_MEMORY_MB", "512")),
+        engine_dir=engine_dir,
+        partitions=parts,
     )
     try:
         cpu, started = time.process_time(), time.perf_counter()
-        with open_engine(store) as engine:
+        with open_engine(store, Scope(part, parts) if parts > 1 else None) as engine:
+            assert engine.publish is not None
             summary = job.run(engine.cursor, rawgen.NOW, progress, full=full, publish=engine.publish)
             published = engine.publish.mode
         wall = time.perf_counter() - started
@@ -150,6 +160,36 @@ def _duck(*args: str) -> dict[str, Any]:
     return _step_of("bench.reconcile", *args)
 
 
+def _partitions(url: str, engine: Path, parts: int, mode: str) -> dict[str, Any]:
+    """Each partition's run one after the other (a fresh process each), and with `mode` cold,
+    every partition's at once besides (a process each, their copies empty again)."""
+    alone = [
+        _child("pg-run", url, str(engine / "alone"), mode, str(part), str(parts)) for part in range(parts)
+    ]
+    out: dict[str, Any] = {"alone": alone, "slowest_alone_s": max(r["wall_s"] for r in alone)}
+    if mode == "cold":
+        started = time.perf_counter()
+        args = [
+            [
+                sys.executable,
+                "-m",
+                "bench.pgreconcile",
+                "pg-run",
+                url,
+                str(engine / "together"),
+                mode,
+                str(p),
+                str(parts),
+            ]
+            for p in range(parts)
+        ]
+        running = [subprocess.Popen(a, cwd=ROOT, stdout=subprocess.PIPE, text=True) for a in args]
+        together = [json.loads(r.communicate()[0].strip().splitlines()[-1]) for r in running]
+        out["together"] = together
+        out["together_wall_s"] = round(time.perf_counter() - started, 2)
+    return out
+
+
 def _database() -> tuple[str, Any]:
     """A fresh database: `BENCH_POSTGRES_URL`'s, or one of a durable cluster of the bench's own."""
     from ingest.storage import migrations
@@ -186,10 +226,13 @@ def measure(size: int, folder: Path) -> dict[str, Any]:
         pg_first = _child("pg-run", url, str(engine), "cold")
         duck_full = _duck("run", str(db), "full")
         pg_full = _child("pg-run", url, str(engine), "full")
+        parts = int(os.environ.get("BENCH_PG_PARTITIONS", "2"))
+        split = _partitions(url, engine / "parts", parts, "cold") if parts > 1 else None
         _duck("append", str(db))
         appended = _child("load", str(db), url, str(db.with_suffix(".tail.parquet")))
         duck_next = _duck("run", str(db))
         pg_next = _child("pg-run", url, str(engine), "next")
+        split_next = _partitions(url, engine / "parts", parts, "next") if parts > 1 else None
     finally:
         if cluster is not None:
             cluster.close()
@@ -208,6 +251,7 @@ def measure(size: int, folder: Path) -> dict[str, Any]:
         "appended_1pct": appended,
         "duckdb": {"first": duck_first, "full": duck_full, "after_1pct": duck_next},
         "postgres": {"first_empty_copy": pg_first, "full_warm_copy": pg_full, "after_1pct": pg_next},
+        "partitions": None if split is None else {"first_empty_copy": split, "after_1pct": split_next},
         "ratio_first": round(cold, 2),
         "ratio_full": round(warm, 2),
         "target_ratio_met": max(cold, warm) <= TARGET_RATIO,
@@ -237,6 +281,16 @@ def main() -> dict[str, object]:
                 f" peak {max(r['peak_rss_gib'] for r in p.values())} GiB",
                 flush=True,
             )
+            split = result["partitions"]
+            if split is not None:
+                first, later = split["first_empty_copy"], split["after_1pct"]
+                print(
+                    f"{'':>10} partitions: first, one at a time {[r['wall_s'] for r in first['alone']]} s"
+                    f" (peak {[r['peak_rss_gib'] for r in first['alone']]} GiB), all at once"
+                    f" {first['together_wall_s']} s; +1% {[r['wall_s'] for r in later['alone']]} s"
+                    f" ({[r['mode'] for r in later['alone']]}, {[r['published'] for r in later['alone']]})",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     payload: dict[str, object] = {"runs": results, "machine_load": list(os.getloadavg())}
@@ -252,7 +306,8 @@ def _step(argv: list[str]) -> dict[str, Any]:
         from reconcile import allocator
 
         allocator.tune()  # as the `tally` command does, before Polars is imported
-        return step_pg_run(args[0], args[1], full=args[2] == "full")
+        part, parts = (int(args[3]), int(args[4])) if len(args) > 4 else (0, 1)
+        return step_pg_run(args[0], args[1], full=args[2] == "full", part=part, parts=parts)
     raise SystemExit(f"unknown step {name}")
 
 

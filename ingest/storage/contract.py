@@ -54,6 +54,7 @@ from ingest.domain.records import (
     StoredSession,
 )
 from ingest.progress import Progress
+from ingest.storage.partitions import Scope
 from ingest.storage.sql import Executor
 
 
@@ -304,19 +305,34 @@ class LogSource(Protocol):
         """The `programs` and `partners` tables, whole."""
 
     def raw(
-        self, after_seq: int, upto_seq: int, program_id: str | None = None, kinds: Sequence[str] | None = None
+        self,
+        after_seq: int,
+        upto_seq: int,
+        program_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        scope: Scope | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Raw rows with `after_seq < seq <= upto_seq` (of one program, of some kinds, if
-        given), in seq order."""
+        """Raw rows with `after_seq < seq <= upto_seq` (of one program, of some kinds, of one
+        reconcile partition, if given), in seq order."""
+
+    def count(self, after_seq: int, upto_seq: int, scope: Scope) -> int:
+        """How many raw rows of partition `scope` have `after_seq < seq <= upto_seq`."""
 
 
 class ResultSink(Protocol):
-    """Where the reconciler publishes its tables for every process to read."""
+    """Where the reconciler publishes its tables for every process to read (of the programs of
+    one reconcile partition, `scope`, or all)."""
 
     dialect: str
+    scope: Scope | None
 
     def latest_run(self) -> str | None:
         """The id of the run the published tables are of (None before the first)."""
+
+    def builds_on(self, run_id: str | None) -> bool:
+        """Whether the published rows this sink writes are still those run `run_id` published:
+        it is the latest run (of the sink's partition: no run published since wrote any of the
+        partition's programs)."""
 
     def replace(
         self,
@@ -392,12 +408,19 @@ class Store(Portal, Protocol):
     def reader(self) -> AbstractContextManager[Reader]:
         """A `Reader` on a fresh snapshot, for one thread, closed when the block ends."""
 
-    def log_database(self) -> AbstractContextManager[LogDatabase]:
-        """The reconciler's database, brought up to the watermark, for the block (one at a time:
-        callers hold the reconcile lease): the embedded file itself, on a fresh cursor; for a
-        shared database, its working copy on this machine (ingest/storage/postgres/copy.py), fed
-        by its `LogSource`, with its `ResultSink`. reconcile/run/engine.py opens the reconciler's
-        engine on it."""
+    partitions: int  # reconcile partitions (ingest/storage/partitions.py): 1 but on a shared database
+
+    def reconcile_partitions(self) -> int:
+        """How many partitions the database is reconciled in now (on a shared database, the
+        setting of the replica started last): a replica whose `partitions` differ must not run."""
+
+    def log_database(self, scope: Scope | None = None) -> AbstractContextManager[LogDatabase]:
+        """The reconciler's database, brought up to the watermark, for the block (one at a time
+        per scope: callers hold the scope's reconcile lease): the embedded file itself, on a fresh
+        cursor; for a shared database, its working copy on this machine of the log or of
+        partition `scope` of it (ingest/storage/postgres/copy.py), fed by its `LogSource`, with
+        its `ResultSink` (publishing that partition's programs only). reconcile/run/engine.py
+        opens the reconciler's engine on it."""
 
     def check_backup(self, path: str) -> None:
         """Raises `ValidationFailed` when a backup cannot be written to `path` (before any work)."""

@@ -52,18 +52,25 @@ def open_store(
     on_progress: RowsApplied | None = None,
     engine_dir: str | None = None,
     credential_cache: int = 4096,
+    partitions: int = 1,
 ) -> Store:
     """The backend for `database`: a file path opens the embedded DuckDB file (created when
     missing, migrated, its key index caught up), its memory bounded by `memory_mb` and the key
     index's cache by `key_cache_mb`. `DatabaseInUse` when another store holds it. A
     `postgresql://` URL connects to that database and migrates it; the reconciler's working copy
     lives in `engine_dir` (a temporary directory when None), bounded by `memory_mb`, and the
-    track endpoints keep up to `credential_cache` program keys in memory."""
+    track endpoints keep up to `credential_cache` program keys in memory; its programs are
+    reconciled in `partitions` partitions (ingest/storage/partitions.py; the embedded file is
+    reconciled whole)."""
     if is_shared(database):
         from ingest.storage.postgres.store import PgStore
 
         return PgStore(
-            str(database), memory_mb=memory_mb, engine_dir=engine_dir, credential_cache=credential_cache
+            str(database),
+            memory_mb=memory_mb,
+            engine_dir=engine_dir,
+            credential_cache=credential_cache,
+            partitions=partitions,
         )
     return DuckStore(database, key_cache_mb, on_progress, memory_mb)
 

@@ -186,6 +186,13 @@ def _portal(con: Executor) -> None:
         con.execute(ddl)
 
 
+def _run_partitions(con: Executor) -> None:
+    """Which reconcile partition a run published (ingest/storage/partitions.py): `part` of
+    `parts`, NULL for a run of the whole log."""
+    for column in ("part INTEGER", "parts INTEGER"):
+        con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
@@ -195,6 +202,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "dashboard values shown once, sealed with the session's id", _shown_once),
     Migration(7, "webhooks to brand servers: endpoints, the outbox, deliveries, attempts", outbox.migrate),
     Migration(8, "partners' portal: sign-in links, partner sessions, payout details, promo codes", _portal),
+    Migration(9, "reconcile runs record the partition of the programs they published", _run_partitions),
 )
 LATEST = MIGRATIONS[-1].version
 

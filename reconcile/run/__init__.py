@@ -23,18 +23,24 @@ import polars as pl
 
 from ingest.progress import Progress
 from ingest.storage.contract import Store
+from ingest.storage.partitions import Scope, part_of
 from reconcile.run import job, source
 from reconcile.run.engine import Engine, books, open_engine
 from reconcile.run.job import ReconcileFailed, RunSummary
 
 
 def run(
-    store: Store, now: datetime, on_progress: Progress | None = None, *, full: bool = False
+    store: Store,
+    now: datetime,
+    on_progress: Progress | None = None,
+    *,
+    full: bool = False,
+    scope: Scope | None = None,
 ) -> RunSummary:
-    """One reconcile run of `store`'s log as of `now` (see the module docstring); the caller holds
-    the reconcile lease. Raises `ReconcileFailed` when the run could not be completed (the
-    previous results stay)."""
-    with open_engine(store) as engine:
+    """One reconcile run of `store`'s log (or of the programs of partition `scope` of it) as of
+    `now` (see the module docstring); the caller holds the reconcile lease (of that partition).
+    Raises `ReconcileFailed` when the run could not be completed (the previous results stay)."""
+    with open_engine(store, scope) as engine:
         return job.run(engine.cursor, now, on_progress, full=full, publish=engine.publish)
 
 
@@ -42,12 +48,20 @@ def backfill_inputs(
     store: Store, program_id: str
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The raw log of `program_id`, the programs and the partners as the engine has them, and the
-    unroutable events not picked up yet that the program's processor account could take."""
-    with open_engine(store) as engine:
+    unroutable events not picked up yet that the program's processor account could take. In
+    partitions, the program's rows come from its partition's engine and the unroutable events
+    from the first partition's, which alone holds them (the caller holds both leases)."""
+    parts = store.partitions
+    scope = None if parts <= 1 else Scope(part_of(program_id, parts), parts)
+    first = None if scope is None or scope.part == 0 else Scope(0, parts)
+    with open_engine(store, scope) as engine:
         raw, programs, partners = job.read(engine.cursor, program_id=program_id)
         account = programs.filter(pl.col("program_id") == program_id).get_column("stripe_account_id")
-        stray = source.unpicked(engine.cursor, account.item() if account.len() == 1 else None)
-    return raw, programs, partners, stray
+        stray_of = (account.item() if account.len() == 1 else None,)
+        if first is None:
+            return raw, programs, partners, source.unpicked(engine.cursor, *stray_of)
+    with open_engine(store, first) as engine:
+        return raw, programs, partners, source.unpicked(engine.cursor, *stray_of)
 
 
 __all__ = ["Engine", "ReconcileFailed", "RunSummary", "backfill_inputs", "books", "open_engine", "run"]

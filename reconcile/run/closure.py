@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ingest.storage.partitions import Scope
 from reconcile.schema import PROGRAM_DEFAULTS, RAW_IDS, norm_email
 
 # Columns whose values link rows (ids share one namespace: a self-hosted transaction id may be
@@ -56,7 +57,9 @@ def stale_keys(reached: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = False) -> tuple[str, str]:
+def refresh_sql(
+    now_param: str = "?", dialect: str = "duckdb", forward: bool = False, scope: Scope | None = None
+) -> tuple[str, str]:
     """Two UPDATE statements (each taking `now` twice) that set `pending` / `approved` as of
     `now` on every commission line and sale whose status is one of those two. A line's
     `available_at` is stored; a sale's is occurred_at + the holding days of its program's terms
@@ -65,10 +68,14 @@ def refresh_sql(now_param: str = "?", dialect: str = "duckdb", forward: bool = F
     microseconds so that no session time zone takes part. `dialect` duckdb or postgresql (the
     published tables of a shared database, ingest/storage/postgres/sink.py). `forward`: `now` is not
     before the time the statuses were last brought up to, so only pending rows can change
-    (approval only ever comes with time): the statements visit those alone."""
+    (approval only ever comes with time): the statements visit those alone. `scope`
+    (postgresql): only the rows of that partition's programs (ingest/storage/partitions.py),
+    whose terms are the only ones in `_rc_holding`."""
 
     if dialect == "postgresql":
-        return _refresh_postgresql(now_param, forward)
+        return _refresh_postgresql(now_param, forward, scope)
+    if scope is not None:
+        raise ValueError("the embedded database is reconciled whole")
     lines = _refresh_lines(now_param, forward)
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     days = (
@@ -98,22 +105,24 @@ def _changeable(forward: bool) -> str:
     return "('pending')" if forward else "('pending', 'approved')"
 
 
-def _refresh_lines(now: str, forward: bool) -> str:
-    """The UPDATE that brings commission lines' pending/approved status up to `now`."""
+def _refresh_lines(now: str, forward: bool, where: str = "TRUE") -> str:
+    """The UPDATE that brings commission lines' pending/approved status up to `now` (of the
+    lines matching `where`)."""
     line = f"CASE WHEN {now} >= available_at THEN 'approved' ELSE 'pending' END"
     # a booked line is approved by its booking, whatever the clock says (reconcile/bookings.py)
     return (
         f"UPDATE rc_commissions SET status = {line}"
-        f" WHERE status IN {_changeable(forward)} AND status <> {line} AND booked_seq IS NULL"
+        f" WHERE status IN {_changeable(forward)} AND status <> {line} AND booked_seq IS NULL AND {where}"
     )
 
 
-def _refresh_postgresql(now_param: str, forward: bool) -> tuple[str, str]:
+def _refresh_postgresql(now_param: str, forward: bool, scope: Scope | None) -> tuple[str, str]:
     """`refresh_sql` for PostgreSQL: the holding days joined in once (a correlated lookup per
     row costs seconds there), times compared as instants (its sessions are UTC, and a day is
     86,400 s, as in the embedded database's microsecond arithmetic)."""
     now = f"CAST({now_param} AS TIMESTAMPTZ)"
-    lines = _refresh_lines(now, forward)
+    lines = _refresh_lines(now, forward, "TRUE" if scope is None else scope.programs_sql())
+    mine = "TRUE" if scope is None else scope.programs_sql("s.program_id")
     default = int(str(PROGRAM_DEFAULTS["holding_days"]))
     sale = (
         f"CASE WHEN {now} >= s.occurred_at + coalesce(h.holding_days, {default}) * INTERVAL '1 day'"
@@ -128,7 +137,7 @@ def _refresh_postgresql(now_param: str, forward: bool) -> tuple[str, str]:
         "WITH moved AS MATERIALIZED (SELECT row, status FROM ("
         f"SELECT s.ctid AS row, {sale} AS status, s.commission_status AS was FROM rc_sales s"
         f" LEFT JOIN _rc_holding h ON h.program_id = s.program_id AND {_in_force('h', 's')}"
-        f" WHERE s.commission_status IN {_changeable(forward)}) AS n WHERE status <> was)"
+        f" WHERE s.commission_status IN {_changeable(forward)} AND {mine}) AS n WHERE status <> was)"
         " UPDATE rc_sales AS t SET commission_status = moved.status FROM moved WHERE t.ctid = moved.row"
     )
     return lines, sales

@@ -28,6 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from ingest.storage.contract import Changes, Reader, ResultSink, RunRecord, Store
+from ingest.storage.partitions import Scope
 from reconcile import explain, terms
 from reconcile.run import closure, incremental, job
 
@@ -149,7 +150,7 @@ class Publisher:
         transaction)."""
         run = _latest(con)
         assert run is not None
-        if self._previous is not None and self._sink.latest_run() == self._previous:
+        if self._sink.builds_on(self._previous):
             changes = _changes(con)
             if changes is not None:
                 self._sink.patch(changes, run)
@@ -165,7 +166,7 @@ class Publisher:
 
     def patch(self, con: duckdb.DuckDBPyConnection, patch: incremental.Patch) -> None:
         """Send the incremental run's changes, when the published tables are those it built on."""
-        if self._sink.latest_run() != self._previous:
+        if not self._sink.builds_on(self._previous):
             log.info("published tables are not of run %s; publishing this run whole", self._previous)
             self.full(con)
             return
@@ -183,7 +184,8 @@ class Publisher:
             changes.replaces["rc_unroutable"] = _arrow(patch.unroutable)
         changes.scratch["_rc_holding"] = _arrow(patch.holding)
         forward = self._previous_now is not None and patch.now >= self._previous_now
-        for statement in closure.refresh_sql("$1", self._sink.dialect, forward=forward):
+        refresh = closure.refresh_sql("$1", self._sink.dialect, forward=forward, scope=self._sink.scope)
+        for statement in refresh:
             changes.statements.append((statement, (patch.now,)))
         self._sink.patch(changes, run)
         self.mode = "patch"
@@ -200,11 +202,12 @@ class Engine:
 
 
 @contextmanager
-def open_engine(store: Store) -> Iterator[Engine]:
-    """The engine for `store`'s log, brought up to its watermark, for the block (one at a time:
-    callers hold the reconcile lease): the embedded database itself, or a shared database's
-    working copy on this machine, publishing to the shared database (`Store.log_database`)."""
-    with store.log_database() as db:
+def open_engine(store: Store, scope: Scope | None = None) -> Iterator[Engine]:
+    """The engine for `store`'s log (or partition `scope` of it), brought up to its watermark,
+    for the block (one at a time: callers hold the reconcile lease): the embedded database
+    itself, or a shared database's working copy on this machine, publishing to the shared
+    database (`Store.log_database`)."""
+    with store.log_database(scope) as db:
         yield Engine(db.cursor, None if db.sink is None else Publisher(db.sink, _latest(db.cursor)))
 
 

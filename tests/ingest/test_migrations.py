@@ -44,7 +44,7 @@ def _contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, each table's columns as tally 0.1 had them (the columns later
     migrations added, empty on old rows, are left out: the rows kept are what is compared)."""
     con = duckdb.connect(str(path), read_only=True)
-    added = {"raw_events": ("promo_code",)}
+    added = {"raw_events": ("promo_code",), "rc_runs": ("part", "parts")}
     try:
         out = {}
         for t in _tables(con):

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 from polars.testing import assert_frame_equal
 from starlette.testclient import TestClient
@@ -46,12 +47,13 @@ def stream_rows(
 
 @contextmanager
 def app_with(
-    stream: Stream, database: str | None = None, rows: list[dict[str, Any]] | None = None
+    stream: Stream, database: str | None = None, rows: list[dict[str, Any]] | None = None, partitions: int = 1
 ) -> Iterator[tuple[TestClient, State, dict[str, str]]]:
     """The real app on a fresh database (a DuckDB file, or `database`, a PostgreSQL URL): the
     programs (their settings) and partners of `stream` created through the API, its log (or
     `rows` of it) appended through the app's own writer with each stream program id replaced by
-    the real one. (client, state, stream id -> real id)."""
+    the real one; on PostgreSQL reconciled in `partitions` partitions. (client, state, stream id ->
+    real id)."""
     with tempfile.TemporaryDirectory() as folder:
         settings = load_settings(
             database=database or str(Path(folder) / "tally.duckdb"),
@@ -60,6 +62,7 @@ def app_with(
             base_url="http://testserver",
             stripe_webhook_secrets=WEBHOOK_SECRET,
             reconcile_interval_seconds=0,
+            reconcile_partitions=partitions,
         )
         with TestClient(create_app(settings)) as client:
             r = client.post(
@@ -89,13 +92,17 @@ def app_with(
 def tables(state: State) -> Tables:
     """Every materialised table and the explain view of the reconciler's engine, sorted."""
     with open_engine(state.store) as engine:
-        cur = engine.cursor
-        out = {
-            name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
-            for name, (attribute, schema) in SCHEMAS.items()
-        }
-        explain: pl.DataFrame = cur.sql("SELECT * FROM rc_explain").pl()
-        out["rc_explain"] = explain.sort("program_id", "sale_id", "step")
+        return engine_tables(engine.cursor)
+
+
+def engine_tables(cur: duckdb.DuckDBPyConnection) -> Tables:
+    """Every materialised table and the explain view of the engine on `cur`, sorted."""
+    out = {
+        name: materialised(cur, name, schema).sort(ORDERS[attribute], nulls_last=True)
+        for name, (attribute, schema) in SCHEMAS.items()
+    }
+    explain: pl.DataFrame = cur.sql("SELECT * FROM rc_explain").pl()
+    out["rc_explain"] = explain.sort("program_id", "sale_id", "step")
     return out
 
 

@@ -58,6 +58,7 @@ from ingest.storage.duckdb.keys import FORMAT as KEYS_FORMAT
 from ingest.storage.duckdb.keys import OBSERVED, KeyIndex, KeyLookups, anchor_of
 from ingest.storage.duckdb.reader import DuckReader
 from ingest.storage.duckdb.tx import DuckTx
+from ingest.storage.partitions import Scope
 from ingest.storage.schema import RAW_EVENT_FIELDS
 from ingest.storage.sql import DuckExecutor
 
@@ -308,10 +309,17 @@ class DuckStore(KeyLookups):
         finally:
             cur.close()
 
+    partitions = 1  # one process reconciles the embedded file: the whole log at once
+
+    def reconcile_partitions(self) -> int:
+        return 1
+
     @contextmanager
-    def log_database(self) -> Iterator[LogDatabase]:
+    def log_database(self, scope: Scope | None = None) -> Iterator[LogDatabase]:
         """The embedded database is the reconciler's own: it reads the log and writes its tables
-        on a fresh cursor, and publishes nothing elsewhere."""
+        on a fresh cursor, and publishes nothing elsewhere (never in partitions)."""
+        if scope is not None:
+            raise ValueError("the embedded database is reconciled whole")
         with self._cursor() as cur:
             yield LogDatabase(cur, None)
 

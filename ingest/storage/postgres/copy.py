@@ -31,6 +31,7 @@ import duckdb
 from ingest.pause import pause
 from ingest.storage import lockfile, migrations, private
 from ingest.storage.contract import LogSource
+from ingest.storage.partitions import Scope
 from ingest.storage.schema import CONTROL_PLANE_DDL, raw_events_ddl
 from ingest.storage.sql import unordered_inserts
 
@@ -60,8 +61,9 @@ class EngineInUse(Exception):
 class WorkingCopy:
     """The working copy (see the module docstring) in `directory`."""
 
-    def __init__(self, directory: str | None, memory_mb: int = 512) -> None:
+    def __init__(self, directory: str | None, memory_mb: int = 512, scope: Scope | None = None) -> None:
         self._scratch = directory is None
+        self.scope = scope  # the reconcile partition whose rows the copy holds (None: the whole log)
         private.restrict_umask()  # DuckDB creates the copy's files (and its WAL, again and again)
         self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="tally-engine-"))
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -100,6 +102,8 @@ class WorkingCopy:
     def pull(self, source: LogSource) -> tuple[int, int]:
         """Bring the copy up to the source's watermark; (rows copied, watermark)."""
         identity = source.identity()
+        if self.scope is not None:  # a copy of another partition is another copy
+            identity = f"{identity} partition {self.scope.label}"
         watermark = source.watermark()
         con = self._open()
         state = con.execute("SELECT identity, pulled_seq FROM engine_state").fetchone()
@@ -113,25 +117,31 @@ class WorkingCopy:
         # pull of 1M events 6.6 to 7.1 -> 5.5 to 5.8 s on 2 cores (alternating runs), with the
         # same reconciled tables (docs/scaling.md).
         with unordered_inserts(con):
-            copied = self._copy(con, source, identity, pulled, watermark)
+            copied = self._copy(con, source, identity, pulled, watermark, self.scope)
         return copied, watermark
 
     @staticmethod
     def _copy(
-        con: duckdb.DuckDBPyConnection, source: LogSource, identity: str, pulled: int, watermark: int
+        con: duckdb.DuckDBPyConnection,
+        source: LogSource,
+        identity: str,
+        pulled: int,
+        watermark: int,
+        scope: Scope | None,
     ) -> int:
-        """The rows after `pulled` up to `watermark`, committed (with the copy's state) every
-        `COMMIT_ROWS` rows, so that a pull interrupted (a crash, a kill) resumes after the last
-        rows it committed; then the control plane and the final state, in the last transaction.
-        The number of rows copied."""
+        """The rows after `pulled` up to `watermark` (of partition `scope`), committed (with the
+        copy's state) every `COMMIT_ROWS` rows, so that a pull interrupted (a crash, a kill)
+        resumes after the last rows it committed; then the control plane and the final state, in
+        the last transaction. The number of rows copied."""
         copied = done = 0  # rows inserted; rows committed
-        total = watermark - pulled
+        # A partition's rows have gaps between their seqs: how many there are is asked instead.
+        total = watermark - pulled if scope is None else source.count(pulled, watermark, scope)
         con.execute("BEGIN TRANSACTION")
         # Sequence numbers are handed out without gaps (ingest/storage/postgres/tx.py): a copy
         # short of rows would reconcile a log with holes, so it is refused (the run fails,
         # results stay; what was committed is a prefix of the log without holes, checked).
         try:
-            for batch in source.raw(pulled, watermark):
+            for batch in source.raw(pulled, watermark, scope=scope):
                 con.register("_engine_pull", batch)
                 try:
                     con.execute("INSERT INTO raw_events BY NAME SELECT * FROM _engine_pull")
@@ -142,12 +152,13 @@ class WorkingCopy:
                     pause("pull.window")
                 if batch.num_rows and copied - done >= COMMIT_ROWS:
                     last = batch.column("seq")[batch.num_rows - 1].as_py()
-                    if last != pulled + copied:
+                    expected = last - pulled if scope is None else source.count(pulled, last, scope)
+                    if copied != expected:
                         raise IncompleteCopy(
                             f"the log gave {copied} rows for seqs {pulled + 1}..{last}; the working"
                             " copy keeps what it had and this run stops"
                         )
-                    _state(con, identity, pulled + copied)
+                    _state(con, identity, last)
                     con.execute("COMMIT")
                     con.execute("BEGIN TRANSACTION")
                     done = copied
@@ -182,10 +193,14 @@ class WorkingCopy:
         finally:
             cur.close()
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """Close the copy's database (its memory goes back); the next use opens it again."""
         if self._con is not None:
             self._con.close()
             self._con = None
+
+    def close(self) -> None:
+        self.release()
         os.close(self._lock_fd)
         if self._scratch:
             shutil.rmtree(self.directory, ignore_errors=True)

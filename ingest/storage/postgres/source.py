@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import adbc_driver_postgresql.dbapi as adbc
 import pyarrow as pa
 
+from ingest.storage.partitions import Scope
 from ingest.storage.postgres.conn import adbc_connection
 from ingest.storage.schema import RAW_EVENT_FIELDS
 
@@ -46,11 +47,24 @@ class PgLogSource:
             partners = cur.fetch_arrow_table()
         return programs, partners
 
+    def count(self, after_seq: int, upto_seq: int, scope: Scope) -> int:
+        """How many raw rows of partition `scope` have `after_seq < seq <= upto_seq`."""
+        row = self._store._one(
+            f"SELECT count(*) FROM raw_events WHERE seq > %s AND seq <= %s AND {scope.rows_sql()}",
+            (after_seq, upto_seq),
+        )
+        return int(row[0]) if row else 0
+
     def raw(
-        self, after_seq: int, upto_seq: int, program_id: str | None = None, kinds: Sequence[str] | None = None
+        self,
+        after_seq: int,
+        upto_seq: int,
+        program_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        scope: Scope | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Raw rows with `after_seq < seq <= upto_seq` (of one program, of some kinds, if
-        given), in seq order,
+        """Raw rows with `after_seq < seq <= upto_seq` (of one program, of some kinds, of one
+        reconcile partition, if given), in seq order,
         every column but `headers`, `body` only for engineer actions (the reconciler reads no
         other body)."""
         columns = ", ".join(
@@ -66,6 +80,8 @@ class PgLogSource:
         where = "seq > $1 AND seq <= $2" + (" AND program_id = $3" if program_id is not None else "")
         if kinds is not None:  # a closed list of the reconciler's own kind names
             where += " AND kind IN ({})".format(", ".join(f"'{k}'" for k in kinds if k.isidentifier()))
+        if scope is not None:
+            where += f" AND {scope.rows_sql()}"
         sql = f"SELECT {columns} FROM raw_events WHERE {where} ORDER BY seq"
         windows = [(at, min(at + PULL_WINDOW, upto_seq)) for at in range(after_seq, upto_seq, PULL_WINDOW)]
         if not windows:

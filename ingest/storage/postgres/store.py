@@ -65,6 +65,7 @@ from ingest.domain.records import (
 from ingest.progress import Progress
 from ingest.storage import migrations
 from ingest.storage.contract import BackupSummary, BackupTargetUnusable, KeyRead, LogDatabase
+from ingest.storage.partitions import Scope, scopes
 from ingest.storage.postgres import keys
 from ingest.storage.postgres.conn import (
     CONNECT_TIMEOUT_SECONDS,
@@ -103,12 +104,19 @@ class PgStore(PortalRows):
     set_aside = 0  # no journal: nothing is ever set aside
 
     def __init__(
-        self, url: str, memory_mb: int = 512, engine_dir: str | None = None, credential_cache: int = 4096
+        self,
+        url: str,
+        memory_mb: int = 512,
+        engine_dir: str | None = None,
+        credential_cache: int = 4096,
+        partitions: int = 1,
     ) -> None:
         """Connect to the database at `url`, migrate it (one replica at a time) and open the
         pool. `memory_mb` bounds the reconciler's working copy; `engine_dir` is where it lives
-        (None: a temporary directory of this process); `credential_cache` is how many program
+        (None: a temporary directory of this process; with `partitions` above 1, one working copy
+        a partition, each in a folder of its own in it); `credential_cache` is how many program
         keys the track endpoints keep in memory (0: none)."""
+        self.partitions = max(1, partitions)
         self.url = url
         self.name = describe(url)
         self._info = conninfo(url)
@@ -125,8 +133,11 @@ class PgStore(PortalRows):
         self._stale_writer = False  # set when the database came back: the writer reconnects
         self._leases: dict[tuple[str, str], Connection] = {}  # (name, holder) -> the lock's session
         self._leases_lock = threading.Lock()
-        self._engine: WorkingCopy | None = None
-        self._engine_lock = threading.Lock()
+        self._engines: dict[Scope | None, WorkingCopy] = {}
+        # a copy of the whole log too (tools, tests), whatever the partitions
+        self._engine_locks: dict[Scope | None, threading.Lock] = {
+            s: threading.Lock() for s in {None, *scopes(partitions)}
+        }
         self._keys: dict[str, KeyRead] = {}  # token hash -> key, program
         self._keys_size = credential_cache
         self._keys_lock = threading.Lock()
@@ -134,6 +145,13 @@ class PgStore(PortalRows):
             with psycopg.connect(self._info, autocommit=True) as con:
                 migrations.apply(PgExecutor(con))
                 self.schema_version = migrations.check(PgExecutor(con))
+                # The last replica started says how the programs are reconciled; the others'
+                # runs stop until they are restarted alike (`reconcile_partitions`).
+                con.execute(
+                    b"INSERT INTO tally_meta VALUES ('reconcile_partitions', %s)"
+                    b" ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                    (str(self.partitions),),
+                )
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to {self.name}: {first_line(exc)}") from None
         self._health = Health(self._info, self._recovered)
@@ -392,6 +410,11 @@ class PgStore(PortalRows):
                 f"tally cannot reach its database right now: {first_line(exc)}"
             ) from exc
 
+    def reconcile_partitions(self) -> int:
+        """How many partitions the replicas reconcile in: the setting of the last one started."""
+        row = self._one("SELECT value FROM tally_meta WHERE name = 'reconcile_partitions'")
+        return int(row[0]) if row else 1
+
     # -- reads for reports and the reconciler ----------------------------------------------------------
     @contextmanager
     def reader(self) -> Iterator[PgReader]:
@@ -399,14 +422,27 @@ class PgStore(PortalRows):
             yield PgReader(con, self)
 
     @contextmanager
-    def log_database(self) -> Iterator[LogDatabase]:
-        """The reconciler's working copy (ingest/storage/postgres/copy.py), made on first use and
-        brought up to the watermark, publishing to this database; one at a time in this process."""
-        with self._engine_lock:
-            if self._engine is None:
-                self._engine = WorkingCopy(self.engine_dir, self.memory_mb)
-            with self._engine.cursor(PgLogSource(self)) as cur:
-                yield LogDatabase(cur, PgResultSink(self))
+    def log_database(self, scope: Scope | None = None) -> Iterator[LogDatabase]:
+        """The reconciler's working copy of the log, or of partition `scope` of it
+        (ingest/storage/postgres/copy.py), made on first use and brought up to the watermark,
+        publishing to this database (that partition's programs only); one at a time per scope in
+        this process. A partition's copy lets go of its memory after the block: a replica works on
+        one partition at a time."""
+        if scope not in self._engine_locks:
+            raise ValueError(f"this store is reconciled in {self.partitions} partitions, not as {scope}")
+        with self._engine_locks[scope]:
+            engine = self._engines.get(scope)
+            if engine is None:
+                directory = self.engine_dir
+                if scope is not None and directory:
+                    directory = str(Path(directory) / f"partition-{scope.part + 1}-of-{scope.parts}")
+                engine = self._engines[scope] = WorkingCopy(directory, self.memory_mb, scope)
+            try:
+                with engine.cursor(PgLogSource(self)) as cur:
+                    yield LogDatabase(cur, PgResultSink(self, scope))
+            finally:
+                if scope is not None:
+                    engine.release()
 
     def check_backup(self, path: str) -> None:
         raise BackupTargetUnusable(
@@ -431,8 +467,8 @@ class PgStore(PortalRows):
                 with contextlib.suppress(Exception):
                     con.close()
             self._lookups.clear()
-        if self._engine is not None:
-            self._engine.close()
+        for engine in self._engines.values():
+            engine.close()
 
     # -- control-plane lookups ----------------------------------------------------------------------
     def credential(self, token_hash: str) -> Credential | None:

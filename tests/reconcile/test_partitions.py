@@ -1,0 +1,234 @@
+"""Reconcile partitions on PostgreSQL (ingest/storage/partitions.py, api/jobs.py): replicas that
+reconcile the programs in partitions, each taking the partitions no other is running, publish
+exactly the books one replica reconciling the whole log computes, which are the reference's
+(tests/reconcile/reference.py), after first, incremental, booking and full runs; each partition's
+working copy holds that partition's rows only; and the partition of a program is the same in
+Python and in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import polars as pl
+import pytest
+import time_machine
+from hypothesis import event, given
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+import reconcile.run
+from api.app import create_app
+from api.settings import load_settings
+from api.state import State
+from ingest.domain.errors import ReconcileRunning
+from ingest.storage.partitions import Scope, part_of
+from ingest.storage.postgres.store import PgStore
+from reconcile.run import job
+from reconcile.run.engine import open_engine
+from tests.conftest import OPERATOR_TOKEN, WEBHOOK_SECRET
+from tests.pg import Server
+from tests.reconcile import builders as b
+from tests.reconcile.apps import Tables, app_with, assert_same, engine_tables, published, stream_rows
+from tests.reconcile.compare import checked
+from tests.reconcile.database import assert_materialised
+from tests.reconcile.streams import Stream, profile, streams
+
+
+def _whole(database: str, now: datetime, parts: int) -> Tables:
+    """The books of the whole log as one replica reconciling it whole computes them (a working
+    copy of the whole log, nothing published), checked against the reference."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = PgStore(database, engine_dir=folder, partitions=parts)
+        try:
+            with open_engine(store) as engine:
+                job.run(engine.cursor, now, full=True)
+                raw, programs, partners = job.read(engine.cursor)
+                assert_materialised(engine.cursor, checked(raw, programs, partners, now))
+                return engine_tables(engine.cursor)
+        finally:
+            store.close()
+
+
+def _published(state: State) -> Tables:
+    with state.store.reader() as db:
+        return published(db)
+
+
+@contextmanager
+def _replica(database: str, parts: int) -> Iterator[State]:
+    """Another replica of `database`, reconciling in `parts` partitions, its working copies empty."""
+    with tempfile.TemporaryDirectory() as folder:
+        settings = load_settings(
+            database=database,
+            engine_dir=folder,
+            operator_token=OPERATOR_TOKEN,
+            base_url="http://testserver",
+            stripe_webhook_secrets=WEBHOOK_SECRET,
+            reconcile_interval_seconds=0,
+            reconcile_partitions=parts,
+        )
+        with TestClient(create_app(settings)) as client:
+            yield client.app.state.tally  # type: ignore[attr-defined]
+
+
+def _at_once(*runs: Callable[[], object]) -> None:
+    """Each of `runs` in a thread of its own, started together; their errors raised."""
+    errors: list[BaseException] = []
+
+    def guarded(run: Callable[[], object]) -> None:
+        try:
+            run()
+        except BaseException as exc:  # handed to the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(run,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _runs(state: State) -> list[tuple[int | None, int | None, str]]:
+    with state.store.reader() as db:
+        return [
+            (p, n, str(m)) for p, n, m in db.rows("SELECT part, parts, mode FROM rc_runs ORDER BY run_no")
+        ]
+
+
+@profile(3, ci=10)
+@given(stream=streams(max_events=30), share=st.integers(0, 100), parts=st.integers(2, 3))
+def test_replicas_reconciling_partitions_publish_the_books_of_one_replica(
+    pg_server: Server, stream: Stream, share: int, parts: int
+) -> None:
+    database = pg_server.fresh_database()
+    cut = len(stream.rows) * share // 100
+    first, rest = stream.rows[:cut], stream.rows[cut:]
+    with (
+        time_machine.travel(stream.now, tick=False),
+        app_with(stream, database, rows=first, partitions=parts) as (_client, state, ids),
+        _replica(database, parts) as other,
+    ):
+        # both replicas' scheduled runs at once: between them every partition runs, none twice at a time
+        _at_once(state.reconciler.run_free, other.reconciler.run_free)
+        assert {part for part, _, _ in _runs(state)} == set(range(parts))
+        assert {n for _, n, _ in _runs(state)} == {parts}
+        assert_same(_published(state), _whole(database, stream.now, parts))
+        # more of the log: each partition builds on what it published (incremental where it can)
+        state.writer.run_sync(lambda tx: [tx.append(row) for row in stream_rows(stream, ids, rest)])
+        seen = len(_runs(state))
+        _at_once(state.reconciler.run_free, other.reconciler.run_free)
+        event("second runs: " + ", ".join(sorted({mode for _, _, mode in _runs(state)[seen:]})))
+        assert_same(_published(state), _whole(database, stream.now, parts))
+        # the operator's run takes every partition; a full run of one sends its changes only
+        state.reconciler.run()
+        with open_engine(other.store, Scope(parts - 1, parts)) as engine:
+            job.run(engine.cursor, stream.now, full=True, publish=engine.publish)
+            assert engine.publish is not None
+            event(f"a partition's full run published: {engine.publish.mode}")
+        assert_same(_published(state), _whole(database, stream.now, parts))
+
+
+def test_a_partition_publishes_its_programs_only_and_leaves_the_others_as_published(
+    pg_server: Server,
+) -> None:
+    """Three programs with one sale each, in two partitions: a partition's runs (first, then
+    after a sale of each program, then full) change the published rows of its own programs
+    only; the others' stay as their partition last published them, until it runs too. Its
+    working copy holds its own programs' rows, and the first partition's the unroutable ones."""
+    rows: list[dict[str, object]] = []
+    programs = ("prog_a", "prog_b", "prog_c")
+    for n, program in enumerate(programs):
+        rows += [
+            b.click(f"clk_{n}", "p1", program_id=program),
+            b.track_sale(f"sale_{n}", f"in_{n}", 10_000, click_id=f"clk_{n}", program_id=program),
+        ]
+    rows.append(
+        b.stripe_row(
+            "evt_lost",
+            "invoice.paid",
+            "in_lost",
+            program_id=None,
+            outcome="unroutable",
+            stripe_account="acct_x",
+        )
+    )
+    stream = Stream(
+        rows=rows,
+        programs=pl.concat(
+            b.programs(stripe_account_id=f"acct_{n}").with_columns(program_id=pl.lit(program))
+            for n, program in enumerate(programs)
+        ),
+        partners=pl.concat(b.partners(("p1", None), program=program) for program in programs),
+        now=b.at(days=20),
+    )
+    database = pg_server.fresh_database()
+    with (
+        time_machine.travel(stream.now, tick=False),
+        app_with(stream, database, partitions=2) as (_client, state, ids),
+    ):
+        real = {ids[p]: p for p in programs}
+        owner = {program: part_of(program, 2) for program in real}
+        if len(set(owner.values())) == 1:
+            pytest.skip("the three generated program ids fell in one partition")  # about 1 in 4
+        mine = Scope(0, 2)
+
+        def sales() -> dict[str, int]:
+            frame = _published(state)["rc_sales"]
+            return dict(frame.group_by("program_id").len().iter_rows())  # type: ignore[arg-type]
+
+        reconcile.run.run(state.store, stream.now, scope=mine)
+        assert sales() == {p: 1 for p in real if owner[p] == 0}
+        assert _published(state)["rc_unroutable"].height == 1
+        more = [
+            b.track_sale(f"sale_more_{n}", f"in_more_{n}", 20_000, click_id=f"clk_{n}", program_id=program)
+            for n, program in enumerate(programs)
+        ]
+        state.writer.run_sync(lambda tx: [tx.append(row) for row in stream_rows(stream, ids, more)])
+        assert reconcile.run.run(state.store, stream.now, scope=mine).mode == "incremental"
+        assert sales() == {p: 2 for p in real if owner[p] == 0}
+        reconcile.run.run(state.store, stream.now, scope=Scope(1, 2), full=True)
+        assert sales() == dict.fromkeys(real, 2)
+        assert reconcile.run.run(state.store, stream.now, scope=mine, full=True).mode == "full"
+        assert_same(_published(state), _whole(database, stream.now, 2))
+        for part in (0, 1):
+            with open_engine(state.store, Scope(part, 2)) as engine:
+                held = engine.cursor.sql("SELECT DISTINCT program_id FROM raw_events").pl()
+            ids_held = {p for p in held.get_column("program_id").to_list()}
+            assert ids_held == {p for p in real if owner[p] == part} | ({None} if part == 0 else set())
+
+
+def test_a_program_is_in_the_same_partition_in_python_and_in_postgresql(pg_server: Server) -> None:
+    ids = [f"prog_{n:05x}" for n in range(300)] + ["", "é", "prog_" + "x" * 100]
+    store = PgStore(pg_server.fresh_database())
+    try:
+        with store.reader() as db:
+            for parts in (2, 3, 7):
+                for part in range(parts):
+                    condition = Scope(part, parts).programs_sql("id")
+                    found = db.rows(f"SELECT id FROM unnest(?::text[]) AS t(id) WHERE {condition}", [ids])
+                    assert sorted(str(i) for (i,) in found) == sorted(
+                        i for i in ids if part_of(i, parts) == part
+                    )
+    finally:
+        store.close()
+
+
+def test_a_replica_reconciling_in_other_partitions_than_the_last_one_started_does_not_run(
+    pg_server: Server,
+) -> None:
+    """Replicas must agree on the partitions: the one started last decides, and a replica with
+    another setting refuses every run (409, saying what to do) instead of publishing over it."""
+    database = pg_server.fresh_database()
+    with _replica(database, 2) as two, _replica(database, 3) as three:
+        three.reconciler.run()
+        with pytest.raises(ReconcileRunning, match="restart it with the same TALLY_RECONCILE_PARTITIONS"):
+            two.reconciler.run()
+        with pytest.raises(ReconcileRunning):
+            two.reconciler.run_free()
