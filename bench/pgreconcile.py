@@ -15,10 +15,12 @@ For each size in `BENCH_PG_RECONCILE_SIZES` (default `1000000,10000000`):
    run's is a whole publish);
 4. the held-back 1 % appended to both; a run on each: the PostgreSQL replica's is incremental
    (its copy pulls the new rows, publishes only the changes);
-5. reconcile partitions (`BENCH_PG_PARTITIONS`, default 2; 1 leaves this out): before the 1 %
-   arrives, each partition's first run with an empty working copy, one after the other, each a
-   fresh process (what one replica a partition costs), then every partition at once, a process
-   each (what they cost sharing this machine's two cores); after it, each partition's run again.
+5. reconcile partitions (`BENCH_PG_PARTITIONS`, default 2; 1, or `BENCH_POSTGRES_URL` set, leaves
+   this out), on a second
+   database loaded with the same log: every partition's first run at once, a process each (what
+   they cost sharing this machine's two cores), then each partition's first run one after the
+   other, a fresh process each with an empty working copy (what one replica a partition costs);
+   after the 1 % arrives there too, each partition's run again (incremental, sending changes).
 
 Each run is a fresh process (`python -m bench.pgreconcile <step> ...`): wall, CPU, peak RSS
 (VmHWM), and for PostgreSQL the time of each stage (pull, read, reconcile, write, publish).
@@ -161,32 +163,23 @@ def _duck(*args: str) -> dict[str, Any]:
 
 
 def _partitions(url: str, engine: Path, parts: int, mode: str) -> dict[str, Any]:
-    """Each partition's run one after the other (a fresh process each), and with `mode` cold,
-    every partition's at once besides (a process each, their copies empty again)."""
-    alone = [
-        _child("pg-run", url, str(engine / "alone"), mode, str(part), str(parts)) for part in range(parts)
-    ]
-    out: dict[str, Any] = {"alone": alone, "slowest_alone_s": max(r["wall_s"] for r in alone)}
+    """With `mode` cold, every partition's run at once (a process each, empty copies), then each
+    partition's one after the other (a fresh process each, empty copies again: what one replica
+    a partition costs, the last to publish); otherwise each partition's run again."""
+    out: dict[str, Any] = {}
     if mode == "cold":
         started = time.perf_counter()
-        args = [
-            [
-                sys.executable,
-                "-m",
-                "bench.pgreconcile",
-                "pg-run",
-                url,
-                str(engine / "together"),
-                mode,
-                str(p),
-                str(parts),
-            ]
-            for p in range(parts)
-        ]
+        step = [sys.executable, "-m", "bench.pgreconcile", "pg-run", url, str(engine / "together"), mode]
+        args = [[*step, str(p), str(parts)] for p in range(parts)]
         running = [subprocess.Popen(a, cwd=ROOT, stdout=subprocess.PIPE, text=True) for a in args]
         together = [json.loads(r.communicate()[0].strip().splitlines()[-1]) for r in running]
         out["together"] = together
         out["together_wall_s"] = round(time.perf_counter() - started, 2)
+    alone = [
+        _child("pg-run", url, str(engine / "alone"), mode, str(part), str(parts)) for part in range(parts)
+    ]
+    out["alone"] = alone
+    out["slowest_alone_s"] = max(r["wall_s"] for r in alone)
     return out
 
 
@@ -219,6 +212,7 @@ def measure(size: int, folder: Path) -> dict[str, Any]:
     db = folder / f"log-{size}.duckdb"
     generated = _duck("generate", str(db), str(size))
     url, cluster = _database()
+    clusters = [cluster]
     try:
         loaded = _child("load", str(db), url)
         engine = folder / f"engine-{size}"
@@ -226,16 +220,26 @@ def measure(size: int, folder: Path) -> dict[str, Any]:
         pg_first = _child("pg-run", url, str(engine), "cold")
         duck_full = _duck("run", str(db), "full")
         pg_full = _child("pg-run", url, str(engine), "full")
-        parts = int(os.environ.get("BENCH_PG_PARTITIONS", "2"))
-        split = _partitions(url, engine / "parts", parts, "cold") if parts > 1 else None
+        # the partitions on a database of their own, so that neither side's runs publish over
+        # the other's (each would then publish whole)
+        # (not with BENCH_POSTGRES_URL: that one database is the bench's only one)
+        parts = 1 if os.environ.get("BENCH_POSTGRES_URL") else int(os.environ.get("BENCH_PG_PARTITIONS", "2"))
+        split_url, split_cluster = _database() if parts > 1 else ("", None)
+        clusters.append(split_cluster)
+        if parts > 1:
+            _child("load", str(db), split_url)
+        split = _partitions(split_url, engine / "parts", parts, "cold") if parts > 1 else None
         _duck("append", str(db))
         appended = _child("load", str(db), url, str(db.with_suffix(".tail.parquet")))
         duck_next = _duck("run", str(db))
         pg_next = _child("pg-run", url, str(engine), "next")
-        split_next = _partitions(url, engine / "parts", parts, "next") if parts > 1 else None
+        if parts > 1:
+            _child("load", str(db), split_url, str(db.with_suffix(".tail.parquet")))
+        split_next = _partitions(split_url, engine / "parts", parts, "next") if parts > 1 else None
     finally:
-        if cluster is not None:
-            cluster.close()
+        for each in clusters:
+            if each is not None:
+                each.close()
         for path in folder.glob(f"log-{size}*"):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)

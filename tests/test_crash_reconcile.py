@@ -38,6 +38,7 @@ import pytest
 from bench import rawgen
 from ingest.pause import PAUSE_ENV
 from ingest.storage.factory import open_store
+from ingest.storage.partitions import part_of
 from ingest.storage.postgres.conn import conninfo
 from reconcile.pipeline import reconcile
 from reconcile.run import components
@@ -126,13 +127,19 @@ def _database(backend: str, tmp_path: Path, pg_server: Server | None, log: rawge
 
 
 def _run(
-    database: str, engine: Path, *, full: bool = False, pause: tuple[str, Path] | None = None
+    database: str,
+    engine: Path,
+    *,
+    full: bool = False,
+    pause: tuple[str, Path] | None = None,
+    part: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes]:
     env = {**os.environ}
     env.pop(PAUSE_ENV, None)
     if pause is not None:
         env[PAUSE_ENV] = f"{pause[0]}:{pause[1]}"
-    argv = [database, str(engine), NOW, *(["full"] if full else []), *SMALL]
+    scope = [] if part is None else [f"part={part[0]}/{part[1]}"]
+    argv = [database, str(engine), NOW, *(["full"] if full else []), *scope, *SMALL]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.reconcile_process", *argv],
         cwd=ROOT,
@@ -173,9 +180,11 @@ def _reconciled(database: str, engine: Path) -> Tables:
     return out
 
 
-def _kill_at(database: str, engine: Path, point: str, marker: Path, *, full: bool) -> None:
+def _kill_at(
+    database: str, engine: Path, point: str, marker: Path, *, full: bool, part: tuple[int, int] | None = None
+) -> None:
     marker.unlink(missing_ok=True)
-    process = _run(database, engine, full=full, pause=(point, marker))
+    process = _run(database, engine, full=full, pause=(point, marker), part=part)
     try:
         wait_until(lambda: marker.exists() or process.poll() is not None, f"the run to reach {point}", 300)
         assert process.poll() is None, process.communicate()[1].decode()[-3000:]
@@ -253,3 +262,51 @@ def test_sigkill_while_reconciling_leaves_the_last_results_and_the_next_run_corr
         if kill.rebuild:  # rebuilt whole by the next run, the killed run's tables dropped
             assert _store_format(database, engine) == components.FORMAT
             assert not _leftovers(database, engine), kill
+
+
+def _of_partition(tables: Tables, part: int) -> Tables:
+    """The rows of `tables` that partition `part` of two publishes (the unroutable list: the first's)."""
+    out = {}
+    for name, frame in tables.items():
+        if name == "rc_unroutable":
+            out[name] = frame if part == 0 else frame.clear()
+        else:
+            mine = [p for p in frame.get_column("program_id").unique().to_list() if part_of(p, 2) == part]
+            out[name] = frame.filter(pl.col("program_id").is_in(mine))
+    return out
+
+
+PARTITION_KILLS = [
+    Kill("publish.commit"),
+    Kill("publish.commit", full=False),
+    Kill("reconcile.chunk"),
+    Kill("pull.window", full=False),
+]
+
+
+def test_sigkill_of_one_partitions_run_leaves_its_rows_and_its_next_run_correct(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """Two reconcile partitions (ingest/storage/partitions.py), each run in a process of its own:
+    for each kill in turn, new rows arrive, one partition's run is killed at the point, and its
+    programs' published rows are still its last run's; the other partition's run then
+    completes, and the killed one's next run leaves the whole log's books published."""
+    log = rawgen.generate(EVENTS)
+    database = _database("postgresql", tmp_path, pg_server, log)
+    engine = tmp_path / "engine"
+    for part in (0, 1):
+        _finish(_run(database, engine, part=(part, 2)))
+    last = _published(database, engine)
+    assert_same(last, _reconciled(database, tmp_path / "engine-check"))
+    assert all(_of_partition(last, part)["rc_sales"].height for part in (0, 1))
+    step = (EVENTS - FIRST) // len(PARTITION_KILLS)
+    for n, kill in enumerate(PARTITION_KILLS):
+        victim = n % 2
+        upto = EVENTS if n == len(PARTITION_KILLS) - 1 else FIRST + step * (n + 1)
+        _append(database, log.events.slice(FIRST + step * n, upto - FIRST - step * n))
+        _kill_at(database, engine, kill.point, tmp_path / "paused", full=kill.full, part=(victim, 2))
+        assert_same(_of_partition(_published(database, engine), victim), _of_partition(last, victim))
+        assert _finish(_run(database, engine, part=(1 - victim, 2)))["high_water_seq"] <= upto
+        assert _finish(_run(database, engine, part=(victim, 2)))["high_water_seq"] <= upto
+        last = _published(database, engine)
+        assert_same(last, _reconciled(database, tmp_path / "engine-check"))

@@ -135,13 +135,13 @@ def test_replicas_reconciling_partitions_publish_the_books_of_one_replica(
         assert_same(_published(state), _whole(database, stream.now, parts))
 
 
-def test_a_partition_publishes_its_programs_only_and_leaves_the_others_as_published(
-    pg_server: Server,
-) -> None:
-    """Three programs with one sale each, in two partitions: a partition's runs (first, then
-    after a sale of each program, then full) change the published rows of its own programs
-    only; the others' stay as their partition last published them, until it runs too. Its
-    working copy holds its own programs' rows, and the first partition's the unroutable ones."""
+def test_a_partition_publishes_its_programs_only_and_leaves_the_others_alone(pg_server: Server) -> None:
+    """Three programs with one sale each, in as many partitions as split them: the first
+    partition's runs (first, after a sale of each program, after an unroutable event is picked
+    up by another partition's program, then full) change the published rows of its own programs
+    only (and the unroutable list); the others' stay as their partitions last published them,
+    until those run too. Each working copy holds its own programs' rows; the first partition's
+    also the unroutable event and the copy a backfill made of it."""
     rows: list[dict[str, object]] = []
     programs = ("prog_a", "prog_b", "prog_c")
     for n, program in enumerate(programs):
@@ -149,16 +149,10 @@ def test_a_partition_publishes_its_programs_only_and_leaves_the_others_as_publis
             b.click(f"clk_{n}", "p1", program_id=program),
             b.track_sale(f"sale_{n}", f"in_{n}", 10_000, click_id=f"clk_{n}", program_id=program),
         ]
-    rows.append(
-        b.stripe_row(
-            "evt_lost",
-            "invoice.paid",
-            "in_lost",
-            program_id=None,
-            outcome="unroutable",
-            stripe_account="acct_x",
-        )
+    lost = b.invoice(
+        "evt_lost", "in_lost", 5_000, program_id=None, outcome="unroutable", stripe_account="acct_x"
     )
+    rows.append(lost)
     stream = Stream(
         rows=rows,
         programs=pl.concat(
@@ -171,37 +165,58 @@ def test_a_partition_publishes_its_programs_only_and_leaves_the_others_as_publis
     database = pg_server.fresh_database()
     with (
         time_machine.travel(stream.now, tick=False),
-        app_with(stream, database, partitions=2) as (_client, state, ids),
+        app_with(stream, database) as (_client, state, ids),
+        tempfile.TemporaryDirectory() as folder,
     ):
         real = {ids[p]: p for p in programs}
-        owner = {program: part_of(program, 2) for program in real}
-        if len(set(owner.values())) == 1:
-            pytest.skip("the three generated program ids fell in one partition")  # about 1 in 4
-        mine = Scope(0, 2)
+        # the fewest partitions that do not put the three (random) program ids in one
+        parts = next(n for n in range(2, 64) if len({part_of(p, n) for p in real}) > 1)
+        owner = {program: part_of(program, parts) for program in real}
+        store = PgStore(database, engine_dir=folder, partitions=parts)
+        mine, others = Scope(0, parts), [Scope(part, parts) for part in range(1, parts)]
 
         def sales() -> dict[str, int]:
             frame = _published(state)["rc_sales"]
             return dict(frame.group_by("program_id").len().iter_rows())  # type: ignore[arg-type]
 
-        reconcile.run.run(state.store, stream.now, scope=mine)
-        assert sales() == {p: 1 for p in real if owner[p] == 0}
-        assert _published(state)["rc_unroutable"].height == 1
-        more = [
-            b.track_sale(f"sale_more_{n}", f"in_more_{n}", 20_000, click_id=f"clk_{n}", program_id=program)
-            for n, program in enumerate(programs)
-        ]
-        state.writer.run_sync(lambda tx: [tx.append(row) for row in stream_rows(stream, ids, more)])
-        assert reconcile.run.run(state.store, stream.now, scope=mine).mode == "incremental"
-        assert sales() == {p: 2 for p in real if owner[p] == 0}
-        reconcile.run.run(state.store, stream.now, scope=Scope(1, 2), full=True)
-        assert sales() == dict.fromkeys(real, 2)
-        assert reconcile.run.run(state.store, stream.now, scope=mine, full=True).mode == "full"
-        assert_same(_published(state), _whole(database, stream.now, 2))
-        for part in (0, 1):
-            with open_engine(state.store, Scope(part, 2)) as engine:
-                held = engine.cursor.sql("SELECT DISTINCT program_id FROM raw_events").pl()
-            ids_held = {p for p in held.get_column("program_id").to_list()}
-            assert ids_held == {p for p in real if owner[p] == part} | ({None} if part == 0 else set())
+        try:
+            reconcile.run.run(store, stream.now, scope=mine)
+            assert sales() == {p: 1 for p in real if owner[p] == 0}
+            assert _published(state)["rc_unroutable"].height == 1
+            more = [
+                b.track_sale(
+                    f"sale_more_{n}", f"in_more_{n}", 20_000, click_id=f"clk_{n}", program_id=program
+                )
+                for n, program in enumerate(programs)
+            ]
+            state.writer.run_sync(lambda tx: [tx.append(row) for row in stream_rows(stream, ids, more)])
+            assert reconcile.run.run(store, stream.now, scope=mine).mode == "incremental"
+            assert sales() == {p: 2 for p in real if owner[p] == 0}
+            # the lost event picked up by a program of another partition: the first partition's
+            # copy holds the backfill's copy (it takes the event off the unroutable list); what
+            # it makes of it is the other partition's to publish
+            taker = next(p for p in real if owner[p] != 0)
+            picked = b.picked_up(lost, real[taker])
+            state.writer.run_sync(lambda tx: tx.append(stream_rows(stream, ids, [picked])[0]))
+            reconcile.run.run(store, stream.now, scope=mine)
+            assert _published(state)["rc_unroutable"].height == 0
+            for name, frame in _published(state).items():
+                if name != "rc_unroutable":
+                    assert {owner[p] for p in frame.get_column("program_id").unique()} <= {0}, name
+            for scope in others:
+                reconcile.run.run(store, stream.now, scope=scope, full=True)
+            assert sales() == {p: 3 if p == taker else 2 for p in real}
+            assert reconcile.run.run(store, stream.now, scope=mine, full=True).mode == "full"
+            assert_same(_published(state), _whole(database, stream.now, parts))
+            for scope in (mine, *others):
+                with open_engine(store, scope) as engine:
+                    held = engine.cursor.sql("SELECT DISTINCT program_id FROM raw_events").pl()
+                expected = {p for p in real if owner[p] == scope.part}
+                if scope.part == 0:
+                    expected |= {None, taker}
+                assert set(held.get_column("program_id").to_list()) == expected
+        finally:
+            store.close()
 
 
 def test_a_program_is_in_the_same_partition_in_python_and_in_postgresql(pg_server: Server) -> None:
