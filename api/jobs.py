@@ -65,8 +65,8 @@ def lease_name(scope: Scope | None) -> str:
 
 def combined(summaries: Sequence[reconcile.run.RunSummary]) -> reconcile.run.RunSummary:
     """One summary of the runs of several partitions (in order; the last one's id): counts
-    added up, the highest high water, `full` when any was full, the unroutable events from the
-    first partition's run (the only one to hold them) when it is among them."""
+    added up, the highest high water, `full` when any was full, the unroutable events of the
+    first partition's run when it is among them (the others hold none: their count is 0)."""
     last = summaries[-1]
     if len(summaries) == 1:
         return last
@@ -140,21 +140,8 @@ class Reconciler:
         if not self._lock.acquire(blocking=False):
             raise self._busy("a reconcile run is in progress")
         held: list[Scope | None] = []
-        agreed = self._store.reconcile_partitions()
-        if agreed != len(self._scopes):
-            self._lock.release()
-            log.error(
-                "this replica reconciles in %d partitions, the database in %d (TALLY_RECONCILE_PARTITIONS"
-                " of the replica started last): restart it with the same setting",
-                len(self._scopes),
-                agreed,
-            )
-            raise ReconcileRunning(
-                f"this replica reconciles in {len(self._scopes)} partitions and the database in {agreed};"
-                " restart it with the same TALLY_RECONCILE_PARTITIONS",
-                retry_after=60,
-            )
         try:
+            self._check_agreed()
             for scope in self._scopes if scopes is None else scopes:
                 if not self._store.acquire_lease(lease_name(scope), self._holder, utcnow(), LEASE_TTL):
                     raise self._busy("another process is running a reconcile")
@@ -167,6 +154,24 @@ class Reconciler:
             for scope in held:
                 self._store.release_lease(lease_name(scope), self._holder)
             self._lock.release()
+
+    def _check_agreed(self) -> None:
+        """`ReconcileRunning` (saying what to do) when this replica's partitions are not the
+        database's: those of the replica started last (`Store.reconcile_partitions`)."""
+        agreed = self._store.reconcile_partitions()
+        if agreed == len(self._scopes):
+            return
+        log.error(
+            "this replica reconciles in %d partitions, the database in %d (TALLY_RECONCILE_PARTITIONS"
+            " of the replica started last): restart it with the same setting",
+            len(self._scopes),
+            agreed,
+        )
+        raise ReconcileRunning(
+            f"this replica reconciles in {len(self._scopes)} partitions and the database in {agreed};"
+            " restart it with the same TALLY_RECONCILE_PARTITIONS",
+            retry_after=60,
+        )
 
     def _order(self) -> list[Scope | None]:
         """The partitions in the order this process asks for them: from one that depends on the
@@ -221,6 +226,7 @@ class Reconciler:
         replicas on the same schedule take different partitions. `ReconcileRunning` when this
         process runs already, or other processes ran or are running every partition."""
         self.check_free()
+        self._check_agreed()
         summaries = []
         for scope in self._order():
             try:

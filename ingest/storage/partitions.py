@@ -3,13 +3,14 @@ reconcile apart (`TALLY_RECONCILE_PARTITIONS`, api/jobs.py).
 
 Every reconcile rule is per program (reconcile/run/job.py), so the books of a set of programs are
 the books of the whole log restricted to those programs. A program's partition is a hash of its
-id, computed alike here and in PostgreSQL (`sql`): the first 32 bits of the MD5 of the id, modulo
-`parts`. A program made later falls in a partition like any other, without a list to keep.
+id, computed alike here and in PostgreSQL (`Scope.programs_sql`): the first 32 bits of the MD5
+of the id, modulo `parts`. A program made later falls in a partition like any other, without a
+list to keep.
 
 Partition 0 also owns what belongs to no program: the unroutable processor events
 (`rc_unroutable`). Those leave the list when a backfill copies them into a program, whichever
 partition that program is in, so partition 0's working copy holds the processor events a
-backfill copied as well (`sql`); the rows reconciled from them belong to another partition and
+backfill copied as well (`Scope.rows_sql`); the rows reconciled from them belong to another partition and
 are never published by partition 0 (`Scope.keep`)."""
 
 from __future__ import annotations
