@@ -6,8 +6,9 @@ Public API
   clock). `Result` holds frames: `sales`, `commissions`, `refunds`, `double_counts`, `evidence`,
   `unroutable`, plus `explain` (the ladder step by step, rendered from `evidence` and `sales`) and
   `sorted()` (canonical row order). Output schemas: reconcile/schema.py.
-- `reconcile.run.run(store, now, on_progress=None, *, full=False) -> RunSummary`: one run on
-  the store's engine (reconcile/run/engine.py: the embedded database itself, or a replica's
+- `reconcile.run.run(store, now, on_progress=None, *, full=False, scope=None) -> RunSummary`:
+  one run (of one reconcile partition's programs with `scope`) on the store's engine
+  (reconcile/run/engine.py: the embedded database itself, or a replica's
   working copy of the shared log, publishing to it). reconcile/run/job.py reads `raw_events`
   (a full run through its Parquet column mirror, reconcile/run/mirror.py) and the control plane,
   reconciles program chunk by program chunk, and replaces the `rc_*` tables in one transaction,

@@ -1,7 +1,9 @@
 """The I/O around the pure rules: a reconcile run over a store's log, and what it reads.
 
-- `run(store, now, on_progress=None, *, full=False) -> RunSummary`: one run on the store's
-  engine (reconcile/run/engine.py `open_engine`): reconcile/run/job.py reads the raw log (a full
+- `run(store, now, on_progress=None, *, full=False, scope=None) -> RunSummary`: one run (of the
+  whole log, or of the programs of one reconcile partition `scope` of a shared database,
+  ingest/storage/partitions.py) on the store's engine (reconcile/run/engine.py `open_engine`):
+  reconcile/run/job.py reads the raw log (a full
   run through its Parquet column mirror, reconcile/run/mirror.py; an incremental one only what
   the new rows change, reconcile/run/incremental.py, reconcile/run/closure.py and the component
   store of reconcile/run/components.py), replaces or
