@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 from starlette.testclient import TestClient
 
 from api.app import create_app
-from api.settings import load_settings
+from api.settings import Settings, load_settings
 from api.state import State
 from ingest.storage.contract import Reader
 from reconcile.run import job
@@ -45,6 +45,30 @@ def stream_rows(
     ]
 
 
+def replica_settings(database: str, engine_dir: str, partitions: int = 1) -> Settings:
+    """The app's settings here: `database`, the working copy in `engine_dir`, no schedule, the
+    programs reconciled in `partitions` partitions."""
+    return load_settings(
+        database=database,
+        engine_dir=engine_dir,
+        operator_token=OPERATOR_TOKEN,
+        base_url="http://testserver",
+        stripe_webhook_secrets=WEBHOOK_SECRET,
+        reconcile_interval_seconds=0,
+        reconcile_partitions=partitions,
+    )
+
+
+@contextmanager
+def replica(database: str, partitions: int = 1) -> Iterator[State]:
+    """Another replica of the PostgreSQL `database` (the real app), its working copies empty."""
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        TestClient(create_app(replica_settings(database, folder, partitions))) as client,
+    ):
+        yield client.app.state.tally  # type: ignore[attr-defined]
+
+
 @contextmanager
 def app_with(
     stream: Stream, database: str | None = None, rows: list[dict[str, Any]] | None = None, partitions: int = 1
@@ -55,14 +79,8 @@ def app_with(
     the real one; on PostgreSQL reconciled in `partitions` partitions. (client, state, stream id ->
     real id)."""
     with tempfile.TemporaryDirectory() as folder:
-        settings = load_settings(
-            database=database or str(Path(folder) / "tally.duckdb"),
-            engine_dir=str(Path(folder) / "engine"),
-            operator_token=OPERATOR_TOKEN,
-            base_url="http://testserver",
-            stripe_webhook_secrets=WEBHOOK_SECRET,
-            reconcile_interval_seconds=0,
-            reconcile_partitions=partitions,
+        settings = replica_settings(
+            database or str(Path(folder) / "tally.duckdb"), str(Path(folder) / "engine"), partitions
         )
         with TestClient(create_app(settings)) as client:
             r = client.post(

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 
 import polars as pl
@@ -19,21 +18,25 @@ import pytest
 import time_machine
 from hypothesis import event, given
 from hypothesis import strategies as st
-from starlette.testclient import TestClient
 
 import reconcile.run
-from api.app import create_app
-from api.settings import load_settings
 from api.state import State
 from ingest.domain.errors import ReconcileRunning
 from ingest.storage.partitions import Scope, part_of
 from ingest.storage.postgres.store import PgStore
 from reconcile.run import job
 from reconcile.run.engine import open_engine
-from tests.conftest import OPERATOR_TOKEN, WEBHOOK_SECRET
 from tests.pg import Server
 from tests.reconcile import builders as b
-from tests.reconcile.apps import Tables, app_with, assert_same, engine_tables, published, stream_rows
+from tests.reconcile.apps import (
+    Tables,
+    app_with,
+    assert_same,
+    engine_tables,
+    published,
+    replica,
+    stream_rows,
+)
 from tests.reconcile.compare import checked
 from tests.reconcile.database import assert_materialised
 from tests.reconcile.streams import Stream, profile, streams
@@ -57,23 +60,6 @@ def _whole(database: str, now: datetime, parts: int) -> Tables:
 def _published(state: State) -> Tables:
     with state.store.reader() as db:
         return published(db)
-
-
-@contextmanager
-def _replica(database: str, parts: int) -> Iterator[State]:
-    """Another replica of `database`, reconciling in `parts` partitions, its working copies empty."""
-    with tempfile.TemporaryDirectory() as folder:
-        settings = load_settings(
-            database=database,
-            engine_dir=folder,
-            operator_token=OPERATOR_TOKEN,
-            base_url="http://testserver",
-            stripe_webhook_secrets=WEBHOOK_SECRET,
-            reconcile_interval_seconds=0,
-            reconcile_partitions=parts,
-        )
-        with TestClient(create_app(settings)) as client:
-            yield client.app.state.tally  # type: ignore[attr-defined]
 
 
 def _at_once(*runs: Callable[[], object]) -> None:
@@ -113,7 +99,7 @@ def test_replicas_reconciling_partitions_publish_the_books_of_one_replica(
     with (
         time_machine.travel(stream.now, tick=False),
         app_with(stream, database, rows=first, partitions=parts) as (_client, state, ids),
-        _replica(database, parts) as other,
+        replica(database, parts) as other,
     ):
         # both replicas' scheduled runs at once: between them every partition runs, none twice at a time
         _at_once(state.reconciler.run_free, other.reconciler.run_free)
@@ -241,7 +227,7 @@ def test_a_replica_reconciling_in_other_partitions_than_the_last_one_started_doe
     """Replicas must agree on the partitions: the one started last decides, and a replica with
     another setting refuses every run (409, saying what to do) instead of publishing over it."""
     database = pg_server.fresh_database()
-    with _replica(database, 2) as two, _replica(database, 3) as three:
+    with replica(database, 2) as two, replica(database, 3) as three:
         three.reconciler.run()
         with pytest.raises(ReconcileRunning, match="restart it with the same TALLY_RECONCILE_PARTITIONS"):
             two.reconciler.run()

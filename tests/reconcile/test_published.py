@@ -19,13 +19,20 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from api.app import create_app
-from api.settings import load_settings
 from ingest.storage.contract import Reader
 from reconcile.run import job
 from reconcile.run.engine import open_engine
-from tests.conftest import OP, OPERATOR_TOKEN, WEBHOOK_SECRET
+from tests.conftest import OP
 from tests.pg import Server
-from tests.reconcile.apps import app_with, assert_reference, assert_same, published, stream_rows, tables
+from tests.reconcile.apps import (
+    app_with,
+    assert_reference,
+    assert_same,
+    published,
+    replica_settings,
+    stream_rows,
+    tables,
+)
 from tests.reconcile.streams import Stream, profile, streams
 
 
@@ -67,22 +74,16 @@ def test_published_tables_are_the_engines_after_full_and_incremental_runs(
                 assert_same(published(db), engine)
         # another replica, its working copy empty: it reads what was published, and its own
         # first (full) run publishes the same tables again
-        with tempfile.TemporaryDirectory() as folder:
-            settings = load_settings(
-                database=database,
-                engine_dir=folder,
-                operator_token=OPERATOR_TOKEN,
-                base_url="http://testserver",
-                stripe_webhook_secrets=WEBHOOK_SECRET,
-                reconcile_interval_seconds=0,
-            )
-            with TestClient(create_app(settings)) as other:
-                state = other.app.state.tally  # type: ignore[attr-defined]
-                with state.store.reader() as db:
-                    assert_same(published(db), engine)
-                assert _reconcile(other) == "full"
-                with state.store.reader() as db:
-                    assert_same(published(db), engine)
+        with (
+            tempfile.TemporaryDirectory() as folder,
+            TestClient(create_app(replica_settings(database, folder))) as other,
+        ):
+            state = other.app.state.tally  # type: ignore[attr-defined]
+            with state.store.reader() as db:
+                assert_same(published(db), engine)
+            assert _reconcile(other) == "full"
+            with state.store.reader() as db:
+                assert_same(published(db), engine)
 
 
 def test_statuses_published_by_an_incremental_run_follow_time_both_ways(pg_server: Server) -> None:
