@@ -133,16 +133,16 @@ class Reconciler:
             self._scheduler = None
 
     @contextmanager
-    def _run_lock(self, scopes: Sequence[Scope | None] | None = None) -> Iterator[list[Scope | None]]:
+    def _run_lock(self, wanted: Sequence[Scope | None] | None = None) -> Iterator[list[Scope | None]]:
         """This process's lock, then the database's `reconcile` lease (in partitions, every
-        partition's, or those of `scopes`), all taken without waiting: `ReconcileRunning` at
+        partition's, or those `wanted`), all taken without waiting: `ReconcileRunning` at
         once when a run (here or in another process) holds one. The scopes held, in order."""
         if not self._lock.acquire(blocking=False):
             raise self._busy("a reconcile run is in progress")
         held: list[Scope | None] = []
         try:
             self._check_agreed()
-            for scope in self._scopes if scopes is None else scopes:
+            for scope in self._scopes if wanted is None else wanted:
                 if not self._store.acquire_lease(lease_name(scope), self._holder, utcnow(), LEASE_TTL):
                     raise self._busy("another process is running a reconcile")
                 held.append(scope)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)
 
 
 def part_of(program_id: str, parts: int) -> int:
@@ -58,13 +61,14 @@ class Scope:
             return mine
         return f"({mine} OR program_id IS NULL OR (kind = 'stripe' AND source = 'backfill'))"
 
-    def keep(self, table: pa.Table) -> pa.Table:
-        """The rows of a published table (with `program_id`) that belong to this partition."""
-        ids = pc.unique(table.column("program_id")).drop_null().to_pylist()
+    def keep(self, rows: Rows) -> Rows:
+        """The rows of a published table (with `program_id`; a table or one batch of it) that
+        belong to this partition."""
+        ids = pc.unique(rows.column("program_id")).drop_null().to_pylist()
         mine = pa.array([i for i in ids if self.owns(i)], pa.string())
         if len(mine) == len(ids):
-            return table
-        return table.filter(pc.is_in(table.column("program_id"), value_set=mine))
+            return rows
+        return rows.filter(pc.is_in(rows.column("program_id"), value_set=mine))
 
 
 def scopes(parts: int) -> list[Scope | None]:

@@ -59,11 +59,11 @@ def backfill_inputs(
     with open_engine(store, scope) as engine:
         raw, programs, partners = job.read(engine.cursor, program_id=program_id)
         account = programs.filter(pl.col("program_id") == program_id).get_column("stripe_account_id")
-        stray_of = (account.item() if account.len() == 1 else None,)
+        connected = account.item() if account.len() == 1 else None
         if first is None:
-            return raw, programs, partners, source.unpicked(engine.cursor, *stray_of)
+            return raw, programs, partners, source.unpicked(engine.cursor, connected)
     with open_engine(store, first) as engine:
-        return raw, programs, partners, source.unpicked(engine.cursor, *stray_of)
+        return raw, programs, partners, source.unpicked(engine.cursor, connected)
 
 
 __all__ = ["Engine", "ReconcileFailed", "RunSummary", "backfill_inputs", "books", "open_engine", "run"]

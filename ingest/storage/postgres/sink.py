@@ -74,10 +74,7 @@ class PgResultSink:
         if self.scope is None or table == UNROUTABLE:
             return data
         scope = self.scope
-        batches = (scope.keep(pa.Table.from_batches([batch])) for batch in data)
-        return pa.RecordBatchReader.from_batches(
-            data.schema, (b for table in batches for b in table.to_batches())
-        )
+        return pa.RecordBatchReader.from_batches(data.schema, (scope.keep(batch) for batch in data))
 
     def _record(self, cur: Any, run: RunRecord) -> None:
         if self.scope is not None:
