@@ -185,6 +185,15 @@ def test_a_partition_publishes_its_programs_only_and_leaves_the_others_alone(pg_
             picked = b.picked_up(lost, real[taker])
             state.writer.run_sync(lambda tx: tx.append(stream_rows(stream, ids, [picked])[0]))
             reconcile.run.run(store, stream.now, scope=mine)
+            # and a replica whose copy of the partition is new, publishing its tables whole
+            with tempfile.TemporaryDirectory() as fresh_folder:
+                fresh = PgStore(database, engine_dir=fresh_folder, partitions=parts)
+                try:
+                    with open_engine(fresh, mine) as engine:
+                        job.run(engine.cursor, stream.now, publish=engine.publish)
+                        assert engine.publish is not None and engine.publish.mode == "replace"
+                finally:
+                    fresh.close()
             assert _published(state)["rc_unroutable"].height == 0
             for name, frame in _published(state).items():
                 if name != "rc_unroutable":
