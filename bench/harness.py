@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -93,6 +93,63 @@ def thread_names(pid: int) -> dict[int, str]:
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return {int(tid): name for tid, name in re.findall(r'Thread (\d+) \([^)]*\): "([^"]+)"', dump)}
+
+
+GIL_RATE = 100  # samples a second: py-spy keeps up at this rate on a loaded 2-core machine
+
+
+@dataclass
+class GilShare:
+    """How much of a window some thread of a process held the interpreter lock (py-spy `--gil`
+    samples: only the thread holding the lock at a sampling instant is recorded), in all and by
+    thread name."""
+
+    instants: int  # sampling instants read (the rate times the window, less py-spy's misses)
+    held: int  # instants at which a thread held the lock
+    by_thread: dict[str, int]
+
+    def per_request(self, seconds: float, requests: int) -> dict[str, Any]:
+        """The lock's microseconds a request over a window of `seconds` that served `requests`,
+        in all and by thread; one lock serves at most `1e6 / us` requests a second, however
+        the work is spread over threads."""
+        if not self.instants or not requests:
+            return {}
+        each = seconds / self.instants / requests * 1e6
+        by_thread = sorted(self.by_thread.items(), key=lambda kv: -kv[1])
+        return {
+            "gil_us_per_request": round(self.held * each, 1),
+            "gil_us_per_request_by_thread": {name: round(n * each, 1) for name, n in by_thread},
+        }
+
+
+@contextmanager
+def gil_sampled(pid: int, seconds: int) -> Iterator[list[GilShare]]:
+    """Sample which thread of process `pid` holds the interpreter lock during the block (at most
+    `seconds`); the share is appended to the yielded list when the block ends (nothing when
+    py-spy is not at hand)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    shares: list[GilShare] = []
+    if not spy.exists():
+        yield shares
+        return
+    with tempfile.TemporaryDirectory(prefix="tally-bench-gil-") as tmp:
+        raw = Path(tmp) / "gil.txt"
+        cmd = [str(spy), "record", "--gil", "--nonblocking", "--threads", "-f", "raw"]
+        cmd += ["-r", str(GIL_RATE), "-d", str(seconds), "-p", str(pid), "-o", str(raw)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            yield shares
+        finally:
+            report = proc.communicate(timeout=seconds + 60)[0]
+        errors = re.search(r"Errors: (\d+)", report)
+        by_thread: dict[str, int] = {}
+        for line in raw.read_text().splitlines() if raw.exists() else []:
+            stack, _, count = line.rpartition(" ")
+            thread = stack.split(";", 1)[0]
+            name = m.group(1) if (m := re.search(r"\): (.+)$", thread)) else "other (native)"
+            by_thread[name] = by_thread.get(name, 0) + int(count)
+        instants = GIL_RATE * seconds - (int(errors.group(1)) if errors else 0)
+        shares.append(GilShare(instants, sum(by_thread.values()), by_thread))
 
 
 def rss_bytes(pid: int) -> int:

@@ -12,8 +12,13 @@ Sides, each a fresh server on the same uvicorn, under wrk (`BENCH_THREADS`, defa
 
 Reported per side: req/s, p50 and p99, non-2xx, the server's CPU microseconds per request (all
 its threads, from /proc) and, for tally, that CPU by thread (the event loop, the writer, the
-copier, the log writer; names from py-spy). Targets (2 cores): tally >= 0.5x the ceiling, p99
-<= 15 ms, zero non-2xx, on the big log as on an empty one.
+copier, the log writer; names from py-spy). Then a further window of `BENCH_GIL_SECONDS` (5; 0
+leaves it out) under wrk with py-spy sampling which thread holds the interpreter lock: the lock's
+microseconds a request, in all and by thread, and `gil_bound_rps`, the most one lock can serve
+(`1e6 / us`), as a ratio of the ceiling too. A server cannot go past that bound, however its
+work is spread over threads; how close it comes is how well its threads take turns. Targets
+(2 cores): tally >= 0.5x the ceiling, p99 <= 15 ms, zero non-2xx, on the big log as on an empty
+one.
 
 `observability()` (`python -m bench observability`): the same load with access lines and metrics
 on (`TALLY_LOG_LEVEL=INFO`, text lines to a file) and off (`bench/unobserved.py`,
@@ -36,6 +41,7 @@ from bench.harness import (
     WrkResult,
     ceiling_process,
     cpu_seconds,
+    gil_sampled,
     save,
     setup_program,
     table,
@@ -52,6 +58,22 @@ CONNECTIONS = 32
 
 def _threads() -> int:
     return int(os.environ.get("BENCH_THREADS", "1"))
+
+
+def _gil_seconds() -> int:
+    return int(os.environ.get("BENCH_GIL_SECONDS", "5"))
+
+
+def _gil(label: str, served: Served, env: dict[str, str]) -> dict[str, Any]:
+    """A further window under wrk, with py-spy sampling who holds the interpreter lock (kept apart
+    from the measured window, so the sampler's own cost is not in the req/s above): the lock's
+    microseconds a request, in all and by thread. One lock bounds the server at `1e6 / us`
+    requests a second, however the work is spread over threads."""
+    seconds = _gil_seconds()
+    with gil_sampled(served.pid, seconds) as shares:
+        run = {**env, "BENCH_RUN": f"g{time.time_ns()}"}
+        result = wrk(label, served.url, SCRIPT, seconds, CONNECTIONS, _threads(), env=run)
+    return shares[0].per_request(result.seconds, result.requests) if shares else {}
 
 
 def _measure(label: str, served: Served, seconds: int, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -73,6 +95,8 @@ def _measure(label: str, served: Served, seconds: int, env: dict[str, str] | Non
             spent = (used - before_threads.get(tid, 0.0)) / result.requests * 1e6
             by_thread[name] = round(by_thread.get(name, 0.0) + spent, 1)
         out["cpu_us_per_request_by_thread"] = dict(sorted(by_thread.items(), key=lambda kv: -kv[1]))
+    if _gil_seconds() > 0:
+        out.update(_gil(label, served, env))
     return out
 
 
@@ -117,6 +141,16 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             name: statistics.median(r["cpu_us_per_request_by_thread"].get(name, 0.0) for r in runs)
             for name in sorted(names)
         }
+    if all("gil_us_per_request" in r for r in runs):
+        gil = statistics.median(r["gil_us_per_request"] for r in runs)
+        names = {name for r in runs for name in r["gil_us_per_request_by_thread"]}
+        summary["gil_us_per_request_median"] = gil
+        summary["gil_us_per_request_by_thread_median"] = {
+            name: statistics.median(r["gil_us_per_request_by_thread"].get(name, 0.0) for r in runs)
+            for name in sorted(names)
+        }
+        # however the work is spread over threads, one interpreter lock serves at most this
+        summary["gil_bound_rps"] = round(1e6 / gil) if gil else None
     return summary
 
 
@@ -139,6 +173,9 @@ def main(
         rps = summaries[side]["rps_median"]
         summaries[side]["ratio_vs_ceiling"] = round(rps / summaries["ceiling"]["rps_median"], 3)
         summaries[side]["ratio_vs_bare"] = round(rps / summaries["bare"]["rps_median"], 3)
+        if summaries[side].get("gil_bound_rps"):
+            bound = summaries[side]["gil_bound_rps"] / summaries["ceiling"]["rps_median"]
+            summaries[side]["gil_bound_ratio_vs_ceiling"] = round(bound, 3)
         print(f"{side:>24}: {summaries[side]}")
     tallies = [side for side in sides if side.startswith("tally")]
     verdict = {

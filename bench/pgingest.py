@@ -6,7 +6,9 @@ Each side runs `BENCH_SECONDS` (15) under wrk with `BENCH_CONNECTIONS` (32) conn
 warm-up; `BENCH_ROUNDS` (2) rounds, sides alternating, medians kept with every sample. Reported per
 side: req/s, p50 and p99 (two replicas: the worse of the two wrk reports), non-2xx, and CPU
 microseconds per request of the tally processes and of PostgreSQL (all of the cluster's
-processes, from /proc: utime + stime of the postmaster, its children and the children it reaped).
+processes, from /proc: utime + stime of the postmaster, its children and the children it reaped);
+for one process (DuckDB, one replica), the interpreter lock's microseconds a request and the most
+one lock can serve as a ratio of the ceiling, from a further window (bench/ingest says how).
 
 Targets (2 cores): one replica >= 0.35x the ceiling, p99 <= 30 ms, zero non-2xx; two replicas at
 least as fast as one. The database is a durable cluster of the bench's own (tests/pg.py: fsync
@@ -29,6 +31,7 @@ from bench.harness import (
     WrkResult,
     ceiling_server,
     cpu_seconds,
+    gil_sampled,
     save,
     setup_program,
     table,
@@ -144,7 +147,15 @@ def _side(
         urls, keys = [s.url for s in servers], [key] * replicas
         cpu = Cpu([s.pid for s in servers], postmaster if database is not None else None)
         _run(f"{name} warm-up", urls, keys, 3, connections, None)
-        return _run(name, urls, keys, seconds, connections, cpu)
+        out = _run(name, urls, keys, seconds, connections, cpu)
+        gil_seconds = int(os.environ.get("BENCH_GIL_SECONDS", "5"))
+        if replicas == 1 and gil_seconds > 0:  # (bench/ingest: a window of its own, under py-spy)
+            with gil_sampled(servers[0].pid, gil_seconds) as shares:
+                window = _run(f"{name} lock", urls, keys, gil_seconds, connections, None)
+            if shares:
+                seconds_run = max(r.seconds for r in window["runs"])
+                out.update(shares[0].per_request(seconds_run, window["requests"]))
+        return out
 
 
 def main(
@@ -171,7 +182,14 @@ def main(
     for side, runs in samples.items():
         medians[side] = {
             key: statistics.median(r[key] for r in runs)
-            for key in ("rps", "p50_ms", "p99_ms", "tally_cpu_us_per_request", "postgres_cpu_us_per_request")
+            for key in (
+                "rps",
+                "p50_ms",
+                "p99_ms",
+                "tally_cpu_us_per_request",
+                "postgres_cpu_us_per_request",
+                "gil_us_per_request",
+            )
             if all(key in r for r in runs)
         }
         medians[side]["rps_range"] = [min(r["rps"] for r in runs), max(r["rps"] for r in runs)]
@@ -179,6 +197,8 @@ def main(
     ceiling = medians["ceiling"]["rps"]
     for side in ("duckdb", "pg1", "pg2"):
         medians[side]["ratio_vs_ceiling"] = round(medians[side]["rps"] / ceiling, 3)
+        if gil := medians[side].get("gil_us_per_request"):  # the most one interpreter lock serves
+            medians[side]["gil_bound_ratio_vs_ceiling"] = round(1e6 / gil / ceiling, 3)
     print(table([run for runs in samples.values() for r in runs for run in r["runs"]]))
     for side, m in medians.items():
         print(f"{side:>8}: {m}")

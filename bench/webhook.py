@@ -10,7 +10,9 @@ bench/webhook.lua replays them, one per request.
 Its ceiling is a Starlette endpoint that checks the same signature (the same secret) and parses
 the body, and nothing else (bench/ceiling.py `webhook`), served the same deliveries; bench/ingest's
 parse-only ceiling is measured beside them. `BENCH_ROUNDS` rounds (default 3) of the three sides,
-medians with every sample, and each side's CPU microseconds per request. Target: tally >= 0.5x
+medians with every sample, and each side's CPU microseconds per request; for the signed endpoint
+and tally, the interpreter lock's microseconds a request and the most one lock serves, as a ratio
+of the signed endpoint's rate (a further window under py-spy: bench/ingest says how). Target: tally >= 0.5x
 the signed parse-only endpoint, zero non-2xx.
 """
 
@@ -22,6 +24,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from bench.harness import (
     WrkResult,
     ceiling_process,
     cpu_seconds,
+    gil_sampled,
     save,
     setup_program,
     table,
@@ -128,6 +132,17 @@ def check(url: str, prefix: Path, program_id: str) -> dict[str, object]:
     }
 
 
+def _lock(pid: int, run: Callable[[int], WrkResult]) -> dict[str, Any]:
+    """The interpreter lock's microseconds a request in a further window of `BENCH_GIL_SECONDS`
+    (5; 0 leaves it out) under py-spy, apart from the measured one (bench/ingest says why)."""
+    seconds = int(os.environ.get("BENCH_GIL_SECONDS", "5"))
+    if seconds <= 0:
+        return {}
+    with gil_sampled(pid, seconds) as shares:
+        result = run(seconds)
+    return shares[0].per_request(result.seconds, result.requests) if shares else {}
+
+
 def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
     """One round: the parse-only ceiling, the signed parse-only ceiling and tally, each measured
     with its CPU microseconds per request."""
@@ -143,6 +158,14 @@ def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
         label = "signed parse-only"
         result, _ = run_deliveries(label, served.url, "prog_none", tmp, 50_000, duration, connections)
         out["signed"] = {"wrk": result, "cpu_us": (cpu_seconds(served.pid) - before) / result.requests * 1e6}
+        out["signed"].update(
+            _lock(
+                served.pid,
+                lambda t: run_deliveries("signed lock", served.url, "prog_none", tmp, 50_000, t, connections)[
+                    0
+                ],
+            )
+        )
     with tally_process() as served:
         program_id, _ = setup_program(served.url)
         warm, _ = run_deliveries("warm-up", served.url, program_id, tmp, 20_000, 3, connections)
@@ -158,6 +181,13 @@ def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
             "deliveries": count,
             **check(served.url, prefix, program_id),
         }
+        more = max(20_000, int(warm.rps * 10))
+        out["tally"].update(
+            _lock(
+                served.pid,
+                lambda t: run_deliveries("tally lock", served.url, program_id, tmp, more, t, connections)[0],
+            )
+        )
     return out
 
 
@@ -188,6 +218,20 @@ def main(
         }
         for name in ("ceiling", "signed", "tally")
     }
+    for name in ("signed", "tally"):
+        if all("gil_us_per_request" in s[name] for s in samples):
+            gil = statistics.median(s[name]["gil_us_per_request"] for s in samples)
+            medians[name]["gil_us_per_request_median"] = gil
+            medians[name]["gil_us_per_request_by_thread_median"] = {
+                thread: statistics.median(
+                    s[name]["gil_us_per_request_by_thread"].get(thread, 0.0) for s in samples
+                )
+                for thread in sorted({t for s in samples for t in s[name]["gil_us_per_request_by_thread"]})
+            }
+            # the most one interpreter lock serves, against the signed parse-only endpoint's rate
+            medians[name]["gil_bound_ratio_vs_signed"] = (
+                round(1e6 / gil / medians["signed"]["rps_median"], 3) if gil else None
+            )
     tally = medians["tally"]["rps_median"]
     verdict: dict[str, object] = {
         "ratio_vs_signed_parse_only": round(tally / medians["signed"]["rps_median"], 3),

@@ -1,0 +1,58 @@
+"""bench/harness.py `gil_sampled`: who holds the interpreter lock, sampled with py-spy, is what
+bench/ingest and bench/pgingest turn into the lock's microseconds a request (and the most one
+lock can serve). Checked on processes whose share is known: a thread spinning in Python holds
+it nearly all the time, a process asleep never."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bench.harness import GilShare, gil_sampled
+
+SPIN = """
+import threading, time
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, name="spinner", daemon=True).start()
+time.sleep(60)
+"""
+
+
+@contextmanager
+def _python(code: str) -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)  # started, its threads running
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _share(code: str) -> GilShare:
+    with _python(code) as pid, gil_sampled(pid, 2) as shares:
+        time.sleep(2.2)
+    assert len(shares) == 1
+    return shares[0]
+
+
+def test_a_spinning_thread_holds_the_lock_and_is_named() -> None:
+    share = _share(SPIN)
+    assert share.instants > 100
+    assert share.held >= 0.8 * share.instants
+    assert max(share.by_thread, key=share.by_thread.__getitem__) == "spinner"
+    figures = share.per_request(2.0, 1000)  # 2 s for 1,000 requests: about 2,000 us each
+    assert 1600 <= figures["gil_us_per_request"] <= 2000
+    assert set(figures["gil_us_per_request_by_thread"]) == set(share.by_thread)
+
+
+def test_a_sleeping_process_holds_it_never() -> None:
+    share = _share("import time; time.sleep(60)")
+    assert share.instants > 100
+    assert share.held == 0
+    assert share.per_request(2.0, 1000)["gil_us_per_request"] == 0.0
