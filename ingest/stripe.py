@@ -251,7 +251,7 @@ def read(event: Mapping[str, Any]) -> tuple[dict[str, Any], Problems]:
     that are out of bounds (their fields are NULL)."""
     out: dict[str, Any] = dict.fromkeys(STRIPE_FIELDS)
     problems = Problems()
-    if not isinstance(event, Mapping):
+    if not _is_map(event):
         out["test_mode"] = False
         return out, problems
     data = _map(event.get("data"))
@@ -433,8 +433,16 @@ def _attribution(metadata: Any, *, with_presence: bool = True) -> dict[str, Any]
 # --- tolerant readers: wrong type or missing -> None ------------------------------------------
 
 
+def _is_map(value: Any) -> bool:
+    """A JSON object (a dict, what every parser here makes) or any other Mapping. The dict is
+    checked first: `isinstance` against the `Mapping` ABC runs Python code (abc's
+    `__instancecheck__`), and a delivery's fields are read through it a few dozen times (a
+    checkout delivery's `read`: 10.7 -> 9.3 us)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _map(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
+    return value if _is_map(value) else None
 
 
 def _list(value: Any) -> list[Any]:
@@ -444,7 +452,7 @@ def _list(value: Any) -> list[Any]:
 def _get(obj: Mapping[str, Any], *path: str) -> Any:
     current: Any = obj
     for key in path:
-        current = current.get(key) if isinstance(current, Mapping) else None
+        current = current.get(key) if _is_map(current) else None
     return current
 
 
@@ -454,7 +462,7 @@ def _str(value: Any) -> str | None:
 
 def _id(value: Any) -> str | None:
     """An object id given as a string or as an expanded object with `id`."""
-    if isinstance(value, Mapping):
+    if _is_map(value):
         return _str(value.get("id"))
     return _str(value)
 
