@@ -12,8 +12,8 @@ the body, and nothing else (bench/ceiling.py `webhook`), served the same deliver
 parse-only ceiling is measured beside them. `BENCH_ROUNDS` rounds (default 3) of the three sides,
 medians with every sample, and each side's CPU microseconds per request; for the signed endpoint
 and tally, the interpreter lock's microseconds a request and the most one lock serves, as a ratio
-of the signed endpoint's rate (a further window under py-spy: bench/ingest says how). Target: tally >= 0.5x
-the signed parse-only endpoint, zero non-2xx.
+of the signed endpoint's rate (a further window under py-spy: bench/ingest says how). Target:
+tally >= 0.5x the signed parse-only endpoint, zero non-2xx.
 """
 
 from __future__ import annotations
@@ -158,14 +158,14 @@ def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
         label = "signed parse-only"
         result, _ = run_deliveries(label, served.url, "prog_none", tmp, 50_000, duration, connections)
         out["signed"] = {"wrk": result, "cpu_us": (cpu_seconds(served.pid) - before) / result.requests * 1e6}
-        out["signed"].update(
-            _lock(
-                served.pid,
-                lambda t: run_deliveries("signed lock", served.url, "prog_none", tmp, 50_000, t, connections)[
-                    0
-                ],
+
+        def signed_lock(seconds: int) -> WrkResult:
+            result, _ = run_deliveries(
+                "signed lock", served.url, "prog_none", tmp, 50_000, seconds, connections
             )
-        )
+            return result
+
+        out["signed"].update(_lock(served.pid, signed_lock))
     with tally_process() as served:
         program_id, _ = setup_program(served.url)
         warm, _ = run_deliveries("warm-up", served.url, program_id, tmp, 20_000, 3, connections)
@@ -181,13 +181,13 @@ def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
             "deliveries": count,
             **check(served.url, prefix, program_id),
         }
-        more = max(20_000, int(warm.rps * 10))
-        out["tally"].update(
-            _lock(
-                served.pid,
-                lambda t: run_deliveries("tally lock", served.url, program_id, tmp, more, t, connections)[0],
-            )
-        )
+        more = max(20_000, int(warm.rps * 10))  # distinct deliveries for the lock's window
+
+        def tally_lock(seconds: int) -> WrkResult:
+            result, _ = run_deliveries("tally lock", served.url, program_id, tmp, more, seconds, connections)
+            return result
+
+        out["tally"].update(_lock(served.pid, tally_lock))
     return out
 
 
