@@ -1,5 +1,5 @@
 """bench/harness.py `gil_sampled`: who holds the interpreter lock, sampled with py-spy, is what
-bench/ingest and bench/pgingest turn into the lock's microseconds a request (and the most one
+bench/ingest, bench/webhook and bench/pgingest turn into the lock's microseconds a request (and the most one
 lock can serve). Checked on processes whose share is known: a thread spinning in Python holds
 it nearly all the time, a process asleep never."""
 
