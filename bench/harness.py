@@ -126,7 +126,7 @@ class GilShare:
 def gil_sampled(pid: int, seconds: int) -> Iterator[list[GilShare]]:
     """Sample which thread of process `pid` holds the interpreter lock during the block (at most
     `seconds`); the share is appended to the yielded list when the block ends (nothing when
-    py-spy is not at hand)."""
+    py-spy is not at hand or could not sample the process: no figure rather than a zero)."""
     spy = Path(sys.executable).with_name("py-spy")
     shares: list[GilShare] = []
     if not spy.exists():
@@ -141,9 +141,11 @@ def gil_sampled(pid: int, seconds: int) -> Iterator[list[GilShare]]:
             yield shares
         finally:
             report = proc.communicate(timeout=seconds + 60)[0]
+        if proc.returncode != 0 or not raw.exists():
+            return
         errors = re.search(r"Errors: (\d+)", report)
         by_thread: dict[str, int] = {}
-        for line in raw.read_text().splitlines() if raw.exists() else []:
+        for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             thread = stack.split(";", 1)[0]
             name = m.group(1) if (m := re.search(r"\): (.+)$", thread)) else "other (native)"

@@ -63,3 +63,11 @@ def test_a_sleeping_process_holds_it_never() -> None:
     assert share.instants > 100
     assert share.held == 0
     assert share.per_request(2.0, 1000)["gil_us_per_request"] == 0.0
+
+
+def test_a_process_that_cannot_be_sampled_gives_no_figure() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # gone: py-spy cannot attach
+    with gil_sampled(proc.pid, 1) as shares:
+        pass
+    assert shares == []
