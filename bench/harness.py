@@ -6,11 +6,12 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -152,6 +153,33 @@ def gil_sampled(pid: int, seconds: int) -> Iterator[list[GilShare]]:
             by_thread[name] = by_thread.get(name, 0) + int(count)
         instants = GIL_RATE * seconds - (int(errors.group(1)) if errors else 0)
         shares.append(GilShare(instants, sum(by_thread.values()), by_thread))
+
+
+def gil_window(pid: int, run: Callable[[int], WrkResult]) -> dict[str, Any]:
+    """The interpreter lock's microseconds a request of process `pid`, in all and by thread, over
+    a further window of `BENCH_GIL_SECONDS` (5; 0 leaves it out) in which `run(seconds)` loads
+    it. Kept apart from a bench's measured window, so py-spy's own cost is not in its rates."""
+    seconds = int(os.environ.get("BENCH_GIL_SECONDS", "5"))
+    if seconds <= 0:
+        return {}
+    with gil_sampled(pid, seconds) as shares:
+        result = run(seconds)
+    return shares[0].per_request(result.seconds, result.requests) if shares else {}
+
+
+def gil_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians of `gil_window`'s figures over a side's runs (nothing unless every run has
+    them)."""
+    if not runs or not all("gil_us_per_request" in r for r in runs):
+        return {}
+    threads = sorted({name for r in runs for name in r["gil_us_per_request_by_thread"]})
+    return {
+        "gil_us_per_request_median": statistics.median(r["gil_us_per_request"] for r in runs),
+        "gil_us_per_request_by_thread_median": {
+            name: statistics.median(r["gil_us_per_request_by_thread"].get(name, 0.0) for r in runs)
+            for name in threads
+        },
+    }
 
 
 def rss_bytes(pid: int) -> int:

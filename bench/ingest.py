@@ -41,7 +41,8 @@ from bench.harness import (
     WrkResult,
     ceiling_process,
     cpu_seconds,
-    gil_sampled,
+    gil_medians,
+    gil_window,
     save,
     setup_program,
     table,
@@ -58,22 +59,6 @@ CONNECTIONS = 32
 
 def _threads() -> int:
     return int(os.environ.get("BENCH_THREADS", "1"))
-
-
-def _gil_seconds() -> int:
-    return int(os.environ.get("BENCH_GIL_SECONDS", "5"))
-
-
-def _gil(label: str, served: Served, env: dict[str, str]) -> dict[str, Any]:
-    """A further window under wrk, with py-spy sampling who holds the interpreter lock (kept apart
-    from the measured window, so the sampler's own cost is not in the req/s above): the lock's
-    microseconds a request, in all and by thread. One lock bounds the server at `1e6 / us`
-    requests a second, however the work is spread over threads."""
-    seconds = _gil_seconds()
-    with gil_sampled(served.pid, seconds) as shares:
-        run = {**env, "BENCH_RUN": f"g{time.time_ns()}"}
-        result = wrk(label, served.url, SCRIPT, seconds, CONNECTIONS, _threads(), env=run)
-    return shares[0].per_request(result.seconds, result.requests) if shares else {}
 
 
 def _measure(label: str, served: Served, seconds: int, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -95,8 +80,12 @@ def _measure(label: str, served: Served, seconds: int, env: dict[str, str] | Non
             spent = (used - before_threads.get(tid, 0.0)) / result.requests * 1e6
             by_thread[name] = round(by_thread.get(name, 0.0) + spent, 1)
         out["cpu_us_per_request_by_thread"] = dict(sorted(by_thread.items(), key=lambda kv: -kv[1]))
-    if _gil_seconds() > 0:
-        out.update(_gil(label, served, env))
+
+    def lock_window(seconds: int) -> WrkResult:
+        run = {**env, "BENCH_RUN": f"g{time.time_ns()}"}
+        return wrk(label, url, SCRIPT, seconds, CONNECTIONS, threads, env=run)
+
+    out.update(gil_window(served.pid, lock_window))
     return out
 
 
@@ -141,16 +130,10 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             name: statistics.median(r["cpu_us_per_request_by_thread"].get(name, 0.0) for r in runs)
             for name in sorted(names)
         }
-    if all("gil_us_per_request" in r for r in runs):
-        gil = statistics.median(r["gil_us_per_request"] for r in runs)
-        names = {name for r in runs for name in r["gil_us_per_request_by_thread"]}
-        summary["gil_us_per_request_median"] = gil
-        summary["gil_us_per_request_by_thread_median"] = {
-            name: statistics.median(r["gil_us_per_request_by_thread"].get(name, 0.0) for r in runs)
-            for name in sorted(names)
-        }
+    summary.update(gil_medians(runs))
+    if gil := summary.get("gil_us_per_request_median"):
         # however the work is spread over threads, one interpreter lock serves at most this
-        summary["gil_bound_rps"] = round(1e6 / gil) if gil else None
+        summary["gil_bound_rps"] = round(1e6 / gil)
     return summary
 
 

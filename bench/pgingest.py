@@ -31,7 +31,7 @@ from bench.harness import (
     WrkResult,
     ceiling_server,
     cpu_seconds,
-    gil_sampled,
+    gil_window,
     save,
     setup_program,
     table,
@@ -148,13 +148,13 @@ def _side(
         cpu = Cpu([s.pid for s in servers], postmaster if database is not None else None)
         _run(f"{name} warm-up", urls, keys, 3, connections, None)
         out = _run(name, urls, keys, seconds, connections, cpu)
-        gil_seconds = int(os.environ.get("BENCH_GIL_SECONDS", "5"))
-        if replicas == 1 and gil_seconds > 0:  # (bench/ingest: a window of its own, under py-spy)
-            with gil_sampled(servers[0].pid, gil_seconds) as shares:
-                window = _run(f"{name} lock", urls, keys, gil_seconds, connections, None)
-            if shares:
-                seconds_run = max(r.seconds for r in window["runs"])
-                out.update(shares[0].per_request(seconds_run, window["requests"]))
+        if replicas == 1:  # (one process: one interpreter lock to measure)
+
+            def lock_window(seconds: int) -> WrkResult:
+                runs: list[WrkResult] = _run(f"{name} lock", urls, keys, seconds, connections, None)["runs"]
+                return runs[0]
+
+            out.update(gil_window(servers[0].pid, lock_window))
         return out
 
 

@@ -24,7 +24,6 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,8 @@ from bench.harness import (
     WrkResult,
     ceiling_process,
     cpu_seconds,
-    gil_sampled,
+    gil_medians,
+    gil_window,
     save,
     setup_program,
     table,
@@ -132,17 +132,6 @@ def check(url: str, prefix: Path, program_id: str) -> dict[str, object]:
     }
 
 
-def _lock(pid: int, run: Callable[[int], WrkResult]) -> dict[str, Any]:
-    """The interpreter lock's microseconds a request in a further window of `BENCH_GIL_SECONDS`
-    (5; 0 leaves it out) under py-spy, apart from the measured one (bench/ingest says why)."""
-    seconds = int(os.environ.get("BENCH_GIL_SECONDS", "5"))
-    if seconds <= 0:
-        return {}
-    with gil_sampled(pid, seconds) as shares:
-        result = run(seconds)
-    return shares[0].per_request(result.seconds, result.requests) if shares else {}
-
-
 def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
     """One round: the parse-only ceiling, the signed parse-only ceiling and tally, each measured
     with its CPU microseconds per request."""
@@ -165,7 +154,7 @@ def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
             )
             return result
 
-        out["signed"].update(_lock(served.pid, signed_lock))
+        out["signed"].update(gil_window(served.pid, signed_lock))
     with tally_process() as served:
         program_id, _ = setup_program(served.url)
         warm, _ = run_deliveries("warm-up", served.url, program_id, tmp, 20_000, 3, connections)
@@ -187,7 +176,7 @@ def _sides(duration: int, connections: int, tmp: Path) -> dict[str, Any]:
             result, _ = run_deliveries("tally lock", served.url, program_id, tmp, more, seconds, connections)
             return result
 
-        out["tally"].update(_lock(served.pid, tally_lock))
+        out["tally"].update(gil_window(served.pid, tally_lock))
     return out
 
 
@@ -219,19 +208,10 @@ def main(
         for name in ("ceiling", "signed", "tally")
     }
     for name in ("signed", "tally"):
-        if all("gil_us_per_request" in s[name] for s in samples):
-            gil = statistics.median(s[name]["gil_us_per_request"] for s in samples)
-            medians[name]["gil_us_per_request_median"] = gil
-            medians[name]["gil_us_per_request_by_thread_median"] = {
-                thread: statistics.median(
-                    s[name]["gil_us_per_request_by_thread"].get(thread, 0.0) for s in samples
-                )
-                for thread in sorted({t for s in samples for t in s[name]["gil_us_per_request_by_thread"]})
-            }
+        medians[name].update(gil_medians([s[name] for s in samples]))
+        if gil := medians[name].get("gil_us_per_request_median"):
             # the most one interpreter lock serves, against the signed parse-only endpoint's rate
-            medians[name]["gil_bound_ratio_vs_signed"] = (
-                round(1e6 / gil / medians["signed"]["rps_median"], 3) if gil else None
-            )
+            medians[name]["gil_bound_ratio_vs_signed"] = round(1e6 / gil / medians["signed"]["rps_median"], 3)
     tally = medians["tally"]["rps_median"]
     verdict: dict[str, object] = {
         "ratio_vs_signed_parse_only": round(tally / medians["signed"]["rps_median"], 3),
