@@ -9,9 +9,12 @@ in the middle of a full run (its first chunk in the staging tables), inside a ru
 transaction (full and incremental), while a full run writes the column mirror (embedded),
 inside a replica's publishing transaction (PostgreSQL, full and incremental), and while a
 replica's working copy pulls the log (its first pull into an empty copy, which the next run
-resumes after the windows it committed, and a later one), and while a run rebuilds the
-component store (its format changed), a batch in the rebuild's own tables.
-Small chunks, mirror segments and pull windows make the small log take several of each.
+resumes after the windows it committed, and a later one), while a run rebuilds the
+component store (its format changed), a batch in the rebuild's own tables, and while a run adds
+rows to the row store (reconcile/run/rowstore.py: an incremental run's new rows, and a file made
+anew because it was lost), rows in the file the database does not trust yet.
+Small chunks, mirror segments, pull windows and row store batches make the small log take
+several of each.
 
 After each kill the published tables (what the API reads, through the store's reader) are
 exactly the last published run's: on PostgreSQL a replica killed after its publish committed
@@ -41,7 +44,7 @@ from ingest.storage.factory import open_store
 from ingest.storage.partitions import part_of
 from ingest.storage.postgres.conn import conninfo
 from reconcile.pipeline import reconcile
-from reconcile.run import components
+from reconcile.run import components, rowstore
 from reconcile.run.engine import books
 from tests.conftest import ROOT
 from tests.pg import Server
@@ -60,6 +63,7 @@ SMALL = (  # so that the small log takes several chunks, mirror segments and pul
     "ingest.storage.postgres.source.PULL_WINDOW=600",
     "ingest.storage.postgres.copy.COMMIT_ROWS=600",
     "reconcile.run.components.BUILD_SEQS=500",
+    "reconcile.run.rowstore.BATCH_SEQS=500",
 )
 
 
@@ -69,6 +73,7 @@ class Kill:
     full: bool = True  # the killed run: full, or incremental where it can be
     fresh_copy: bool = False  # PostgreSQL: the killed run's working copy is empty (its first pull)
     rebuild: bool = False  # the killed run rebuilds the component store (its format changed)
+    remake_rows: bool = False  # the killed run makes the row store anew (its file was lost)
 
 
 KILLS = {
@@ -78,6 +83,8 @@ KILLS = {
         Kill("reconcile.commit"),
         Kill("reconcile.commit", full=False),
         Kill("components.batch", rebuild=True),
+        Kill("rows.batch", full=False),
+        Kill("rows.batch", remake_rows=True),
     ],
     "postgresql": [
         Kill("reconcile.chunk"),
@@ -88,6 +95,7 @@ KILLS = {
         Kill("pull.window", full=False),
         Kill("pull.window", fresh_copy=True),
         Kill("components.batch", rebuild=True),
+        Kill("rows.batch", full=False),
     ],
 }
 
@@ -208,6 +216,13 @@ def _store_format(database: str, engine: Path, change: str | None = None) -> str
         return str(con.execute("SELECT format FROM rc_link_state").fetchall()[0][0])
 
 
+def _rows_trusted(database: str, engine: Path) -> int:
+    """The seq up to which the database trusts its row store (reconcile/run/rowstore.py)."""
+    with duckdb.connect(_engine_file(database, engine), read_only=True) as con:
+        ((upto,),) = con.execute("SELECT upto_seq FROM rc_row_state").fetchall()
+    return int(upto)
+
+
 def _leftovers(database: str, engine: Path) -> list[str]:
     """Tables a run keeps only while it runs (named `<table>__rcr_<run id>`)."""
     with duckdb.connect(_engine_file(database, engine), read_only=True) as con:
@@ -244,6 +259,8 @@ def test_sigkill_while_reconciling_leaves_the_last_results_and_the_next_run_corr
             engine = tmp_path / f"engine-{n + 1}"
         if kill.rebuild:
             _store_format(database, engine, "another")
+        if kill.remake_rows:
+            Path(f"{_engine_file(database, engine)}{rowstore.SUFFIX}").unlink()
         _kill_at(database, engine, kill.point, tmp_path / "paused", full=kill.full)
         if kill.fresh_copy:  # a first pull commits as it goes: the next run resumes after that
             with duckdb.connect(str(engine / "reconcile.duckdb"), read_only=True) as copy:
@@ -262,6 +279,8 @@ def test_sigkill_while_reconciling_leaves_the_last_results_and_the_next_run_corr
         if kill.rebuild:  # rebuilt whole by the next run, the killed run's tables dropped
             assert _store_format(database, engine) == components.FORMAT
             assert not _leftovers(database, engine), kill
+        if kill.point == "rows.batch":  # the row store trusted up to the log's end
+            assert _rows_trusted(database, engine) == upto, kill
 
 
 def _of_partition(tables: Tables, part: int) -> Tables:

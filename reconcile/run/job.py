@@ -49,6 +49,7 @@ from reconcile.pipeline import Result, reconcile
 from reconcile.run import components, incremental
 from reconcile.run import mirror as mirror_module
 from reconcile.run.mirror import Mirror
+from reconcile.run.rowstore import RowStore
 from reconcile.run.source import ENGINEER_KINDS, control_plane, raw_chunk, read_rows
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
@@ -466,6 +467,7 @@ def run(
     run_id = f"rcr_{uuid.uuid4().hex}"
     report("read", 0, 1)
     mirror = Mirror(None)
+    rows: RowStore | None = None
     staged = components.Staged(con.cursor(), run_id)
     try:
         _drop_staging(con)
@@ -480,12 +482,18 @@ def run(
             rebuilt = components.covered(reader) is None
             if rebuilt:
                 report("components", 0, 1)
-            store = components.catch_up(reader, components.high_water(reader), staged)
+            high_water = components.high_water(reader)
+            store = components.catch_up(reader, high_water, staged)
+            # The row store too (reconcile/run/rowstore.py): incremental runs read their
+            # closure's rows there.
+            rows = RowStore.open(reader, high_water)
+            if rows is not None:
+                rows.catch_up(reader, high_water, report)
             patch = (
                 None
                 if full or rebuilt
                 else incremental.prepare(
-                    reader, control, fingerprint, now, report, TABLES, store, limit=CHUNK_EVENTS
+                    reader, control, fingerprint, now, report, TABLES, store, rows, limit=CHUNK_EVENTS
                 )
             )
             mirror = Mirror.open(reader)
@@ -501,6 +509,8 @@ def run(
             _swap_in(con, run_id, keep_previous=publish is not None)
             mirror.register(con)
             store.apply(con)
+            if rows is not None:
+                rows.apply(con)
             summary = _record(con, run_id, now, started, counts, "full", fingerprint)
             if publish is not None:
                 report("publish", 0, 1)
@@ -512,6 +522,8 @@ def run(
             assert patch is not None
             mirror.register(con)
             store.apply(con)
+            if rows is not None:
+                rows.apply(con)
             summary = _record(con, run_id, now, started, patch.apply(con), "incremental", fingerprint)
             if publish is not None:
                 report("publish", 0, 1)
@@ -527,6 +539,8 @@ def run(
         raise
     finally:
         staged.writer.close()
+        if rows is not None:
+            rows.close()
     mirror.prune()
     report("done", 1, 1)
     return summary

@@ -88,6 +88,10 @@ def read_rows(
 # The groups of rows `read_linked` reads in one scan (every one but the engineer actions and
 # the ledger rows, whose `body` is read apart), by kind: those not named here are "other".
 _LINKED = ("stripe", "other", "click")
+# The groups of `read_linked`'s rows, in its order, with the columns each keeps (the others
+# are null); and the columns of its result, in its order.
+LINKED_GROUPS: dict[str, tuple[str, ...]] = {g: _GROUPS[g][1] for g in ("stripe", "other", "ledger", "click")}
+LINKED_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(c for cols in LINKED_GROUPS.values() for c in cols))
 
 
 def read_linked(
