@@ -58,7 +58,8 @@ def test_every_file_tally_creates_is_private_whatever_the_umask(
 ) -> None:
     """Open a store (the data directory is tally's to create), write, reconcile, back up; then
     stat everything under the data directory: the embedded database, its .wal, journal, key
-    index, lock and mirror, the backup; on PostgreSQL the reconciler's working copy."""
+    index, lock, mirror and row store, the backup; on PostgreSQL the reconciler's working copy
+    and its row store."""
     data = tmp_path / "data"
     embedded = backend == "duckdb"
     settings = _settings(str(data / "tally.duckdb") if embedded else database, data)
@@ -79,9 +80,9 @@ def test_every_file_tally_creates_is_private_whatever_the_umask(
     after = _modes(data)
     if embedded:
         expected = {"tally.duckdb", "tally.duckdb.wal", "tally.duckdb.keys", "tally.duckdb.lock"}
-        expected |= {"tally.duckdb.journal", "copy.duckdb"}
+        expected |= {"tally.duckdb.journal", "tally.duckdb.rows", "copy.duckdb"}
     else:
-        expected = {"engine", "engine/reconcile.duckdb", "engine/engine.lock"}
+        expected = {"engine", "engine/reconcile.duckdb", "engine/reconcile.duckdb.rows", "engine/engine.lock"}
     assert expected <= set(while_serving), while_serving
     assert _wide(while_serving, data) == {}
     assert _wide(after, data) == {}

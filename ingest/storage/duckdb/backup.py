@@ -19,8 +19,9 @@ The running server owns the DuckDB file, so the copy is made inside it (`POST
    batches it holds, and a server started on it begins a fresh journal after them.
 
 Not in the copy: `<database>.mirror/` (the reconciler's Parquet mirror, written again when
-missing) and `<database>.journal/set-aside/` (batches the database refused; counted in the
-result so an operator copies that folder by hand when there is one).
+missing), `<database>.rows` (its row store, made anew by the next run) and
+`<database>.journal/set-aside/` (batches the database refused; counted in the result so an
+operator copies that folder by hand when there is one).
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ def own_files(path: str | Path) -> list[str]:
     """The files and folders the embedded database at `path` keeps beside it (docs/operations.md)."""
     suffixes = ["", ".wal", ".lock", ".journal", ".mirror", ".webhooks"]
     suffixes += [".keys", ".keys-wal", ".keys-shm", ".keys-journal"]  # the key index (SQLite)
+    suffixes += [".rows", ".rows-wal", ".rows-shm"]  # the reconciler's row store (SQLite)
     return [f"{path}{suffix}" for suffix in suffixes]
 
 

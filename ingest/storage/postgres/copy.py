@@ -98,6 +98,8 @@ class WorkingCopy:
         for path in (self.path, Path(f"{self.path}.wal")):
             path.unlink(missing_ok=True)
         shutil.rmtree(f"{self.path}.mirror", ignore_errors=True)
+        for suffix in (".rows", ".rows-wal", ".rows-shm"):  # the row store (reconcile/run/rowstore.py)
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
     def pull(self, source: LogSource) -> tuple[int, int]:
         """Bring the copy up to the source's watermark; (rows copied, watermark)."""
