@@ -64,6 +64,7 @@ SMALL = (  # so that the small log takes several chunks, mirror segments and pul
     "ingest.storage.postgres.copy.COMMIT_ROWS=600",
     "reconcile.run.components.BUILD_SEQS=500",
     "reconcile.run.rowstore.BATCH_SEQS=500",
+    "reconcile.run.rowstore.SHARE=1",  # every closure of the small log read from the row store
 )
 
 

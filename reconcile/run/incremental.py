@@ -261,11 +261,12 @@ def _closure(
 ) -> pl.DataFrame:
     """The rows (as `read_rows` gives them, clicks included) of every component the rows the
     store took in are in: found in the component store (reconcile/run/components.py), read by
-    seq from the row store (reconcile/run/rowstore.py), or, when there is none or it lacks a
-    row, from the log: a semi-join on seq against the registered closure, in one scan for the
-    three groups of linked rows (`read_linked`), whose cost grows with the log."""
+    seq from the row store (reconcile/run/rowstore.py), or, when there is none, it lacks a row
+    or the closure is too large a share of the log for it (`RowStore.suits`), from the log: a
+    semi-join on seq against the registered closure, in one scan for the three groups of linked
+    rows (`read_linked`), whose cost grows with the log."""
     seqs = store.closure(reader)
-    found = None if rows is None else rows.read(reader, seqs)
+    found = None if rows is None or not rows.suits(seqs.len()) else rows.read(reader, seqs)
     if found is not None:
         return found
     with registered(reader, "_rc_closure", seqs.to_frame("seq")):

@@ -46,7 +46,7 @@ from ingest.progress import Progress
 from ingest.storage.sql import unordered_inserts
 from reconcile import explain, terms
 from reconcile.pipeline import Result, reconcile
-from reconcile.run import components, incremental
+from reconcile.run import components, incremental, rowstore
 from reconcile.run import mirror as mirror_module
 from reconcile.run.mirror import Mirror
 from reconcile.run.rowstore import RowStore
@@ -486,9 +486,7 @@ def run(
             store = components.catch_up(reader, high_water, staged)
             # The row store too (reconcile/run/rowstore.py): incremental runs read their
             # closure's rows there.
-            rows = RowStore.open(reader, high_water)
-            if rows is not None:
-                rows.catch_up(reader, high_water, report)
+            rows = rowstore.brought_up(reader, high_water, report)
             patch = (
                 None
                 if full or rebuilt

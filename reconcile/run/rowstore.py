@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import sqlite3
 import uuid
@@ -54,6 +55,8 @@ from reconcile.run import mirror
 from reconcile.run.source import LEDGER_KINDS, LINKED_COLUMNS, LINKED_GROUPS, read_linked
 from reconcile.schema import ENGINE, RAW_SCHEMA
 
+log = logging.getLogger("tally.reconcile")
+
 COLUMNS: tuple[str, ...] = LINKED_COLUMNS
 KEYS = {name: format(index, "x") for index, name in enumerate(COLUMNS)}
 TIMES = tuple(name for name in COLUMNS if isinstance(RAW_SCHEMA[name], pl.Datetime))
@@ -70,6 +73,11 @@ BATCH_SEQS = 250_000
 INSERT_ROWS = 100_000
 # SQLite's limit on a statement's variables is 32,766 since 3.32; stay well under it.
 LOOKUP_KEYS = 5_000
+# The row store serves a closure of at most this share of the log's rows; a larger one is read
+# by a scan of the log, which costs about the same whatever it reads. At 10M events, a closure
+# of 5,700 rows: 0.1 s from the store against 1.1 to 1.4 s by scan; of 400k rows (1 % new
+# events): 3.5 to 7.1 s and 2.9 GiB from the store against 1.1 to 2.3 s and 1.3 GiB by scan.
+SHARE = 0.005
 # Key -> JSON type: times travel as integers.
 _DECODED = pl.Struct({KEYS[c]: pl.Int64 if c in TIMES else RAW_SCHEMA[c] for c in COLUMNS})
 # The order `read_linked` gives its rows in: stripe, other, ledger, click, each by seq.
@@ -83,6 +91,26 @@ _GROUP = (
     .then(2)
     .otherwise(1)
 )
+
+
+def brought_up(
+    reader: duckdb.DuckDBPyConnection, high_water: int, report: Progress | None = None
+) -> RowStore | None:
+    """The row store of `reader`'s database, open and caught up to `high_water`; None for an
+    in-memory database, or when the file cannot be made or written (a full disk, a path taken
+    by something else): the run then reads its closure from the log, and the database keeps
+    trusting what it trusted (a catch-up never changes the file's rows up to its `upto_seq`)."""
+    store = None
+    try:
+        store = RowStore.open(reader, high_water)
+        if store is not None:
+            store.catch_up(reader, high_water, report)
+    except (sqlite3.Error, OSError) as exc:
+        log.warning("row store %s not usable (%s): this run reads the log", path_of(reader), exc)
+        if store is not None:
+            store.close()
+        return None
+    return store
 
 
 def path_of(con: duckdb.DuckDBPyConnection) -> Path | None:
@@ -249,6 +277,10 @@ class RowStore:
                     "INSERT OR REPLACE INTO rows VALUES (?, ?)",
                     zip(some.get_column("seq").to_list(), some.get_column("data").to_list(), strict=True),
                 )
+
+    def suits(self, rows: int) -> bool:
+        """Whether reading `rows` rows here beats a scan of the log (`SHARE`)."""
+        return rows <= max(self.upto, 0) * SHARE
 
     def read(self, reader: duckdb.DuckDBPyConnection, seqs: pl.Series) -> pl.DataFrame | None:
         """The rows of `seqs` (all covered, none after `upto`) as `read_linked` gives them;

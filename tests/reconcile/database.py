@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 from ingest.storage import migrations
 from reconcile import pipeline
 from reconcile.pipeline import Result
-from reconcile.run import job, mirror
+from reconcile.run import job, mirror, rowstore
 from reconcile.schema import UNROUTABLE_SCHEMA
 from tests.reconcile import builders as b
 from tests.reconcile.builders import at
@@ -73,11 +73,12 @@ def stream_database(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
 def stream_file(stream: Stream, segment_rows: int = 3) -> Iterator[duckdb.DuckDBPyConnection]:
     """A fresh DuckDB file in a folder of its own (its mirror folder beside it) holding the
     control plane of `stream`; the mirror cuts segments of `segment_rows` rows from 2 pending
-    rows on, so that a small log makes several (for a hypothesis example, where function-scoped
-    fixtures would be shared between examples)."""
+    rows on, so that a small log makes several, and the row store serves every closure (for a
+    hypothesis example, where function-scoped fixtures would be shared between examples)."""
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         patch.setattr(mirror, "MIN_ROWS", 2)
         patch.setattr(mirror, "SEGMENT_ROWS", segment_rows)
+        patch.setattr(rowstore, "SHARE", 1)  # closures of a few rows are most of a small log
         connection = duckdb.connect(str(Path(folder) / "tally.duckdb"))
         try:
             stream_database(connection, stream)

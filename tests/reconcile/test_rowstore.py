@@ -34,6 +34,13 @@ from tests.reconcile.test_incremental import _split, assert_same_as_full_run
 AWKWARD = ('say "hi"', "back\\", ',"1":null', '\\",\\"2\\":null', "tab\tnew\nline", "é 😀 \u2028", "")
 
 
+@pytest.fixture(autouse=True)
+def _every_closure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closures of these small logs are most of them: the row store serves them all the same
+    (`test_a_closure_too_large_a_share_of_the_log_is_read_by_scan` says when it does not)."""
+    monkeypatch.setattr(rowstore, "SHARE", 1)
+
+
 def _covered(con: duckdb.DuckDBPyConnection) -> pl.Series:
     rows: pl.DataFrame = con.sql(f"SELECT seq FROM raw_events WHERE {components.COVERED}").pl()
     return rows.get_column("seq")
@@ -216,4 +223,47 @@ def test_an_in_memory_database_has_no_row_store() -> None:
     con = duckdb.connect(":memory:")
     assert rowstore.path_of(con) is None
     assert RowStore.open(con, 0) is None
+    con.close()
+
+
+def test_a_row_store_that_cannot_be_written_leaves_the_run_to_read_the_log(tmp_path: Path) -> None:
+    """A path the file cannot be made at (here a folder; a full disk alike) never fails a run:
+    it reads its closure from the log, and the database keeps trusting what it trusted."""
+    con, _ = _two_runs(tmp_path)
+    trusted = _state(con)
+    path = _path(con)
+    path.unlink()
+    path.mkdir()
+    assert job.run(con, at(days=40)).mode == "incremental"
+    assert_same_as_full_run(con, at(days=40))
+    assert _state(con) == trusted
+    path.rmdir()
+    assert job.run(con, at(days=41)).mode == "incremental"
+    assert _state(con)[0] != trusted[0]
+    con.close()
+
+
+def test_a_closure_too_large_a_share_of_the_log_is_read_by_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `SHARE` of the log's rows a closure is read by a scan of the log (cheaper and smaller
+    than that many lookups); under it, from the row store."""
+    con, rows = _two_runs(tmp_path)
+    scans: list[str] = []
+    real = read_linked
+
+    def counted(*args: Any, **kwargs: Any) -> pl.DataFrame:
+        scans.append("scan")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(incremental, "read_linked", counted)
+    monkeypatch.setattr(rowstore, "SHARE", 0.01)  # 18 rows trusted: at most 0.18 rows
+    assert job.run(con, at(days=40)).mode == "incremental"
+    assert scans == ["scan"]
+    assert_same_as_full_run(con, at(days=40))
+    monkeypatch.setattr(rowstore, "SHARE", 1)
+    append(con, [{**b.click("clk_late", "p1"), "program_id": "prog_a"}], first_seq=len(rows) + 1)
+    assert job.run(con, at(days=41)).mode == "incremental"
+    assert scans == ["scan"]
+    assert_same_as_full_run(con, at(days=41))
     con.close()
