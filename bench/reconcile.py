@@ -88,8 +88,10 @@ INCREMENTAL_NOTE = (
     "place (pending -> approved). It falls back to a full run when the engine version, program settings or "
     "partners changed, an engineer action (metadata fix, backfill, period close) arrived, the store must be "
     "rebuilt, or there is no usable previous run. No read of the log's link columns: the store's lookups are "
-    "scans of two integer columns; tests/reconcile/test_incremental.py and test_components.py prove it gives "
-    "exactly a full run's tables."
+    "scans of two integer columns. The touched components' rows are read by seq from the row store "
+    "(reconcile/run/rowstore.py, SQLite beside the database, filled by the first run) when they are at most "
+    "half a percent of the log, by a scan of it otherwise; tests/reconcile/test_incremental.py, "
+    "test_components.py and test_rowstore.py prove it gives exactly a full run's tables."
 )
 
 
