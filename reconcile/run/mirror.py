@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ import polars.selectors as cs
 
 from ingest.pause import pause
 from ingest.progress import Progress
+from ingest.storage.durable import fsync_path
 from reconcile.run.source import (
     ENGINEER_KINDS,
     raw_chunk,
@@ -130,17 +130,9 @@ def _write(path: Path, rows: pl.DataFrame) -> None:
     """Write `rows` to `path` so that the name only ever holds a complete, flushed file."""
     partial = path.with_name(f"{path.name}.partial")
     rows.write_parquet(partial, compression="lz4", statistics=True, row_group_size=ROW_GROUP)
-    descriptor = os.open(partial, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    fsync_path(partial)
     partial.rename(path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_path(path.parent, directory=True)
 
 
 @dataclass

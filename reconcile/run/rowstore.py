@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import sqlite3
 import uuid
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ import polars as pl
 
 from ingest.pause import pause
 from ingest.progress import Progress
+from ingest.storage.durable import fsync_path
 from reconcile.run import mirror
 from reconcile.run.source import LEDGER_KINDS, LINKED_COLUMNS, LINKED_GROUPS, read_linked
 from reconcile.schema import ENGINE, RAW_SCHEMA
@@ -260,11 +260,7 @@ class RowStore:
                 pause("rows.batch")
         self.upto = max(self.upto, upto)
         if self.fresh:  # on disk before the database trusts it, journaled from now on
-            descriptor = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
+            fsync_path(self.path)
             self.lite.execute("PRAGMA journal_mode=WAL")
             self.lite.execute("PRAGMA synchronous=NORMAL")
             self.fresh = False

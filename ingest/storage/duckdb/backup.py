@@ -40,6 +40,7 @@ import duckdb
 from ingest.domain.errors import TallyError
 from ingest.progress import Progress
 from ingest.storage.contract import BackupSummary, BackupTargetUnusable
+from ingest.storage.durable import fsync_path
 from ingest.storage.private import FILE_MODE, restrict_umask
 
 _counter = itertools.count(1)
@@ -161,14 +162,6 @@ def _remove(*paths: Path) -> None:
             path.unlink()
 
 
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def copy_database(
     cur: duckdb.DuckDBPyConnection,
     target: Path,
@@ -238,12 +231,12 @@ def copy_database(
                     cur.execute(f"DETACH {alias}")
             if Path(f"{partial}.wal").exists():
                 raise BackupTargetUnusable(f"the copy at {partial} was not checkpointed completely")
-            _fsync(partial)
+            fsync_path(partial)
             if target.exists():
                 raise BackupTargetUnusable(f"{target} appeared while the copy was written; it was left alone")
             partial.chmod(FILE_MODE)
             partial.rename(target)
-            _fsync(target.parent, directory=True)
+            fsync_path(target.parent, directory=True)
         except _NotOurs as exc:
             raise BackupTargetUnusable(str(exc)) from None
         except TallyError:

@@ -53,6 +53,7 @@ from ingest.domain.keys import claims_of, effects
 from ingest.domain.records import Binding, SaleLedger
 from ingest.progress import RowsApplied
 from ingest.storage.contract import Needs, gather
+from ingest.storage.durable import fsync_path
 
 log = logging.getLogger("tally.store")
 
@@ -331,11 +332,7 @@ class KeyIndex:
         self._w = live
         self._next_ledger = None
         con.close()
-        fd = os.open(build, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(build)
         self._close_readers()
         if self._checkpointer is not None:
             self._checkpointer.close()
