@@ -55,6 +55,14 @@ ERROR_FIXES: dict[str, str] = {
     "conflict": "Choose another value (for a partner, another code) or use the one that exists.",
     "line_paid": "A paid line never changes. Refund the sale instead: the refund becomes a clawback line "
     "that the partner's next payout batch nets.",
+    "line_in_batch": "An open payout batch holds a line of this sale: cancel that batch first "
+    "(`POST /api/v1/programs/{id}/payouts/{payout_id}/cancel`, or the Payouts tab), then hold or void "
+    "the sale; a later batch pays what is still due.",
+    "batch_paid": "A paid batch cannot be cancelled: its money was sent. When one partner's payment "
+    "bounced, mark that row failed (`POST .../payouts/{payout_id}/rows/{partner_code}/{currency}/failed`): "
+    "its lines are owed again and the next batch pays them.",
+    "currency_not_supported": "Ask for a currency the service pays (the message names the one refused), "
+    "or pay that partner another way: the batch lists them under `not_paid` with this reason.",
     "invalid_transition": "Look at the sale's lines on its explain page: pending and approved lines can be "
     "held or voided, only held lines can be released, and void lines take no action.",
     "stripe_account_in_use": "A processor account belongs to one workspace: use the account connected "

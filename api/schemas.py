@@ -111,6 +111,15 @@ class Program(ProgramSettings):
     updated_at: datetime
 
 
+class Balance(_Out):
+    """What a partner is owed in one currency (reports/statements.py), minor units."""
+
+    currency: str
+    approved_unpaid: int  # the statement's closing balance: what the next batch would pay
+    pending: int  # not yet booked as approved (holding days)
+    held: int
+
+
 class PartnerOut(_Out):
     """A partner as the owner's reads show it, with its payout details (null until set)."""
 
@@ -124,6 +133,47 @@ class PartnerOut(_Out):
     payout_email: str | None
     payout_name: str | None
     payout_currency: str | None
+
+
+class StatementEntry(_Out):
+    """One entry of a partner's statement, with the balance after it."""
+
+    booked_at: datetime
+    kind: Literal["commission", "adjustment", "clawback", "manual", "payout", "payout_failed"]
+    amount: int  # positive when owed to the partner, negative when paid to them
+    transaction_id: str | None
+    payout_id: str | None
+    reason: str | None
+    balance: int
+
+
+class Statement(_Out):
+    """A partner's account in one currency (CONTRACT 15)."""
+
+    partner_code: str
+    currency: str | None
+    from_: datetime | None = Field(alias="from")
+    to: datetime | None
+    opening_balance: int
+    entries: list[StatementEntry]
+    closing_balance: int
+
+
+class ManualEntry(_Out):
+    """A manual entry's line (reconcile/manual.py), as booked."""
+
+    entry_id: str
+    sale_id: str
+    transaction_id: str
+    partner_code: str
+    kind: Literal["manual"]
+    currency: str
+    amount: int
+    status: str
+    status_reason: str | None
+    status_by: str | None
+    created_at: datetime
+    created_by: str
 
 
 class PortalLink(_Out):
@@ -379,29 +429,51 @@ class Close(_Out):
     reconcile_run_id: str
 
 
+class RowFailure(_Out):
+    """Why and when a paid row's payment failed (its lines are owed again)."""
+
+    reason: str
+    failed_at: datetime
+    failed_by: str | None
+
+
 class PayoutRow(_Out):
-    """What a payout batch pays one partner in one currency (reports/payouts.py)."""
+    """What a payout batch pays one partner in one currency (reports/payouts.py), with the
+    payee's details as the batch recorded them when it was made."""
 
     partner_code: str
     partner_name: str | None
     partner_email: str | None
-    amount: int  # paid: net + carried_in when at least the batch's payout minimum (and > 0), else 0
+    amount: int  # what the batch sends (minor units)
     amount_decimal: str  # the same in whole units, e.g. "147.00"
     currency: str
     lines: int
-    net: int  # the batch's lines for this partner and currency
-    carried_in: int  # what earlier batches carried (< 0 owed back, > 0 held below the minimum)
-    carried_forward: int  # what this batch carries to the next (net + carried_in - amount)
+    net: int  # the sum of the lines the batch pays for this partner and currency
+    carried_in: int  # 0 (batches made before snapshots: what earlier batches carried)
+    carried_forward: int  # what stays owed: the service's rounding (before snapshots: carried)
+    payout_method: Literal["paypal", "wise"] | None
+    payout_email: str | None
+    payout_name: str | None
+    payout_currency: str | None
+    outcome: Literal["open", "paid", "failed", "cancelled"] | None
+    failure: RowFailure | None
 
 
 class NotPaid(_Out):
-    """A row of a batch that no payout file pays, and why (reports/payfiles.py)."""
+    """A partner (and currency) the batch does not pay, and why (reports/payouts.py)."""
 
     partner_code: str
     partner_name: str | None
     currency: str
-    balance: int  # carried to the next batch, or (no_payout_details) what the batch pays
-    reason: Literal["below_minimum", "negative_balance", "no_payout_details", "nothing_due"]
+    balance: int  # what stays owed to them (approved, unpaid)
+    lines: int | None = None
+    reason: Literal[
+        "below_minimum",
+        "no_payout_details",
+        "currency_not_supported",
+        "negative_balance",
+        "nothing_due",
+    ]
 
 
 class PayoutTotal(_Out):
@@ -412,17 +484,22 @@ class PayoutTotal(_Out):
 
 
 class Payout(_Out):
-    """A payout batch; `status` "empty" only in the answer to a batch that found nothing to pay."""
+    """A payout batch; `status` "empty" only in the answer to a batch that found no one to pay."""
 
     payout_id: str | None
     number: int | None
     up_to: date | None
     created_at: datetime | None
     created_by: str | None
-    status: Literal["open", "paid", "empty"]
+    status: Literal["open", "paid", "cancelled", "empty"]
     paid_at: datetime | None
     paid_by: str | None
-    payout_minimum: int  # the program's payout minimum when the batch was made (minor units)
+    # the program's payout minimum when the batch was made (minor units; one per currency)
+    payout_minimum: int | dict[str, int]
+    cancelled_at: datetime | None
+    cancelled_by: str | None
+    cancel_reason: str | None
+    snapshot: bool  # false for a batch made before batches recorded what they pay
     rows: list[PayoutRow]
     totals: list[PayoutTotal]
     lines: int

@@ -148,17 +148,76 @@ def close_period(writer: Writer, program: Program, period: str, actor: str) -> d
     }
 
 
-def payout_batch_row(program: Program, up_to: date, actor: str) -> dict[str, Any]:
-    """The raw-log row of a payout batch with cut-off `up_to` (reconcile/payouts.py decides which
-    lines it takes: those approved by the row's receive time and dated up to the cut-off). It
-    records the program's `payout_minimum` then, which the batch's netting keeps for good."""
-    body = {"up_to": up_to.isoformat(), "by": actor, "payout_minimum": program.settings.payout_minimum}
+def payout_batch_row(
+    program: Program, up_to: date, actor: str, snapshot: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The raw-log row of a payout batch with cut-off `up_to`: the program's `payout_minimum` then
+    and the batch's `snapshot` (what it pays and to whom, reports/payouts.py `snapshot`), which
+    the batch keeps for good (reconcile/payouts.py holds its lines by it)."""
+    body: dict[str, Any] = {
+        "up_to": up_to.isoformat(),
+        "by": actor,
+        "payout_minimum": program.settings.payout_minimum,
+    }
+    if snapshot is not None:
+        body["snapshot"] = snapshot
     return _row(program, "payout_batch", actor, body, event_id=new_id("po"))
 
 
 def payout_paid_row(program: Program, payout_id: str, actor: str) -> dict[str, Any]:
     """The raw-log row marking payout batch `payout_id` paid: its lines become `paid`."""
     return _row(program, "payout_paid", actor, {"payout_id": payout_id, "by": actor}, event_id=new_id("paid"))
+
+
+def payout_cancel_row(program: Program, payout_id: str, reason: str, actor: str) -> dict[str, Any]:
+    """The raw-log row cancelling open payout batch `payout_id`: its lines are due again."""
+    body = {"payout_id": payout_id, "reason": reason, "by": actor}
+    return _row(program, "payout_cancel", actor, body, event_id=new_id("cancel"))
+
+
+def payout_row_failed_row(
+    program: Program, payout_id: str, partner_code: str, currency: str, reason: str, actor: str
+) -> dict[str, Any]:
+    """The raw-log row saying paid batch `payout_id`'s payment to `partner_code` in `currency`
+    failed: that row's lines are due again, from this row's log position on."""
+    body = {
+        "payout_id": payout_id,
+        "partner_code": partner_code,
+        "currency": currency,
+        "reason": reason,
+        "by": actor,
+    }
+    return _row(program, "payout_row_failed", actor, body, event_id=new_id("fail"), partner_code=partner_code)
+
+
+MANUAL_ENTRY = "manual_entry"
+
+
+def manual_entry_row(
+    program: Program, partner_code: str, amount: int, currency: str, reason: str, actor: str
+) -> dict[str, Any]:
+    """The raw-log row of a manual entry (a bonus or a correction) for `partner_code`: a `manual`
+    ledger line of `amount` minor units of `currency`, approved and booked by this row itself
+    (reconcile/manual.py). Its id is also its `transaction_id`, the id its line goes by."""
+    entry_id = new_id("man")
+    body = {
+        "partner_code": partner_code,
+        "amount": amount,
+        "currency": currency,
+        "reason": reason,
+        "by": actor,
+    }
+    return _row(
+        program,
+        MANUAL_ENTRY,
+        actor,
+        body,
+        event_id=entry_id,
+        transaction_id=entry_id,
+        partner_code=partner_code,
+        amount=amount,
+        currency=currency,
+    )
 
 
 PROMO_CODE = "promo_code"

@@ -86,10 +86,13 @@ def booked(log: pl.LazyFrame) -> pl.DataFrame:
     parsed), one row per line of every booking row."""
     rows = (
         _accepted(log, BOOKING)
-        .select("program_id", "seq", "event_id", parsed=pl.col("body").str.json_decode(_BODY_DTYPE))
+        .select(
+            "program_id", "seq", "event_id", "received_at", parsed=pl.col("body").str.json_decode(_BODY_DTYPE)
+        )
         .select(
             "program_id",
             booked_seq="seq",
+            booked_at=pl.col("received_at").cast(UTC),
             booking_id="event_id",
             as_of=pl.col("parsed").struct.field("as_of"),
             line=pl.col("parsed").struct.field("lines"),
@@ -212,10 +215,10 @@ def overlay(
     close_seq (reconcile/periods.py `closes`): a new line never lands in a month closed before
     its cause was logged, but in the first one still open then."""
     acts = actions(log)
-    lines = lines.with_columns(booked_seq=pl.lit(None, pl.Int64))
+    lines = lines.with_columns(booked_seq=pl.lit(None, pl.Int64), booked_at=pl.lit(None, UTC))
     if not books.is_empty():
         lines = _with_books(lines, books, log, sales, now, closed)
-    return _statuses(lines, acts, now)
+    return apply_actions(lines, acts, now)
 
 
 def _with_books(
@@ -231,8 +234,9 @@ def _with_books(
     free = lines.join(keyed, on=SALE, how="anti")
     implied = lines.join(keyed, on=SALE, how="semi")
     frozen = books.select(
-        *(c for c in columns if c not in ("booked_seq", "status")),
+        *(c for c in columns if c not in ("booked_seq", "booked_at", "status")),
         "booked_seq",
+        "booked_at",
         status=pl.lit("approved"),
     )
     per_partner = ["program_id", "sale_id", "partner_code"]
@@ -294,6 +298,7 @@ def _with_books(
             available_at="cause_at",
             dated_at="cause_at",
             booked_seq=pl.lit(None, pl.Int64),
+            booked_at=pl.lit(None, UTC),
             cause_seq="cause_seq",
         )
     )
@@ -434,7 +439,7 @@ def causes(
     )
 
 
-def _statuses(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.DataFrame:
+def apply_actions(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.DataFrame:
     """Statuses after the finance actions: held / void sales' lines, released self-referrals."""
     if acts.is_empty():
         return lines.with_columns(status_reason=pl.lit(None, pl.String), status_by=pl.lit(None, pl.String))

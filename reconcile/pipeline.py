@@ -16,8 +16,11 @@ Stages (each module's docstring states its rules):
    clawback and adjustment lines of their own; reconcile/bookings.py: what was booked (approved,
    held, released, voided) read back from the log, and what the log implies since as new lines.
 9. reconcile/periods.py: closed months frozen, later changes as adjustment lines.
-10. reconcile/payouts.py: the lines each payout batch takes; paid batches' lines `paid`.
-11. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
+10. reconcile/manual.py: owners' manual entries as approved lines of their own.
+11. reconcile/payouts.py: the lines each payout batch holds (by its snapshot), cancels and failed
+    rows letting them go; paid batches' lines `paid`. reconcile/entries.py: each booked line's
+    later entries (holds, releases, voids, batches letting it go) for partners' statements.
+12. reconcile/explain.py: the ladder in words, rendered from the evidence on demand.
 
 Determinism: only accepted rows count, and nothing depends on arrival order except the engineer
 actions (metadata fixes, backfills, period closes, payout batches and their payment, changes of
@@ -42,10 +45,12 @@ from reconcile import (
     bookings,
     commissions,
     doubles,
+    entries,
     explain,
     fixes,
     layers,
     leads,
+    manual,
     normalise,
     payouts,
     periods,
@@ -135,8 +140,13 @@ def reconcile(
     programs: pl.DataFrame,
     partners: pl.DataFrame,
     now: datetime,
+    batch_lines: bool = True,
 ) -> Result:
     """Reconcile the raw log (columns of ingest/storage/schema.py) as of `now` (aware).
+
+    `batch_lines`: include the lines payout batches book themselves (their rounding,
+    reconcile/payouts.py), which come from engineer actions alone: a run in parts asks for them
+    in one part only, and an incremental run (after no engineer action) not at all.
 
     `programs`: program_id plus the settings of reconcile/schema.py PROGRAM_SCHEMA (unset ones
     take the defaults); `partners`: program_id, code, email. A LazyFrame `raw` is collected once.
@@ -152,6 +162,7 @@ def reconcile(
     current = ledger(log, history, people, now)
     # Closed months first, then what was booked: a booking holds the lines as they were shown
     # (closed months applied), and every later difference is a line of its own.
+    closed = periods.closes(log)
     lines = bookings.overlay(
         periods.apply(
             log, current.lines, partial(_prefixes, history=history, people=people, now=now), current.sales
@@ -160,19 +171,46 @@ def reconcile(
         current.sales,
         now,
         current.books,
-        periods.closes(log),
+        closed,
     )
+    acts = bookings.actions(log)
     made = payouts.batches(log)
-    marks = payouts.paid(log, made)
+    settled = payouts.outcomes(log, made)
+    failed = payouts.failures(log, made, settled)
+    columns = [*lines.columns, "payout_id"]
+    lines = pl.concat(
+        [
+            lines.with_columns(payout_id=pl.lit(None, pl.String)),
+            _manual_lines(log, closed, acts, now, columns),
+            *([payouts.rounding_lines(made, columns)] if batch_lines else []),
+        ],
+        how="vertical_relaxed",
+    )
+    held = payouts.assign(lines, made, settled, acts, failed, keep_custody=True)
     return Result(
         sales=_conform(current.sales, SALES_SCHEMA),
-        commissions=_conform(payouts.assign(lines, made, marks, bookings.actions(log)), COMMISSIONS_SCHEMA),
-        refunds=_conform(refund_rules.booked_in(current.refunds, log, periods.closes(log)), REFUNDS_SCHEMA),
+        commissions=_conform(entries.history(held, acts, log), COMMISSIONS_SCHEMA),
+        refunds=_conform(refund_rules.booked_in(current.refunds, log, closed), REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),
         evidence=_conform(current.evidence, EVIDENCE_SCHEMA),
         unroutable=unroutable.listing(log, settings),
-        payouts=_conform(payouts.table(made, marks), PAYOUTS_SCHEMA),
+        payouts=_conform(payouts.table(made, settled, failed), PAYOUTS_SCHEMA),
     )
+
+
+def _manual_lines(
+    log: pl.LazyFrame, closed: pl.DataFrame, acts: pl.DataFrame, now: datetime, columns: list[str]
+) -> pl.DataFrame:
+    """The manual entries' lines (reconcile/manual.py), with finance's holds and voids applied;
+    the entry's reason and author stay where no action gives its own."""
+    found = manual.lines(log, closed, columns)
+    if found.is_empty() or acts.is_empty():
+        return found
+    acted = bookings.apply_actions(found.drop("status_reason", "status_by"), acts, now)
+    return acted.with_columns(
+        status_reason=pl.coalesce(acted.get_column("status_reason"), found.get_column("status_reason")),
+        status_by=pl.coalesce(acted.get_column("status_by"), found.get_column("status_by")),
+    ).select(columns)
 
 
 def _prefixes(

@@ -195,7 +195,10 @@ SALES_SCHEMA: dict[str, pl.DataType] = {
 # change to a closed month) are lines of their own, dated (`dated_at`) when the change happened,
 # with `adjusts` = the sale's transaction id. A line is identified by (program_id, sale_id,
 # partner_code, kind, cause, period): `cause` is "" for commission lines, else the refund event
-# or backfill that made the line. `payout_id`: the payout batch that took the line, if any.
+# or backfill that made the line. `manual` lines are owners' entries (reconcile/manual.py).
+# `payout_id`: the payout batch that holds the line, if any. `booked_seq` / `booked_at`: the log
+# position and time of the booking that holds the line (reconcile/bookings.py); `history`: its
+# entries since (reconcile/entries.py, JSON).
 COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "sale_id": STR,
@@ -221,11 +224,15 @@ COMMISSIONS_SCHEMA: dict[str, pl.DataType] = {
     "booked_seq": INT,
     "status_reason": STR,
     "status_by": STR,
+    "booked_at": UTC,
+    "history": STR,
 }
 
 # Payout batches (reconcile/payouts.py): one row per batch action of the raw log; `number` is
 # the batch's place among its program's batches (1, 2, ...), the order they take lines in;
-# `payout_minimum` the program's minimum when it was made (reports/payouts.py nets with it).
+# `payout_minimum` the program's minimum when it was made (reports/payouts.py nets with it);
+# `status` open | paid | cancelled; `snapshot` what it pays, as recorded when it was made (JSON,
+# null for a batch made before snapshots); `failures` its rows whose payment failed (JSON list).
 PAYOUTS_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "payout_id": STR,
@@ -237,6 +244,13 @@ PAYOUTS_SCHEMA: dict[str, pl.DataType] = {
     "paid_at": UTC,
     "paid_by": STR,
     "payout_minimum": INT,
+    "seq": INT,
+    "paid_seq": INT,
+    "cancelled_at": UTC,
+    "cancelled_by": STR,
+    "cancel_reason": STR,
+    "snapshot": STR,
+    "failures": STR,
 }
 
 REFUNDS_SCHEMA: dict[str, pl.DataType] = {

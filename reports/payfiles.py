@@ -1,10 +1,14 @@
-"""Payout batches as the files PayPal Payouts and Wise batch payments import (CONTRACT 14), and
-who a batch cannot pay, and why.
+"""Payout batches as the files PayPal Payouts and Wise batch payments import (CONTRACT 14, 15),
+what each service can pay, and (for batches made before snapshots) who a batch cannot pay.
 
-Each file has one row per partner (and currency) that the batch pays (`amount` > 0) and whose
-payout details (`Portal.payout_details`) name that service; everyone else the batch lists is
-left out of the files and named by `not_paid`: below the program's payout minimum, owing a
-negative balance, or without payout details.
+Each file has one row per partner (and currency) that the batch pays and whose payout details,
+as the batch recorded them (reports/payouts.py `snapshot`), name that service. What a service
+pays: PayPal the currencies of PayPal's list (`PAYPAL_CURRENCIES`), HUF, JPY and TWD in whole
+units only; Wise the currencies its "Send by email" template can send to (`WISE_CURRENCIES`),
+with each currency's usual decimals. A batch never lists a row a service cannot pay: such a
+partner is under `not_paid` with `currency_not_supported`, and an amount the service cannot send
+to the minor unit is rounded down, the rest owed (`sendable`). A file asked for in a currency
+its service does not pay is refused (`CurrencyNotPaid`).
 
 PayPal Payouts (Payouts Web, "Send payouts from Payouts Web" / "Use Web UI" in PayPal's developer
 documentation): a CSV of up to 5,000 rows, no header row, one currency per file, each row:
@@ -33,6 +37,72 @@ from typing import Any, Literal
 from ingest.domain.records import PayoutDetails
 from reports import csvcells
 from reports.money import exponent, units
+
+# PayPal Payouts' currencies (PayPal's "Currency codes" reference) and those it takes in whole
+# units only ("This currency does not support decimals").
+PAYPAL_CURRENCIES = frozenset(
+    [
+        "aud",
+        "brl",
+        "cad",
+        "czk",
+        "dkk",
+        "eur",
+        "hkd",
+        "huf",
+        "ils",
+        "jpy",
+        "myr",
+        "mxn",
+        "nok",
+        "nzd",
+        "php",
+        "pln",
+        "gbp",
+        "sgd",
+        "sek",
+        "chf",
+        "twd",
+        "thb",
+        "usd",
+    ]
+)
+PAYPAL_WHOLE_UNITS = frozenset({"huf", "jpy", "twd"})
+# The currencies Wise's "Send by email" batch template sends to (Wise Help Centre: not to LKR,
+# BDT, COP, CNY, UAH, BWP, GHS or USD by Swift; not from BRL or INR).
+WISE_CURRENCIES = frozenset(
+    [
+        "aed",
+        "aud",
+        "bgn",
+        "cad",
+        "chf",
+        "czk",
+        "dkk",
+        "eur",
+        "gbp",
+        "hkd",
+        "huf",
+        "idr",
+        "ils",
+        "inr",
+        "jpy",
+        "krw",
+        "mxn",
+        "myr",
+        "nok",
+        "nzd",
+        "php",
+        "pln",
+        "ron",
+        "sek",
+        "sgd",
+        "thb",
+        "try",
+        "usd",
+        "zar",
+    ]
+)
 
 Service = Literal["paypal", "wise"]
 SERVICES: tuple[Service, ...] = ("paypal", "wise")
@@ -72,16 +142,48 @@ class TooManyRows(ValueError):
         )
 
 
-def _decimal(amount: int, currency: str) -> str:
-    return f"{units(amount, currency):.{exponent(currency)}f}"
+class CurrencyNotPaid(ValueError):
+    """Raised by `paypal_csv` and `wise_csv` asked for a currency their service cannot pay."""
+
+    def __init__(self, service: str, currency: str) -> None:
+        super().__init__(f"{_NAMES[service]} cannot pay in {currency.upper()}")
+        self.service = service
+        self.currency = currency
+
+
+_NAMES = {"paypal": "PayPal", "wise": "Wise"}
+
+
+def pays(service: str, currency: str) -> bool:
+    """Whether `service` (`paypal` or `wise`) pays in `currency`."""
+    return currency.lower() in (PAYPAL_CURRENCIES if service == "paypal" else WISE_CURRENCIES)
+
+
+def places(service: str, currency: str) -> int:
+    """The decimals `service` takes for `currency`: PayPal none for HUF, JPY and TWD; otherwise
+    the currency's own (reports/money.py)."""
+    if service == "paypal" and currency.lower() in PAYPAL_WHOLE_UNITS:
+        return 0
+    return exponent(currency)
+
+
+def sendable(service: str, currency: str, amount: int) -> int:
+    """`amount` (minor units) rounded down to what `service` can send in `currency`."""
+    step = 10 ** (exponent(currency) - min(places(service, currency), exponent(currency)))
+    return amount - amount % step if amount > 0 else amount
+
+
+def _decimal(amount: int, currency: str, service: str) -> str:
+    return f"{units(amount, currency):.{places(service, currency)}f}"
 
 
 def not_paid(payout: Mapping[str, Any], details: Mapping[str, PayoutDetails]) -> list[dict[str, Any]]:
-    """The batch's rows no file pays, each with why: `below_minimum` (a positive balance under the
-    batch's payout minimum, carried to the next batch), `negative_balance` (owed back, netted by
-    the next batch), `nothing_due`, or `no_payout_details` (the batch pays the partner, but they
-    set no method: pay them by hand, or ask them to fill in the portal's form). `balance`: what
-    the batch carries for them, or what it pays for want of details."""
+    """For a batch made before snapshots: the rows no file pays, each with why: `below_minimum`
+    (a positive balance under the batch's payout minimum, carried to the next batch),
+    `negative_balance` (owed back, netted by the next batch), `nothing_due`, or
+    `no_payout_details` (the batch pays the partner, but they set no method: pay them by hand,
+    or ask them to fill in the portal's form). `balance`: what the batch carries for them, or
+    what it pays for want of details."""
     out = []
     for row in payout["rows"]:
         reason: Reason | None = None
@@ -108,15 +210,10 @@ def not_paid(payout: Mapping[str, Any], details: Mapping[str, PayoutDetails]) ->
     return out
 
 
-def paid_by(
-    payout: Mapping[str, Any], details: Mapping[str, PayoutDetails], service: Service
-) -> list[dict[str, Any]]:
-    """The batch's rows a `service` file pays: amount > 0, the partner's method `service`."""
-    return [
-        row
-        for row in payout["rows"]
-        if row["amount"] > 0 and (d := details.get(row["partner_code"])) is not None and d.method == service
-    ]
+def paid_by(payout: Mapping[str, Any], service: Service) -> list[dict[str, Any]]:
+    """The batch's rows a `service` file pays: amount > 0, the payee's method (as the batch
+    recorded it) `service`."""
+    return [row for row in payout["rows"] if row["amount"] > 0 and row.get("payout_method") == service]
 
 
 def _csv(header: Sequence[str] | None, rows: Sequence[Sequence[Any]]) -> bytes:
@@ -130,14 +227,13 @@ def _csv(header: Sequence[str] | None, rows: Sequence[Sequence[Any]]) -> bytes:
 
 
 def paypal_csv(
-    payout: Mapping[str, Any],
-    details: Mapping[str, PayoutDetails],
-    program_name: str,
-    currency: str | None = None,
+    payout: Mapping[str, Any], program_name: str, currency: str | None = None
 ) -> tuple[bytes, str | None]:
     """The PayPal Payouts file of the batch (in `currency`, needed when its PayPal rows have
     several), and the currency it pays in (None when it pays no one)."""
-    rows = paid_by(payout, details, "paypal")
+    if currency is not None and not pays("paypal", currency):
+        raise CurrencyNotPaid("paypal", currency)
+    rows = paid_by(payout, "paypal")
     currencies = sorted({row["currency"] for row in rows})
     if currency is None:
         if len(currencies) > 1:
@@ -149,8 +245,8 @@ def paypal_csv(
     note = f"{program_name}: commissions, payout {payout['number']}"[:NOTE_MAX]
     lines = [
         (
-            details[row["partner_code"]].email,
-            _decimal(row["amount"], row["currency"]),
+            row["payout_email"],
+            _decimal(row["amount"], row["currency"], "paypal"),
             row["currency"].upper(),
             row["partner_code"] if len(row["partner_code"]) <= CUSTOMER_ID_MAX else "",
             note,
@@ -161,23 +257,27 @@ def paypal_csv(
     return _csv(None, lines), currency
 
 
-def wise_csv(payout: Mapping[str, Any], details: Mapping[str, PayoutDetails]) -> bytes:
-    """The Wise batch payments file ("Send by email" template) of the batch."""
+def wise_csv(payout: Mapping[str, Any], currency: str | None = None) -> bytes:
+    """The Wise batch payments file ("Send by email" template) of the batch: every Wise row, or
+    those in `currency`. Each partner is paid in the lines' currency (a batch lists a payee
+    whose details name another under `not_paid`)."""
+    if currency is not None and not pays("wise", currency):
+        raise CurrencyNotPaid("wise", currency)
     reference = f"Payout {payout['number']}"[:REFERENCE_MAX]
     lines = []
-    for row in paid_by(payout, details, "wise"):
-        d = details[row["partner_code"]]
-        same = d.currency == row["currency"]
+    for row in paid_by(payout, "wise"):
+        if currency is not None and row["currency"] != currency:
+            continue
         lines.append(
             (
-                d.name,
-                d.email,
+                row["payout_name"],
+                row["payout_email"],
                 reference,
                 "PERSON",
-                "target" if same else "source",
-                _decimal(row["amount"], row["currency"]),
+                "target",
+                _decimal(row["amount"], row["currency"], "wise"),
                 row["currency"].upper(),
-                d.currency.upper(),
+                (row.get("payout_currency") or row["currency"]).upper(),
             )
         )
     return _csv(WISE_HEADER, lines)

@@ -1,26 +1,35 @@
-"""Payout batches as finance reads them: netted per partner and currency, negatives carried.
+"""Payout batches as finance reads them: snapshots of what each batch pays, and to whom.
 
-Which lines a batch takes is decided by the reconciler from the log (reconcile/payouts.py) and
-materialised in `rc_commissions.payout_id`; here a batch's lines are netted per partner and
-currency. Batches of a program are taken in order (`number`): per partner and currency, with
-`minimum` the program's payout minimum the batch recorded when it was made (`payout_minimum`,
-minor units of the row's currency; 0 for batches made before the setting),
+A batch is made under the reconciler's run lock, on tables reconciled up to then
+(api/finance.py): `snapshot` sums, per partner and currency, the approved lines no live batch
+holds (booked, neither held nor void, dated up to the cut-off), and decides who it pays:
 
-    total = the batch's lines (`net`) + what the previous batches carried (`carried_in`)
-    amount = total when total >= max(minimum, 1), else 0   (never a payment below the minimum)
-    carried_forward = total - amount                        (netted by the partner's next batch)
+- a balance below the minimum (`max(minimum, 1)`, the program's `payout_minimum` for that
+  currency) is not paid: `below_minimum` (a balance exactly at the minimum is paid);
+- a partner with no payout details: `no_payout_details`;
+- details in another currency than the lines', or a currency their service cannot pay
+  (reports/payfiles.py): `currency_not_supported` (never a silent conversion);
+- everyone else gets a row: the amount the service can send (whole units where it takes no
+  decimals: the rest, `rounding`, stays owed, reconcile/payouts.py), with the payee's details as
+  they are now (`payout_method`, `payout_email`, `payout_name`, `payout_currency`) and the
+  partner's name and email.
 
-so a clawback after payment lowers the next payment, a partner whose lines net negative is paid
-nothing until later lines make up for it, and one whose balance is below the minimum is paid it
-with a later batch. Nothing booked changes: the lines stay in the batch that took them, and
-what a row carries is money owed one way or the other, paid or netted by the next batch. Every
-query is plain SQL with `?` parameters
-over the materialised tables (any backend's `Reader`).
+The snapshot is written into the batch's log row, so every output of the batch (JSON, CSV, xlsx,
+the PayPal and Wise files) is rendered from it: the same bytes whatever changes later (details,
+terms, lines). Partners not paid keep their lines approved and unpaid for a later batch; they are
+listed under `not_paid`. A batch is `open`, then `paid` or `cancelled`; a paid batch's row may
+fail (`outcome` `failed`, with why): its lines are owed again; nothing else of the batch changes.
+
+Batches made before snapshots existed are read as they always were: netted per partner and
+currency in order, a balance under the minimum carried to the next one (`carried_in`,
+`carried_forward`), payees' details as they are now. Every query is plain SQL with `?`
+parameters over the materialised tables (any backend's `Reader`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -43,6 +52,9 @@ BATCH_FIELDS = (
     "paid_at",
     "paid_by",
     "payout_minimum",
+    "cancelled_at",
+    "cancelled_by",
+    "cancel_reason",
 )
 ROW_FIELDS = (
     "partner_code",
@@ -56,8 +68,11 @@ ROW_FIELDS = (
     "carried_in",
     "carried_forward",
 )
+# What a snapshot row records of the payee (reports/payfiles.py renders the files from them).
+PAYEE_FIELDS = ("payout_method", "payout_email", "payout_name", "payout_currency")
 FORMATS = ("json", "csv", "xlsx", *payfiles.SERVICES)
 Details = Mapping[str, PayoutDetails]
+Minimum = int | Mapping[str, int]
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 CSV = "text/csv; charset=utf-8"
 
@@ -69,20 +84,126 @@ def cutoff(up_to: date) -> datetime:
     return datetime(up_to.year, up_to.month, up_to.day, tzinfo=UTC) + timedelta(days=1)
 
 
+def minimum_for(minimum: Minimum, currency: str) -> int:
+    """The payout minimum of `currency`: one number for every currency, or the amount an object
+    names for it (0 for a currency it does not name)."""
+    if isinstance(minimum, Mapping):
+        return int(minimum.get(currency, 0))
+    return int(minimum)
+
+
+# -- making a batch -----------------------------------------------------------------------------
+# Booked, approved (neither held nor void), held by no live batch: what reconcile/payouts.py lets
+# a batch made now hold, less the cut-off.
+_FREE = (
+    " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND booked_seq IS NOT NULL"
+    " AND status = 'approved' AND amount <> 0"
+)
+
+
+def _free(db: Reader, program_id: str, up_to: date | None) -> list[dict[str, Any]]:
+    """Per partner and currency, the free lines' sum (`net`) and count, dated up to `up_to`."""
+    if not db.table_exists("rc_commissions"):
+        return []
+    dated, params = (
+        ("", [program_id]) if up_to is None else (" AND dated_at < ?", [program_id, cutoff(up_to)])
+    )
+    return db.dicts(
+        f"SELECT partner_code, currency, SUM(amount) AS net, COUNT(*) AS lines{_FREE}{dated}"
+        " GROUP BY partner_code, currency ORDER BY partner_code, currency",
+        params,
+    )
+
+
+def payable_lines(db: Reader, program_id: str, at: datetime, up_to: date) -> int:
+    """How many free lines are dated up to `up_to` (`at` is kept for the callers' sake: a booked
+    line is approved already)."""
+    return sum(int(row["lines"]) for row in _free(db, program_id, up_to))
+
+
+def snapshot(
+    db: Reader,
+    program_id: str,
+    up_to: date | None,
+    minimum: Minimum,
+    partners: Mapping[str, Partner],
+    details: Details,
+) -> dict[str, Any]:
+    """What a batch made now with cut-off `up_to` (None: every date) pays: `rows` and
+    `not_paid` (the module docstring's rules), and the minimum it applied."""
+    rows: list[dict[str, Any]] = []
+    not_paid: list[dict[str, Any]] = []
+    for free in _free(db, program_id, up_to):
+        code, currency = str(free["partner_code"]), str(free["currency"] or NO_CURRENCY)
+        net, count = int(free["net"]), int(free["lines"])
+        partner = partners.get(code)
+        name = partner.name if partner else None
+        payee = details.get(code)
+        sendable = payfiles.sendable(payee.method, currency, net) if payee is not None else net
+        reason: str | None = None
+        if net < max(minimum_for(minimum, currency), 1) or sendable < 1:
+            reason = "below_minimum"
+        elif payee is None:
+            reason = "no_payout_details"
+        elif payee.currency != currency or not payfiles.pays(payee.method, currency):
+            reason = "currency_not_supported"
+        if reason is not None:
+            not_paid.append(
+                {
+                    "partner_code": code,
+                    "partner_name": name,
+                    "currency": currency,
+                    "balance": net,
+                    "lines": count,
+                    "reason": reason,
+                }
+            )
+            continue
+        assert payee is not None
+        rows.append(
+            {
+                "partner_code": code,
+                "partner_name": name,
+                "partner_email": partner.email if partner else None,
+                "currency": currency,
+                "amount": sendable,
+                "net": net,
+                "rounding": net - sendable,
+                "lines": count,
+                "payout_method": payee.method,
+                "payout_email": payee.email,
+                "payout_name": payee.name,
+                "payout_currency": payee.currency,
+            }
+        )
+    return {
+        "payout_minimum": dict(minimum) if isinstance(minimum, Mapping) else minimum,
+        "rows": rows,
+        "not_paid": not_paid,
+    }
+
+
+# -- reading batches ------------------------------------------------------------------------------
 def _batches(db: Reader, program_id: str) -> list[dict[str, Any]]:
     if not db.table_exists("rc_payouts"):
         return []
-    # every column: tables of a run before `payout_minimum` existed lack it (0 until the next run)
+    # every column: tables of a run before a column existed lack it (null until the next run)
     rows = db.dicts("SELECT * FROM rc_payouts WHERE program_id = ? ORDER BY number", [program_id])
     return [
-        {**{k: row.get(k) for k in BATCH_FIELDS}, "payout_minimum": int(row.get("payout_minimum") or 0)}
+        {
+            **{k: row.get(k) for k in BATCH_FIELDS},
+            "payout_minimum": int(row.get("payout_minimum") or 0),
+            "snapshot": row.get("snapshot"),
+            "failures": row.get("failures"),
+            "paid_seq": row.get("paid_seq"),
+        }
         for row in rows
     ]
 
 
 def settle(total: int, minimum: int) -> tuple[int, int]:
-    """(amount paid, carried forward) of a partner's balance `total` under `minimum` (the module
-    docstring's rule)."""
+    """(amount paid, carried forward) of a partner's balance `total` under `minimum` (the rule of
+    batches made before snapshots)."""
     amount = total if total >= max(minimum, 1) else 0
     return amount, total - amount
 
@@ -116,17 +237,50 @@ def _row(
 
 @dataclass(frozen=True)
 class Netted:
-    """Every batch of a program with its rows (ROW_FIELDS without the partner's name and email)."""
+    """Every batch of a program with its rows: a snapshot's (with the payee's details), or, for
+    a batch made before snapshots, netted and carried (ROW_FIELDS without the partner's name and
+    email)."""
 
     batches: list[dict[str, Any]]
     rows: dict[str, list[dict[str, Any]]]
-    # what each partner and currency carries after the last batch: owed back (< 0), or not paid
-    # yet for being below the minimum (> 0)
+    # what each partner and currency carries after the last batch made before snapshots: owed
+    # back (< 0), or not paid yet for being below the minimum (> 0)
     carried: dict[tuple[str, str], int]
 
 
+def _snapshot_rows(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """A snapshot batch's rows as the API shows them, each with its `outcome`."""
+    found = json.loads(batch["snapshot"])
+    failed = {(f["partner_code"], f["currency"]): f for f in json.loads(batch.get("failures") or "[]")}
+    out = []
+    for row in found["rows"]:
+        currency, amount = row["currency"], int(row["amount"])
+        failure = failed.get((row["partner_code"], currency))
+        outcome = {"paid": "paid", "cancelled": "cancelled"}.get(str(batch["status"]), "open")
+        out.append(
+            {
+                "partner_code": row["partner_code"],
+                "partner_name": row.get("partner_name"),
+                "partner_email": row.get("partner_email"),
+                "amount": amount,
+                "amount_decimal": str(units(amount, currency)),
+                "currency": currency,
+                "lines": int(row.get("lines") or 0),
+                "net": int(row.get("net", amount)),
+                "carried_in": 0,
+                "carried_forward": int(row.get("rounding") or 0),
+                **{k: row.get(k) for k in PAYEE_FIELDS},
+                "outcome": "failed" if failure else outcome,
+                "failure": None
+                if failure is None
+                else {k: failure[k] for k in ("reason", "failed_at", "failed_by")},
+            }
+        )
+    return sorted(out, key=lambda r: (r["partner_code"], r["currency"]))
+
+
 def netted(db: Reader, program_id: str) -> Netted:
-    """The batches of a program, in order, netted and carried (the module docstring's rules)."""
+    """The batches of a program, in order, with their rows (the module docstring's rules)."""
     with db.consistent():
         batches = _batches(db, program_id)
         nets = _nets(db, program_id)
@@ -136,6 +290,9 @@ def netted(db: Reader, program_id: str) -> Netted:
     carried: dict[tuple[str, str], int] = {}
     rows: dict[str, list[dict[str, Any]]] = {}
     for batch in batches:
+        if batch["snapshot"] is not None:
+            rows[batch["payout_id"]] = _snapshot_rows(batch)
+            continue
         out = []
         for row in sorted(
             by_batch.get(batch["payout_id"], []), key=lambda r: (r["partner_code"], r["currency"])
@@ -151,10 +308,15 @@ def netted(db: Reader, program_id: str) -> Netted:
     return Netted(batches, rows, carried)
 
 
-def _named(rows: Sequence[dict[str, Any]], partners: Mapping[str, Partner]) -> list[dict[str, Any]]:
+def _named(
+    rows: Sequence[dict[str, Any]], partners: Mapping[str, Partner], details: Details, status: str
+) -> list[dict[str, Any]]:
+    """Rows of a batch made before snapshots, with the partner's name, email and payout details
+    as they are now."""
     named = []
     for row in rows:
         partner = partners.get(row["partner_code"])
+        payee = details.get(row["partner_code"])
         named.append(
             {
                 "partner_code": row["partner_code"],
@@ -165,6 +327,12 @@ def _named(rows: Sequence[dict[str, Any]], partners: Mapping[str, Partner]) -> l
                     for k in ROW_FIELDS
                     if k not in ("partner_code", "partner_name", "partner_email")
                 },
+                "payout_method": payee.method if payee else None,
+                "payout_email": payee.email if payee else None,
+                "payout_name": payee.name if payee else None,
+                "payout_currency": payee.currency if payee else None,
+                "outcome": ({"paid": "paid", "open": "open"}.get(status) if row["amount"] > 0 else None),
+                "failure": None,
             }
         )
     return named
@@ -174,6 +342,8 @@ def _totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per currency: what the batch pays and how many lines it takes."""
     totals: dict[str, dict[str, int]] = {}
     for row in rows:
+        if row.get("outcome") == "failed":
+            continue
         total = totals.setdefault(row["currency"], {"amount": 0, "lines": 0})
         total["amount"] += row["amount"]
         total["lines"] += row["lines"]
@@ -194,22 +364,31 @@ def view(
     partners: Mapping[str, Partner],
     details: Details | None = None,
 ) -> dict[str, Any]:
-    """A batch as the API shows it: its record, its rows per partner and currency, totals, and
-    who it cannot pay and why (`not_paid`, reports/payfiles.py: by the partners' payout
-    `details`)."""
-    named = _named(rows, partners)
-    found = {
+    """A batch as the API shows it: its record, its rows per partner and currency (each with its
+    `outcome`), totals (failed rows left out), and who it could not pay and why (`not_paid`)."""
+    if batch.get("snapshot") is not None:
+        named = list(rows)
+        stored = json.loads(batch["snapshot"])
+        not_paid = list(stored.get("not_paid") or [])
+        minimum = stored.get("payout_minimum", batch["payout_minimum"])
+    else:
+        named = _named(rows, partners, details or {}, str(batch["status"]))
+        not_paid = payfiles.not_paid({"rows": named}, details or {})
+        minimum = batch["payout_minimum"]
+    return {
         **{k: batch[k] for k in BATCH_FIELDS},
+        "payout_minimum": minimum,
+        "snapshot": batch.get("snapshot") is not None,
         "rows": named,
         "totals": _totals(named),
         "lines": sum(r["lines"] for r in named),
+        "not_paid": not_paid,
     }
-    found["not_paid"] = payfiles.not_paid(found, details or {})
-    return found
 
 
-def empty(up_to: date, minimum: int = 0) -> dict[str, Any]:
-    """What creating a batch answers when nothing new is payable and no batch has this cut-off."""
+def empty(up_to: date, minimum: Minimum = 0, not_paid: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """What creating a batch answers when it would pay no one and no batch has this cut-off:
+    who it could not pay, and why."""
     return {
         "payout_id": None,
         "number": None,
@@ -219,11 +398,15 @@ def empty(up_to: date, minimum: int = 0) -> dict[str, Any]:
         "status": "empty",
         "paid_at": None,
         "paid_by": None,
-        "payout_minimum": minimum,
+        "payout_minimum": dict(minimum) if isinstance(minimum, Mapping) else minimum,
+        "cancelled_at": None,
+        "cancelled_by": None,
+        "cancel_reason": None,
+        "snapshot": True,
         "rows": [],
         "totals": [],
         "lines": 0,
-        "not_paid": [],
+        "not_paid": list(not_paid),
     }
 
 
@@ -252,53 +435,53 @@ def batch(
 def latest_with_cutoff(
     db: Reader, program_id: str, up_to: date, partners: Mapping[str, Partner], details: Details | None = None
 ) -> dict[str, Any] | None:
-    """The newest batch made with this cut-off, if any."""
+    """The newest batch made with this cut-off that is not cancelled, if any."""
     for b in batches(db, program_id, partners, details):
-        if b["up_to"] == up_to.isoformat():
+        if b["up_to"] == up_to.isoformat() and b["status"] != "cancelled":
             return b
     return None
 
 
-# Booked, approved (neither held nor void), in no batch (reconcile/payouts.py `assign`).
-_PAYABLE = (
-    " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND booked_seq IS NOT NULL"
-    " AND status = 'approved' AND amount <> 0 AND available_at <= ? AND dated_at < ?"
-)
-
-
-def payable_lines(db: Reader, program_id: str, at: datetime, up_to: date) -> int:
-    """How many lines a batch made at `at` with cut-off `up_to` would take (reconcile/payouts.py
-    decides the same from the log)."""
-    if not db.table_exists("rc_commissions"):
-        return 0
-    row = db.one(f"SELECT COUNT(*){_PAYABLE}", [program_id, at, cutoff(up_to)])
-    return int(row[0]) if row else 0
-
-
 def due(
-    db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partner], minimum: int = 0
+    db: Reader,
+    program_id: str,
+    at: datetime,
+    partners: Mapping[str, Partner],
+    minimum: Minimum = 0,
+    details: Details | None = None,
 ) -> list[dict[str, Any]]:
-    """What a batch made at `at` (no cut-off) would pay, per partner and currency: the approved
-    lines no batch took yet, netted with what earlier batches carried, under the program's
-    payout `minimum` now."""
-    found = netted(db, program_id)
-    rows: list[dict[str, Any]] = []
-    if db.table_exists("rc_commissions"):
-        rows = db.dicts(
-            "SELECT partner_code, currency, SUM(amount) AS net, COUNT(*) AS lines"
-            " FROM rc_commissions WHERE program_id = ? AND payout_id IS NULL AND status = 'approved'"
-            " AND amount <> 0 AND available_at <= ? GROUP BY partner_code, currency",
-            [program_id, at],
-        )
-    keys = {(str(r["partner_code"]), str(r["currency"] or NO_CURRENCY)): r for r in rows}
-    out = []
-    for key in sorted(set(keys) | {k for k, v in found.carried.items() if v}):
-        row = keys.get(key)
-        net = int(row["net"]) if row else 0
-        carried_in = found.carried.get(key, 0)
-        amount, forward = settle(net + carried_in, minimum)
-        out.append(_row(key, amount, int(row["lines"]) if row else 0, net, carried_in, forward))
-    return _named(out, partners)
+    """What a batch made now with no cut-off would pay, per partner and currency (ROW_FIELDS and
+    the payee's details), and, with `reason`, whom it would not pay."""
+    made = snapshot(db, program_id, None, minimum, partners, details or {})
+    out = [
+        {
+            **{k: row.get(k) for k in ROW_FIELDS if k in row},
+            "amount_decimal": str(units(row["amount"], row["currency"])),
+            "carried_in": 0,
+            "carried_forward": row["rounding"],
+            **{k: row[k] for k in PAYEE_FIELDS},
+            "reason": None,
+        }
+        for row in made["rows"]
+    ]
+    out += [
+        {
+            "partner_code": row["partner_code"],
+            "partner_name": row["partner_name"],
+            "partner_email": (p.email if (p := partners.get(row["partner_code"])) else None),
+            "amount": 0,
+            "amount_decimal": str(units(0, row["currency"])),
+            "currency": row["currency"],
+            "lines": row["lines"],
+            "net": row["balance"],
+            "carried_in": 0,
+            "carried_forward": row["balance"],
+            **dict.fromkeys(PAYEE_FIELDS),
+            "reason": row["reason"],
+        }
+        for row in made["not_paid"]
+    ]
+    return sorted(out, key=lambda r: (r["partner_code"], r["currency"]))
 
 
 def people(db: Reader, account_ids: Sequence[str | None]) -> dict[str, str]:
@@ -315,9 +498,12 @@ def people(db: Reader, account_ids: Sequence[str | None]) -> dict[str, str]:
 
 # -- files ------------------------------------------------------------------------------------
 # The files' columns: the JSON row's fields in its order (money in minor units, and the contract's
-# `amount_decimal`), then the other money's whole-unit twins (the CSV format of reports/csvcells.py).
+# `amount_decimal`), the payee's details as the batch recorded them, then the other money's
+# whole-unit twins (the CSV format of reports/csvcells.py). Nothing that changes after the batch
+# is made (its status, a row's outcome) is in a file: a file is the same bytes forever.
 FILE_MONEY = ("net", "carried_in", "carried_forward")
-FILE_COLUMNS = (*ROW_FIELDS, *csvcells.decimal_columns(FILE_MONEY))
+FILE_FIELDS = (*ROW_FIELDS, "payout_method", "payout_email")
+FILE_COLUMNS = (*FILE_FIELDS, *csvcells.decimal_columns(FILE_MONEY))
 
 
 def _file_rows(payout: dict[str, Any]) -> list[dict[str, Any]]:
@@ -328,7 +514,7 @@ def _file_rows(payout: dict[str, Any]) -> list[dict[str, Any]]:
     for row in payout["rows"]:
         currency = row["currency"]
         decimals = {f"{name}_decimal": units(row[name], currency) for name in FILE_MONEY}
-        out.append({**{k: row[k] for k in ROW_FIELDS}, **decimals})
+        out.append({**{k: row.get(k) for k in FILE_FIELDS}, **decimals})
     return out
 
 
@@ -353,8 +539,8 @@ def to_xlsx(payout: dict[str, Any]) -> bytes:
     header = book.add_format({"bold": True, "bg_color": "#F0F2F5", "bottom": 1})
     formats: dict[str, Any] = {}
     ws = book.add_worksheet("Payout")
-    ws.write_string(0, 0, f"Payout {payout['payout_id']}", bold)
-    ws.write_string(1, 0, f"up to {payout['up_to']}, status {payout['status']}")
+    ws.write_string(0, 0, f"Payout {payout['number']} ({payout['payout_id']})", bold)
+    ws.write_string(1, 0, f"up to {payout['up_to']}")
     top = 3
     for col, name in enumerate(FILE_COLUMNS):
         ws.write_string(top, col, name, header)

@@ -10,7 +10,7 @@ from api import schemas
 from api.auth import account_program, require_account, state
 from api.http import body_model, ok, query_int
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
-from api.state import read_store
+from api.state import read_store, read_tables
 from ingest import control, partners
 from ingest.domain.errors import (
     Conflict,
@@ -22,6 +22,7 @@ from ingest.domain.errors import (
 )
 from ingest.domain.inputs import MemberIn, PartnerIn, ProgramCreateIn, SettingsPatch
 from ingest.domain.records import Program
+from reports import statements
 
 
 async def add_member(request: Request) -> Response:
@@ -85,16 +86,22 @@ async def add_partner(request: Request) -> Response:
     _, inp = await body_model(request, PartnerIn)
     st = state(request)
     partner = await control.add_partner(st.store, st.writer, program, inp)
-    return ok(request, {**control.partner_view(partner), **partners.payout_view(None)}, 201)
+    return ok(request, {**control.partner_view(partner), **partners.payout_view(None), "balances": []}, 201)
 
 
 async def list_partners(request: Request) -> Response:
     account = require_account(request)
     program = account_program(request, account)
-    store = state(request).store
+    st = state(request)
+    store = st.store
     details = store.payout_details(program.program_id)
+    balances = await read_tables(store, statements.balances, program.program_id, None)
     found = [
-        {**control.partner_view(p), **partners.payout_view(details.get(p.code))}
+        {
+            **control.partner_view(p),
+            **partners.payout_view(details.get(p.code)),
+            "balances": balances.get(p.code, []),
+        }
         for p in store.partners(program.program_id)
     ]
     return ok(request, found)

@@ -14,11 +14,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from api import finance
 from api.auth import state
 from api.http import validate
 from api.openapi import Param, document
 from api.pages import render
-from api.routes import payouts as payout_actions
 from api.routes.dashboard import PROGRAM, _page, owned_program, page, posted, program_url, viewer
 from api.routes.reports import format_param
 from api.state import read_tables
@@ -105,9 +105,7 @@ async def payouts_page(request: Request) -> Response:
         program.settings.payout_minimum,
     )
     for batch in view.batches:  # the currencies PayPal files of each batch come in
-        batch["paypal_currencies"] = sorted(
-            {r["currency"] for r in payfiles.paid_by(batch, details, "paypal")}
-        )
+        batch["paypal_currencies"] = sorted({r["currency"] for r in payfiles.paid_by(batch, "paypal")})
     return render(
         "payouts.html",
         viewer=who,
@@ -133,7 +131,7 @@ async def create_payout(request: Request) -> Response:
     who, form = await posted(request)
     program = owned_program(request, who)
     inp = validate(PayoutIn, {"up_to": form.get("up_to", "")})
-    made, batch = await payout_actions.make_batch(state(request), program, inp.up_to, who.account.account_id)
+    made, batch = await finance.make_batch(state(request), program, inp.up_to, who.account.account_id)
     query = {"made": batch["payout_id"]} if made else {"nothing": inp.up_to.isoformat()}
     return RedirectResponse(program_url(program, f"/payouts?{urlencode(query)}#batches"), 303)
 
@@ -143,7 +141,7 @@ async def mark_paid(request: Request) -> Response:
     who, _ = await posted(request)
     program = owned_program(request, who)
     payout_id = request.path_params["payout_id"]
-    await payout_actions.settle(state(request), program, payout_id, who.account.account_id)
+    await finance.settle(state(request), program, payout_id, who.account.account_id)
     query = urlencode({"paid": payout_id})
     return RedirectResponse(program_url(program, f"/payouts?{query}#payout-{quote(payout_id, safe='')}"), 303)
 
@@ -162,10 +160,8 @@ async def export(request: Request) -> Response:
     who = viewer(request)
     program = owned_program(request, who)
     fmt = format_param(request, FILE_FORMATS)
-    currency = payout_actions.currency_param(request)
-    return await payout_actions.export(
-        state(request), program, request.path_params["payout_id"], fmt, currency
-    )
+    currency = finance.currency_param(request)
+    return await finance.export(state(request), program, request.path_params["payout_id"], fmt, currency)
 
 
 @page
@@ -175,11 +171,11 @@ async def act_on_commission(request: Request) -> Response:
     program = owned_program(request, who)
     transaction_id = request.path_params["transaction_id"]
     action = form.get("action", "")
-    if action not in payout_actions.ACTIONS:
+    if action not in finance.ACTIONS:
         message = "must be hold, release or void"
         raise ValidationFailed(f"action {message}", fields=[{"field": "action", "message": message}])
     inp = validate(CommissionActionIn, {"reason": form.get("reason", "")})
-    await payout_actions.act_on_commission(
+    await finance.act_on_commission(
         state(request), program, transaction_id, action, inp.reason, who.account.account_id
     )
     query = urlencode({"done": action})

@@ -11,10 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api import mail, schemas
+from api import finance, mail, schemas
 from api.auth import account_program, require_account, state
+from api.finance import currency_param
 from api.http import body_model, ok, read_body
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
+from api.routes.reports import format_param, moment_param, report_response
 from api.state import read_tables
 from ingest import control, partners
 from ingest.domain.errors import (
@@ -23,11 +25,13 @@ from ingest.domain.errors import (
     OwnerRequired,
     PartnerNotFound,
     ProgramNotFound,
+    ReconcileRunning,
     ServiceUnavailable,
     ValidationFailed,
 )
-from ingest.domain.inputs import PartnerPatch, PortalLinkIn, PromoCodeIn
+from ingest.domain.inputs import ManualEntryIn, PartnerPatch, PortalLinkIn, PromoCodeIn
 from ingest.domain.records import Partner, Program
+from reports import statements
 
 PORTAL_SIGN_IN = "/partner/sign-in/"
 
@@ -93,9 +97,69 @@ async def list_promo_codes(request: Request) -> Response:
     return ok(request, await read_tables(st.store, partners.promo_codes, program.program_id, partner.code))
 
 
-def partner_view(partner: Partner, details: Any) -> dict[str, Any]:
-    """A partner as the owner's reads show it: with its payout details (null when unset)."""
-    return {**control.partner_view(partner), **partners.payout_view(details)}
+def partner_view(
+    partner: Partner, details: Any, balances: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A partner as the owner's reads show it: with its payout details (null when unset) and its
+    balances per currency (reports/statements.py)."""
+    return {**control.partner_view(partner), **partners.payout_view(details), "balances": balances or []}
+
+
+def _member_partner(request: Request) -> tuple[Program, Partner]:
+    """The program of the path (the account is a member of its workspace) and its partner."""
+    program = account_program(request, require_account(request))
+    return program, _partner(request, program)
+
+
+async def get_partner(request: Request) -> Response:
+    program, partner = _member_partner(request)
+    st = state(request)
+    found = await finance.balances(st, program, [partner.code])
+    details = st.store.payout_details(program.program_id).get(partner.code)
+    return ok(request, partner_view(partner, details, found.get(partner.code)))
+
+
+async def partner_statement(request: Request) -> Response:
+    program, partner = _member_partner(request)
+    fmt = format_param(request, statements.FORMATS)
+    st = state(request)
+    currency = currency_param(request)
+    if currency is None:
+        held = [
+            b["currency"] for b in (await finance.balances(st, program, [partner.code])).get(partner.code, [])
+        ]
+        if len(held) > 1:
+            message = f"partner {partner.code} has money in {', '.join(held)}: name one"
+            raise ValidationFailed(
+                message, fields=[{"field": "currency", "message": f"one of {', '.join(held)}"}]
+            )
+        currency = held[0] if held else None
+    start, end = moment_param(request, "from", end=False), moment_param(request, "to", end=True)
+    found: dict[str, Any]
+    if currency is None:
+        found = {
+            "partner_code": partner.code,
+            "currency": None,
+            "from": start,
+            "to": end,
+            "opening_balance": 0,
+            "entries": [],
+            "closing_balance": 0,
+        }
+    else:
+        found = await finance.statement(st, program, partner.code, currency, start, end)
+    if fmt == "csv":
+        name = f"statement-{program.program_id}-{partner.code}-{currency or 'none'}.csv"
+        return report_response(statements.to_csv(found), statements.CSV, name, fmt)
+    return ok(request, found)
+
+
+async def add_adjustment(request: Request) -> Response:
+    actor, program, partner = _owned(request)
+    _, inp = await body_model(request, ManualEntryIn)
+    st = state(request)
+    made = await finance.add_manual_entry(st, program, partner, inp.amount, inp.currency, inp.reason, actor)
+    return ok(request, made, 201)
 
 
 async def patch_partner(request: Request) -> Response:
@@ -103,12 +167,16 @@ async def patch_partner(request: Request) -> Response:
     _, inp = await body_model(request, PartnerPatch)
     st = state(request)
     details = await asyncio.to_thread(partners.patch_payout_details, st.store, program, partner, inp, actor)
-    return ok(request, partner_view(partner, details))
+    found = await finance.balances(st, program, [partner.code])
+    return ok(request, partner_view(partner, details, found.get(partner.code)))
 
 
 _PARTNER = "/api/v1/programs/{program_id}/partners/{code}"
 routes = [
+    Route(_PARTNER, get_partner, methods=["GET"]),
     Route(_PARTNER, patch_partner, methods=["PATCH"]),
+    Route(f"{_PARTNER}/statement", partner_statement, methods=["GET"]),
+    Route(f"{_PARTNER}/adjustments", add_adjustment, methods=["POST"]),
     Route(f"{_PARTNER}/portal-link", portal_link, methods=["POST"]),
     Route(f"{_PARTNER}/promo-codes", add_promo_code, methods=["POST"]),
     Route(f"{_PARTNER}/promo-codes", list_promo_codes, methods=["GET"]),
@@ -134,7 +202,37 @@ PARTNER_OUT_EXAMPLE = {
     "payout_email": "alice@paypal.test",
     "payout_name": "Alice Example",
     "payout_currency": "usd",
+    "balances": [{"currency": "usd", "approved_unpaid": 4200, "pending": 1500, "held": 0}],
 }
+_STATEMENT = {
+    "partner_code": "alice",
+    "currency": "usd",
+    "from": None,
+    "to": None,
+    "opening_balance": 0,
+    "entries": [
+        {
+            "booked_at": "2026-02-01T00:00:05Z",
+            "kind": "commission",
+            "amount": 3000,
+            "transaction_id": "in_1Qa",
+            "payout_id": None,
+            "reason": None,
+            "balance": 3000,
+        },
+        {
+            "booked_at": "2026-03-02T10:00:00Z",
+            "kind": "payout",
+            "amount": -3000,
+            "transaction_id": None,
+            "payout_id": "po_5e1f",
+            "reason": "payout 1 paid",
+            "balance": 0,
+        },
+    ],
+    "closing_balance": 0,
+}
+_MEMBER = "Any member of the program's workspace."
 document(
     {
         portal_link: Doc(
@@ -205,6 +303,78 @@ document(
             data=schemas.PartnerOut,
             result=PARTNER_OUT_EXAMPLE,
             errors=(ProgramNotFound, NotFound, OwnerRequired, PartnerNotFound),
+            writes=True,
+        ),
+        get_partner: Doc(
+            "A partner, with payout details and balances per currency",
+            "partners",
+            description=_MEMBER + " `balances`: per currency, `approved_unpaid` (what the next batch "
+            "would pay before the minimum: the closing balance of the partner's statement), "
+            "`pending` (not yet booked as approved) and `held`, in minor units.",
+            auth=(ACCOUNT_TOKEN,),
+            params=(_CODE,),
+            data=schemas.PartnerOut,
+            result=PARTNER_OUT_EXAMPLE,
+            errors=(ProgramNotFound, PartnerNotFound),
+        ),
+        partner_statement: Doc(
+            "A partner's statement: every entry of what is owed to them, with the running balance",
+            "partners",
+            description=_MEMBER + " Entries oldest first (their log order): `commission`, "
+            "`adjustment`, `clawback`, `manual` (booked approved money, positive when owed to the "
+            "partner), `payout` (negative: what a paid batch sent) and `payout_failed`, each with the "
+            "balance after it. `currency` is needed when the partner has money in several; "
+            "`from`/`to` (a date or an RFC 3339 time) bound the entries, the opening balance being "
+            "everything before. The closing balance equals what the next batch would pay before "
+            "the minimum. `format=csv`: an opening row, the entries, a closing row.",
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                _CODE,
+                Param("currency", {"type": "string", "pattern": "^[A-Za-z]{3}$"}, "the account's currency"),
+                Param("from", {"type": "string"}, "YYYY-MM-DD (whole day) or an RFC 3339 time"),
+                Param("to", {"type": "string"}, "YYYY-MM-DD (whole day) or an RFC 3339 time"),
+                Param("format", {"type": "string", "enum": list(statements.FORMATS), "default": "json"}),
+            ),
+            data=schemas.Statement,
+            result=_STATEMENT,
+            content={"text/csv": {"schema": {"type": "string"}}},
+            errors=(ProgramNotFound, PartnerNotFound, ValidationFailed),
+        ),
+        add_adjustment: Doc(
+            "Book a manual entry for a partner (a bonus, a correction): approved at once",
+            "partners",
+            description=_OWNER + " `amount` in minor units of `currency`, not zero (negative: a "
+            "correction against the partner); `reason` says why. Appended to the raw log with who "
+            "and why: a `manual` line, approved at once, in reports, statements and batches like any "
+            "approved line; 201 with it.",
+            auth=(ACCOUNT_TOKEN,),
+            params=(_CODE,),
+            body=ManualEntryIn,
+            example={"amount": 2500, "currency": "usd", "reason": "launch bonus"},
+            status=201,
+            data=schemas.ManualEntry,
+            result={
+                "entry_id": "man_3f2a",
+                "sale_id": "man_3f2a",
+                "transaction_id": "man_3f2a",
+                "partner_code": "alice",
+                "kind": "manual",
+                "currency": "usd",
+                "amount": 2500,
+                "status": "approved",
+                "status_reason": "launch bonus",
+                "status_by": "acc_1a",
+                "created_at": "2026-03-01T09:00:00Z",
+                "created_by": "acc_1a",
+            },
+            errors=(
+                ProgramNotFound,
+                NotFound,
+                OwnerRequired,
+                PartnerNotFound,
+                ValidationFailed,
+                ReconcileRunning,
+            ),
             writes=True,
         ),
     }

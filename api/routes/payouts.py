@@ -1,27 +1,28 @@
-"""Payouts (a workspace owner, CONTRACT section 7): make a batch of every approved, unpaid line up
-to a date, list and export batches, mark one paid. Batches and payments are engineer actions
-appended to the raw log (ingest/actions.py); which lines a batch takes is the reconciler's
-decision from the log (reconcile/payouts.py); netting and carrying are reports/payouts.py's."""
+"""Payouts (a workspace owner, CONTRACT sections 7 and 15): make a batch of what is due up to a
+date, list and export batches, mark one paid, cancel an open one, mark a paid row failed; hold,
+release or void a sale's lines. The use cases are api/finance.py's; each act is a raw-log row
+(ingest/actions.py); which lines a batch holds is the reconciler's (reconcile/payouts.py); what a
+batch pays is its snapshot (reports/payouts.py)."""
 
 from __future__ import annotations
-
-import asyncio
-from datetime import date
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api import schemas
+from api import finance, schemas
 from api.auth import account_program, require_account, state
+from api.finance import currency_param
 from api.http import body_model, ok
 from api.openapi import ACCOUNT_TOKEN, Doc, Param, document
-from api.routes.reports import format_param, report_response
-from api.state import State, read_tables
-from ingest import actions, control
+from api.routes.reports import format_param
+from api.state import read_tables
+from ingest import control
 from ingest.domain.errors import (
+    BatchPaid,
+    CurrencyNotSupported,
     InvalidTransition,
+    LineInBatch,
     LinePaid,
     NotFound,
     OwnerRequired,
@@ -30,10 +31,9 @@ from ingest.domain.errors import (
     SaleNotFound,
     ValidationFailed,
 )
-from ingest.domain.inputs import CommissionActionIn, PayoutIn
-from ingest.domain.records import Partner, PayoutDetails, Program
-from ingest.storage.contract import Reader
-from reports import payfiles, payouts
+from ingest.domain.inputs import CommissionActionIn, PayoutCancelIn, PayoutIn, RowFailedIn
+from ingest.domain.records import Program
+from reports import payouts
 
 
 def _owner(request: Request) -> tuple[Program, str]:
@@ -44,103 +44,10 @@ def _owner(request: Request) -> tuple[Program, str]:
     return program, account.account_id
 
 
-def _partners(st: State, program_id: str) -> dict[str, Partner]:
-    return {p.code: p for p in st.store.partners(program_id)}
-
-
-def _details(st: State, program_id: str) -> dict[str, PayoutDetails]:
-    return st.store.payout_details(program_id)
-
-
-def _new_batch(st: State, program: Program, up_to: date, actor: str) -> dict[str, Any] | None:
-    """The batch row to append, when a batch made now would take at least one line."""
-    row = actions.payout_batch_row(program, up_to, actor)
-    with st.store.reader() as db:
-        payable = payouts.payable_lines(db, program.program_id, row["received_at"], up_to)
-    return row if payable else None
-
-
-async def make_batch(st: State, program: Program, up_to: date, actor: str) -> tuple[bool, dict[str, Any]]:
-    """(made, batch): a new batch of every line payable now up to `up_to`; when there is none,
-    (False, the newest batch with this cut-off or an empty one). Shared with the dashboard."""
-    row = await asyncio.to_thread(st.reconciler.act, lambda: _new_batch(st, program, up_to, actor))
-    partners, details = _partners(st, program.program_id), _details(st, program.program_id)
-    if row is None:
-        existing = await read_tables(
-            st.store, payouts.latest_with_cutoff, program.program_id, up_to, partners, details
-        )
-        return False, existing or payouts.empty(up_to, program.settings.payout_minimum)
-    made = await read_tables(st.store, payouts.batch, program.program_id, row["event_id"], partners, details)
-    if made is None:
-        raise RuntimeError(
-            f"payout batch {row['event_id']} was appended and reconciled but is not in rc_payouts"
-        )
-    return True, made
-
-
-def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any] | None:
-    """The row marking the batch paid; None when it already is; NotFound for no such batch."""
-    with st.store.reader() as db:
-        found = payouts.batch(db, program.program_id, payout_id, {})
-    if found is None:
-        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
-    if found["status"] == "paid":
-        return None
-    return actions.payout_paid_row(program, payout_id, actor)
-
-
-async def _found(st: State, program: Program, payout_id: str) -> dict[str, Any]:
-    pid = program.program_id
-    found = await read_tables(st.store, payouts.batch, pid, payout_id, _partners(st, pid), _details(st, pid))
-    if found is None:
-        raise NotFound(f"no payout batch {payout_id} in program {program.program_id}")
-    return found
-
-
-async def settle(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any]:
-    """Mark a batch paid (once: again changes nothing); NotFound for no such batch."""
-    await asyncio.to_thread(st.reconciler.act, lambda: _payment(st, program, payout_id, actor))
-    return await _found(st, program, payout_id)
-
-
-def _not_paid_header(found: dict[str, Any]) -> str:
-    """Who the batch cannot pay, as `code:currency:reason` items (codes are [A-Za-z0-9_.-])."""
-    return ",".join(f"{r['partner_code']}:{r['currency']}:{r['reason']}" for r in found["not_paid"])
-
-
-async def export(
-    st: State, program: Program, payout_id: str, fmt: str, currency: str | None = None
-) -> Response:
-    """A batch as a csv or xlsx download, or the file PayPal Payouts or Wise batch payments
-    imports (reports/payfiles.py: one row per partner whose payout method is that service; who is
-    left out is in the `X-Tally-Not-Paid` header and the batch's `not_paid`)."""
-    found = await _found(st, program, payout_id)
-    if fmt in payfiles.SERVICES:
-        details = _details(st, program.program_id)
-        if fmt == "paypal":
-            try:
-                body, paid_in = payfiles.paypal_csv(found, details, program.name, currency)
-            except payfiles.TooManyRows as exc:
-                raise ValidationFailed(str(exc), fields=[{"field": "format", "message": str(exc)}]) from None
-            except payfiles.CurrencyNeeded as exc:
-                raise ValidationFailed(
-                    str(exc), fields=[{"field": "currency", "message": f"one of {', '.join(exc.currencies)}"}]
-                ) from None
-            name = f"payout-{payout_id}-paypal{'-' + paid_in if paid_in else ''}.csv"
-        else:
-            body, name = payfiles.wise_csv(found, details), f"payout-{payout_id}-wise.csv"
-        response = report_response(body, payouts.CSV, name, "csv")
-        response.headers["X-Tally-Not-Paid"] = _not_paid_header(found)
-        return response
-    if fmt == "xlsx":
-        return report_response(payouts.to_xlsx(found), payouts.XLSX, f"payout-{payout_id}.xlsx", fmt)
-    return report_response(payouts.to_csv(found), payouts.CSV, f"payout-{payout_id}.csv", fmt)
-
-
 async def create_payout(request: Request) -> Response:
     program, actor = _owner(request)
     _, inp = await body_model(request, PayoutIn)
-    made, batch = await make_batch(state(request), program, inp.up_to, actor)
+    made, batch = await finance.make_batch(state(request), program, inp.up_to, actor)
     return ok(request, batch, 201 if made else 200)
 
 
@@ -148,19 +55,10 @@ async def list_payouts(request: Request) -> Response:
     program, _ = _owner(request)
     st = state(request)
     pid = program.program_id
-    found = await read_tables(st.store, payouts.batches, pid, _partners(st, pid), _details(st, pid))
+    found = await read_tables(
+        st.store, payouts.batches, pid, finance.partners_of(st, pid), finance.details_of(st, pid)
+    )
     return ok(request, found)
-
-
-def currency_param(request: Request) -> str | None:
-    raw = request.query_params.get("currency")
-    if raw is None:
-        return None
-    if not (len(raw) == 3 and raw.isascii() and raw.isalpha()):
-        raise ValidationFailed(
-            "currency must be a 3-letter ISO code", fields=[{"field": "currency", "message": "3 letters"}]
-        )
-    return raw.lower()
 
 
 async def get_payout(request: Request) -> Response:
@@ -170,79 +68,45 @@ async def get_payout(request: Request) -> Response:
     st = state(request)
     payout_id = request.path_params["payout_id"]
     if fmt != "json":
-        return await export(st, program, payout_id, fmt, currency)
-    return ok(request, await _found(st, program, payout_id))
+        return await finance.export(st, program, payout_id, fmt, currency)
+    return ok(request, await finance.batch_view(st, program, payout_id))
 
 
 async def mark_paid(request: Request) -> Response:
     program, actor = _owner(request)
-    return ok(request, await settle(state(request), program, request.path_params["payout_id"], actor))
+    return ok(request, await finance.settle(state(request), program, request.path_params["payout_id"], actor))
 
 
-_LINE_COLUMNS = (
-    "sale_id, transaction_id, partner_code, kind, cause, period, currency, amount, reversed,"
-    " platform_fee, refunded, status, status_reason, status_by, payout_id, booked_seq IS NOT NULL AS booked,"
-    " available_at, dated_at"
-)
+async def cancel_payout(request: Request) -> Response:
+    program, actor = _owner(request)
+    _, inp = await body_model(request, PayoutCancelIn)
+    payout_id = request.path_params["payout_id"]
+    return ok(request, await finance.cancel(state(request), program, payout_id, inp.reason, actor))
 
 
-def sale_lines(db: Reader, program_id: str, transaction_id: str) -> list[dict[str, Any]]:
-    """A sale's commission lines (every kind), as the last reconcile run left them."""
-    if not db.table_exists("rc_commissions"):
-        return []
-    return db.dicts(
-        f"SELECT {_LINE_COLUMNS} FROM rc_commissions WHERE program_id = ? AND transaction_id = ?"
-        " ORDER BY dated_at, kind, partner_code, cause",
-        [program_id, transaction_id],
+async def row_failed(request: Request) -> Response:
+    program, actor = _owner(request)
+    _, inp = await body_model(request, RowFailedIn)
+    params = request.path_params
+    found = await finance.fail_row(
+        state(request),
+        program,
+        params["payout_id"],
+        params["partner_code"],
+        params["currency"],
+        inp.reason,
+        actor,
     )
-
-
-def _decide(
-    st: State, program: Program, transaction_id: str, action: str, reason: str, actor: str
-) -> dict[str, Any]:
-    """The action's raw-log row, decided on the fresh tables (reconcile/bookings.py states)."""
-    with st.store.reader() as db:
-        lines = sale_lines(db, program.program_id, transaction_id)
-    if not lines:
-        raise SaleNotFound(
-            f"no commission lines for transaction {transaction_id} in program {program.program_id}"
-        )
-    statuses = {str(line["status"]) for line in lines}
-    if action in ("hold", "void") and any(line["payout_id"] is not None for line in lines):
-        batch = next(line["payout_id"] for line in lines if line["payout_id"] is not None)
-        raise LinePaid(
-            f"transaction {transaction_id} has a line in payout batch {batch}: it cannot be {action}ed"
-            " (a refund after payment is a clawback)"
-        )
-    if "void" in statuses:
-        raise InvalidTransition(f"transaction {transaction_id} is void: no action applies to it")
-    if action == "hold" and "held" in statuses:
-        raise InvalidTransition(f"transaction {transaction_id} is already held")
-    if action == "release" and "held" not in statuses:
-        raise InvalidTransition(f"transaction {transaction_id} has no held line to release")
-    sale_id = str(lines[0]["sale_id"])
-    return actions.commission_action_row(program, sale_id, transaction_id, action, reason, actor)
-
-
-ACTIONS = ("hold", "release", "void")
-
-
-async def act_on_commission(
-    st: State, program: Program, transaction_id: str, action: str, reason: str, actor: str
-) -> list[dict[str, Any]]:
-    """Append a finance action decided on fresh tables (under the run lock), reconcile, and
-    give the sale's lines after it. Shared with the dashboard."""
-    await asyncio.to_thread(
-        st.reconciler.act, lambda: _decide(st, program, transaction_id, action, reason, actor)
-    )
-    return await read_tables(st.store, sale_lines, program.program_id, transaction_id)
+    return ok(request, found)
 
 
 async def _act_on_commission(request: Request, action: str) -> Response:
     program, actor = _owner(request)
     _, inp = await body_model(request, CommissionActionIn)
     transaction_id = request.path_params["transaction_id"]
-    lines = await act_on_commission(state(request), program, transaction_id, action, inp.reason, actor)
+    lines = await finance.act_on_commission(
+        state(request), program, transaction_id, action, inp.reason, actor
+    )
     return ok(request, {"transaction_id": transaction_id, "lines": lines})
 
 
@@ -267,6 +131,12 @@ routes = [
     Route("/api/v1/programs/{program_id}/payouts", list_payouts, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/payouts/{payout_id}", get_payout, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/payouts/{payout_id}/paid", mark_paid, methods=["POST"]),
+    Route("/api/v1/programs/{program_id}/payouts/{payout_id}/cancel", cancel_payout, methods=["POST"]),
+    Route(
+        "/api/v1/programs/{program_id}/payouts/{payout_id}/rows/{partner_code}/{currency}/failed",
+        row_failed,
+        methods=["POST"],
+    ),
 ]
 
 _OWNER = "A workspace owner's account token (members get 403 owner_required)."
@@ -281,6 +151,12 @@ _ROW = {
     "net": 14700,
     "carried_in": 0,
     "carried_forward": 0,
+    "payout_method": "paypal",
+    "payout_email": "alice@paypal.test",
+    "payout_name": "Alice Example",
+    "payout_currency": "usd",
+    "outcome": "open",
+    "failure": None,
 }
 _BATCH = {
     "payout_id": "po_5e1f",
@@ -292,21 +168,37 @@ _BATCH = {
     "paid_at": None,
     "paid_by": None,
     "payout_minimum": 0,
+    "cancelled_at": None,
+    "cancelled_by": None,
+    "cancel_reason": None,
+    "snapshot": True,
     "rows": [_ROW],
     "totals": [{"currency": "usd", "amount": 14700, "amount_decimal": "147.00", "lines": 10}],
     "lines": 10,
-    "not_paid": [],
+    "not_paid": [
+        {
+            "partner_code": "carol",
+            "partner_name": "Carol",
+            "currency": "usd",
+            "balance": 3600,
+            "lines": 2,
+            "reason": "no_payout_details",
+        }
+    ],
 }
 _PAYOUT_ID = Param("payout_id", {"type": "string", "minLength": 1}, where="path", example="po_5e1f")
 document(
     {
         create_payout: Doc(
-            "Make a payout batch: every approved, unpaid line dated up to a date, netted per partner",
+            "Make a payout batch: what is due per partner and currency, dated up to a date",
             "payouts",
-            description=_OWNER + " 201 with the new batch; 200 with the newest batch of that cut-off "
-            "(or an empty one) when nothing new is payable: a line is never in two batches. A "
-            "partner whose lines net below zero is paid nothing and carries the balance to the next "
-            "batch.",
+            description=_OWNER + " 201 with the new batch; 200 with the newest live batch of that "
+            "cut-off (or an empty one, `not_paid` saying why) when it would pay no one: a line is "
+            "never in two live batches. The batch is a snapshot: its rows and the payees' details "
+            "are recorded when it is made, and every output of it is rendered from that record. A "
+            "partner below the minimum, without payout details, or in a currency their service "
+            "cannot pay gets no row (`not_paid`, with `reason`): their lines stay approved and "
+            "unpaid for a later batch.",
             auth=(ACCOUNT_TOKEN,),
             body=PayoutIn,
             example={"up_to": "2026-01-31"},
@@ -368,7 +260,49 @@ document(
                 "text/csv": {"schema": {"type": "string"}},
                 payouts.XLSX: {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},
             },
-            errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, ValidationFailed, CurrencyNotSupported),
+        ),
+        cancel_payout: Doc(
+            "Cancel an open payout batch: its lines are due again (again: no change)",
+            "payouts",
+            description=_OWNER + " The batch stays listed with `status` `cancelled`, who and why. A "
+            "paid batch cannot be cancelled (409 `batch_paid`): mark a failed row instead.",
+            auth=(ACCOUNT_TOKEN,),
+            params=(_PAYOUT_ID,),
+            body=PayoutCancelIn,
+            example={"reason": "made with the wrong cut-off"},
+            data=schemas.Payout,
+            result={**_BATCH, "status": "cancelled", "cancel_reason": "made with the wrong cut-off"},
+            errors=(ProgramNotFound, NotFound, OwnerRequired, BatchPaid, ReconcileRunning, ValidationFailed),
+            writes=True,
+        ),
+        row_failed: Doc(
+            "Mark one row of a paid batch failed: its lines are owed again (again: no change)",
+            "payouts",
+            description=_OWNER + " For a payment that bounced. The row shows `outcome` `failed` with "
+            "the reason; the batch's other rows and its files do not change; the row's lines are "
+            "approved and unpaid again from the failure on (the partner's statement books it as "
+            "`payout_failed`), and a later batch pays them. Only a paid batch's row can fail (409 "
+            "`invalid_transition`).",
+            auth=(ACCOUNT_TOKEN,),
+            params=(
+                _PAYOUT_ID,
+                Param("partner_code", {"type": "string", "minLength": 1}, where="path", example="alice"),
+                Param("currency", {"type": "string", "minLength": 3}, where="path", example="usd"),
+            ),
+            body=RowFailedIn,
+            example={"reason": "PayPal returned the payment: account closed"},
+            data=schemas.Payout,
+            result={**_BATCH, "status": "paid"},
+            errors=(
+                ProgramNotFound,
+                NotFound,
+                OwnerRequired,
+                InvalidTransition,
+                ReconcileRunning,
+                ValidationFailed,
+            ),
+            writes=True,
         ),
         **{
             handler: Doc(
@@ -376,8 +310,10 @@ document(
                 "payouts",
                 description=_OWNER + " The action is appended to the raw log with who and why "
                 "(reconcile/bookings.py); 200 with the sale's lines after it. A sale with a line in "
-                "a payout batch cannot be held or voided (409 `line_paid`: a refund after payment is "
-                "a clawback); an action its lines' state does not allow is 409 `invalid_transition`.",
+                "an open payout batch cannot be held or voided (409 `line_in_batch`, naming the "
+                "batch: cancel it first), nor one with a line in a paid batch (409 `line_paid`: a "
+                "refund after payment is a clawback); an action its lines' state does not allow is "
+                "409 `invalid_transition`.",
                 auth=(ACCOUNT_TOKEN,),
                 params=(
                     Param(
@@ -392,6 +328,7 @@ document(
                     ProgramNotFound,
                     OwnerRequired,
                     SaleNotFound,
+                    LineInBatch,
                     LinePaid,
                     InvalidTransition,
                     ValidationFailed,
@@ -419,12 +356,12 @@ document(
         mark_paid: Doc(
             "Mark a payout batch paid: its lines become `paid` (again: no change)",
             "payouts",
-            description=_OWNER,
+            description=_OWNER + " A cancelled batch cannot be paid (409 `invalid_transition`).",
             auth=(ACCOUNT_TOKEN,),
             params=(_PAYOUT_ID,),
             data=schemas.Payout,
             result={**_BATCH, "status": "paid", "paid_at": "2026-02-04T10:00:00Z", "paid_by": "acc_1a"},
-            errors=(ProgramNotFound, NotFound, OwnerRequired, ReconcileRunning),
+            errors=(ProgramNotFound, NotFound, OwnerRequired, InvalidTransition, ReconcileRunning),
             writes=True,
         ),
     }

@@ -168,6 +168,29 @@ class LinePaid(TallyError):
     status = 409
 
 
+class LineInBatch(TallyError):
+    """Raised by a finance action (hold, void) on a sale one of whose lines an open payout batch
+    holds: cancel the batch first (its `payout_id` is in the message and in `error.payout_id`)."""
+
+    code = "line_in_batch"
+    status = 409
+
+
+class BatchPaid(TallyError):
+    """Raised by cancelling a payout batch that is paid already: money was sent; a row whose
+    payment bounced is marked failed instead."""
+
+    code = "batch_paid"
+    status = 409
+
+
+class CurrencyNotSupported(TallyError):
+    """Raised by a payout file (PayPal, Wise) asked for in a currency that service cannot pay."""
+
+    code = "currency_not_supported"
+    status = 422
+
+
 class InvalidTransition(TallyError):
     """Raised by a finance action its lines' state does not allow (release of a line not held,
     hold of a held or void one, anything on a void one)."""

@@ -17,10 +17,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
+    field_validator,
     model_validator,
 )
 
 from ingest.domain.bounds import (
+    MAX_AMOUNT,
     MAX_ID,
     Amount,
     Bps,
@@ -263,6 +266,36 @@ class CommissionActionIn(Strict):
     """A finance action's reason (shown in explain, the commissions list and reports)."""
 
     reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+
+
+class PayoutCancelIn(Strict):
+    """Why an open payout batch is cancelled (kept in the log and on the batch)."""
+
+    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+
+
+class RowFailedIn(Strict):
+    """Why one row of a paid payout batch failed (a bounced payment, a closed account...)."""
+
+    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+
+
+class ManualEntryIn(Strict):
+    """A manual entry for a partner (CONTRACT 15): `amount` in minor units of `currency`, not
+    zero (negative for a correction against them), and why."""
+
+    amount: StrictInt = Field(ge=-MAX_AMOUNT, le=MAX_AMOUNT)
+    currency: Currency
+    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+
+    @field_validator("amount")
+    @classmethod
+    def _not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError(
+                "must not be zero: a bonus is positive, a correction against the partner negative"
+            )
+        return value
 
 
 class PayoutIn(Strict):

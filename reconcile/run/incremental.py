@@ -53,7 +53,7 @@ from reconcile.run.rowstore import RowStore
 from reconcile.run.source import ENGINEER_KINDS, read_linked, read_rows, registered, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 
-ENGINE_VERSION = "9"
+ENGINE_VERSION = "10"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",
@@ -238,7 +238,9 @@ def _in_parts(
         if comps.height != rows.height:  # a row the store does not cover: reconciled whole
             parts = 1
     if parts <= 1:
-        return reconcile(pl.concat([rows, engineer], how="diagonal_relaxed"), programs, partners, now)
+        return reconcile(
+            pl.concat([rows, engineer], how="diagonal_relaxed"), programs, partners, now, batch_lines=False
+        )
     # Each row's part, in the rows' order (no copy of the rows but each part's).
     assigned = (
         rows.select("seq")
@@ -251,7 +253,9 @@ def _in_parts(
         some = rows.filter(assigned == part)
         if part and some.is_empty():
             continue
-        result = reconcile(pl.concat([some, engineer], how="diagonal_relaxed"), programs, partners, now)
+        result = reconcile(
+            pl.concat([some, engineer], how="diagonal_relaxed"), programs, partners, now, batch_lines=False
+        )
         results.append(replace(result, payouts=result.payouts.clear()) if part else result)
     return Result(*(pl.concat([getattr(r, f.name) for r in results]) for f in fields(Result)))
 

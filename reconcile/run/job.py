@@ -289,7 +289,9 @@ def _reconcile_all(
                     keep = assigned.filter(pl.col("part") == unit.part).get_column("seq")
                     if unit.part and keep.is_empty():
                         continue  # no component hashed here (part 0 always runs: the batches)
-            result = reconcile(mirror.chunk(reader, unit.programs, keep), programs, partners, now)
+            result = reconcile(
+                mirror.chunk(reader, unit.programs, keep), programs, partners, now, batch_lines=not unit.part
+            )
             if unit.part:
                 # a program's batches come from its engineer actions alone, which every part reads
                 result = replace(result, payouts=result.payouts.clear())

@@ -11,7 +11,7 @@ import duckdb
 import polars as pl
 
 from ingest.domain.records import ProgramSettings
-from reconcile import bookings, payouts, promos, terms, unroutable
+from reconcile import bookings, manual, payouts, promos, terms, unroutable
 from reconcile.schema import (
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
@@ -21,9 +21,10 @@ from reconcile.schema import (
 
 # Engineer actions read with their `body` (metadata fixes carry typed columns instead).
 ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND, bookings.ACTION, promos.KIND)
-# Bookings are read with their body too, but only reach the sales they name (by transaction id):
-# they are linked rows of the log like records and refunds, not program-wide actions.
-LEDGER_KINDS = (bookings.BOOKING,)
+# Bookings and manual entries are read with their body too, but only reach the sales (or the
+# entry) they name by transaction id: linked rows of the log like records and refunds, not
+# program-wide actions.
+LEDGER_KINDS = (bookings.BOOKING, manual.KIND)
 
 # Each group of rows is read with its own columns (schema.READ_COLUMNS), filtered by
 # `{where}`. Engineer actions are the only rows whose `body` is read: they are read apart, so

@@ -1374,8 +1374,31 @@ def recorded_minimum(body: Any) -> int:
     return value
 
 
+def snapshot_of(body: Any) -> Row | None:
+    """The batch's snapshot, its rows kept when they name partner and currency and a whole
+    rounding >= 0; None when it has none."""
+    found = body.get("snapshot") if isinstance(body, dict) else None
+    if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
+        return None
+
+    def valid(row: Any) -> bool:
+        if not isinstance(row, dict):
+            return False
+        rounding = row.get("rounding", 0)
+        return (
+            isinstance(row.get("partner_code"), str)
+            and isinstance(row.get("currency"), str)
+            and type(rounding) is int
+            and 0 <= rounding < 2**62
+        )
+
+    return {**found, "rows": [row for row in found["rows"] if valid(row)]}
+
+
 def payout_batches(rows: list[Row]) -> list[Row]:
-    """Accepted batch actions in seq order (the first row of each id counts)."""
+    """Accepted batch actions in seq order (the first row of each id counts), with their payment
+    or cancel (whichever came first after the batch) and their rows' failures (after the payment,
+    of a row the snapshot pays; the first of each row)."""
     found: dict[tuple[str, str], Row] = {}
     for r in sorted(accepted(rows, "payout_batch"), key=lambda r: r["seq"]):
         try:
@@ -1391,6 +1414,7 @@ def payout_batches(rows: list[Row]) -> list[Row]:
             )
         except ValueError:
             day = None
+        snapshot = snapshot_of(body)
         found.setdefault(
             (r["program_id"], r["event_id"]),
             {
@@ -1404,7 +1428,20 @@ def payout_batches(rows: list[Row]) -> list[Row]:
                 "status": "open",
                 "paid_at": None,
                 "paid_by": None,
+                "paid_seq": None,
+                "cancel_seq": None,
+                "cancelled_at": None,
+                "cancelled_by": None,
+                "cancel_reason": None,
                 "payout_minimum": recorded_minimum(body),
+                "snapshot": None if snapshot is None else json.dumps(snapshot, sort_keys=True),
+                "pairs": None
+                if snapshot is None
+                else {
+                    (row["partner_code"], row["currency"]): row.get("rounding", 0) for row in snapshot["rows"]
+                },
+                "failed": {},
+                "failures": None,
             },
         )
     batches = sorted(found.values(), key=lambda b: b["seq"])
@@ -1412,35 +1449,248 @@ def payout_batches(rows: list[Row]) -> list[Row]:
         b["number"] = sum(
             1 for other in batches if other["program_id"] == b["program_id"] and other["seq"] <= b["seq"]
         )
-    for r in sorted(accepted(rows, "payout_paid"), key=lambda r: r["seq"]):
+    marks = sorted([*accepted(rows, "payout_paid"), *accepted(rows, "payout_cancel")], key=lambda r: r["seq"])
+    for r in marks:
         body = json.loads(r["body"] or "{}")
         for b in batches:
             match = (b["program_id"], b["payout_id"]) == (r["program_id"], body.get("payout_id"))
-            if match and r["seq"] > b["seq"] and b["status"] == "open":
-                b.update(status="paid", paid_at=r["received_at"], paid_by=body.get("by"))
+            if not match or r["seq"] <= b["seq"] or b["status"] != "open":
+                continue
+            if r["kind"] == "payout_paid":
+                b.update(status="paid", paid_at=r["received_at"], paid_by=body.get("by"), paid_seq=r["seq"])
+            else:
+                b.update(
+                    status="cancelled",
+                    cancelled_at=r["received_at"],
+                    cancelled_by=body.get("by"),
+                    cancel_reason=body.get("reason"),
+                    cancel_seq=r["seq"],
+                )
+    for r in sorted(accepted(rows, "payout_row_failed"), key=lambda r: r["seq"]):
+        body = json.loads(r["body"] or "{}")
+        for b in batches:
+            if (b["program_id"], b["payout_id"]) != (r["program_id"], body.get("payout_id")):
+                continue
+            pair = (body.get("partner_code"), body.get("currency"))
+            if (
+                b["paid_seq"] is None
+                or r["seq"] <= b["paid_seq"]
+                or b["pairs"] is None
+                or pair not in b["pairs"]
+            ):
+                continue
+            b["failed"].setdefault(
+                pair,
+                {"seq": r["seq"], "at": r["received_at"], "by": body.get("by"), "reason": body.get("reason")},
+            )
+    for b in batches:
+        if b["failed"]:
+            b["failures"] = json.dumps(
+                [
+                    {
+                        "partner_code": code,
+                        "currency": currency,
+                        "reason": f["reason"],
+                        "failed_at": f["at"].isoformat().replace("+00:00", "Z"),
+                        "failed_by": f["by"],
+                        "seq": f["seq"],
+                    }
+                    for (code, currency), f in sorted(b["failed"].items())
+                ],
+                sort_keys=True,
+            )
     return batches
 
 
+def rounding_lines(batches: list[Row]) -> list[Row]:
+    """Per snapshot row paying less than its lines (`rounding` > 0): minus the rounding, held
+    by the batch first, and plus it, free; booked by the batch itself."""
+    out = []
+    for b in batches:
+        for (code, currency), rounding in sorted((b["pairs"] or {}).items()):
+            if rounding == 0:
+                continue
+            for sign, cause, first_batch in (
+                (-1, b["payout_id"], b["payout_id"]),
+                (1, f"{b['payout_id']}:carried", None),
+            ):
+                out.append(
+                    {
+                        "program_id": b["program_id"],
+                        "sale_id": f"{b['payout_id']}:{code}:{currency}",
+                        "transaction_id": None,
+                        "partner_code": code,
+                        "kind": "adjustment",
+                        "cause": cause,
+                        "adjusts": None,
+                        "period": period(b["created_at"]),
+                        "sale_period": period(b["created_at"]),
+                        "currency": currency,
+                        "amount": sign * rounding,
+                        "reversed": 0,
+                        "platform_fee": 0,
+                        "platform_fee_reversed": 0,
+                        "refunded": 0,
+                        "status": "approved",
+                        "self_referral": False,
+                        "occurred_at": b["created_at"],
+                        "available_at": b["created_at"],
+                        "dated_at": b["created_at"],
+                        "booked_seq": b["seq"],
+                        "booked_at": b["created_at"],
+                        "status_reason": "rounded to what the payout service can send",
+                        "status_by": None,
+                        "first_batch": first_batch,
+                    }
+                )
+    return out
+
+
+def manual_lines(rows: list[Row], now: datetime) -> list[Row]:
+    """Each accepted manual entry (partner, currency, a non-zero amount): an approved `manual`
+    line booked by its own row, in the first month open when it was logged."""
+    closed = closes(rows)
+    acts = finance_actions(rows)
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for r in sorted(accepted(rows, "manual_entry"), key=lambda r: r["seq"]):
+        if r["partner_code"] is None or r["currency"] is None or not r["amount"]:
+            continue
+        if (r["program_id"], r["event_id"]) in seen:
+            continue
+        seen.add((r["program_id"], r["event_id"]))
+        body = json.loads(r["body"] or "{}")
+        month = period(r["received_at"])
+        while (r["program_id"], month) in closed and closed[(r["program_id"], month)] < r["seq"]:
+            month = next_month(month)
+        line = {
+            "program_id": r["program_id"],
+            "sale_id": r["event_id"],
+            "transaction_id": r["event_id"],
+            "partner_code": r["partner_code"],
+            "kind": "manual",
+            "cause": r["event_id"],
+            "adjusts": None,
+            "period": month,
+            "sale_period": period(r["received_at"]),
+            "currency": r["currency"],
+            "amount": r["amount"],
+            "reversed": 0,
+            "platform_fee": 0,
+            "platform_fee_reversed": 0,
+            "refunded": 0,
+            "status": "approved",
+            "self_referral": False,
+            "occurred_at": r["received_at"],
+            "available_at": r["received_at"],
+            "dated_at": r["received_at"],
+            "booked_seq": r["seq"],
+            "booked_at": r["received_at"],
+            "status_reason": body.get("reason"),
+            "status_by": body.get("by"),
+            "payout_id": None,
+        }
+        state, reason, by = action_state(acts, line["program_id"], line["sale_id"])
+        if state is not None:
+            line["status_reason"], line["status_by"] = (
+                coalesce(reason, line["status_reason"]),
+                coalesce(by, line["status_by"]),
+            )
+        if state in ("held", "void"):
+            line["status"] = state
+        out.append(line)
+    return out
+
+
 def apply_payouts(lines: list[Row], batches: list[Row], acts: list[Row]) -> None:
-    """Each booked line goes to the first batch (by seq) of its program made after its booking,
-    with a cut-off after its date, while its sale was neither held nor void."""
+    """Each booked line of non-zero amount is held by the first batch of its program (by seq),
+    made after its booking while its sale was neither held nor void, with a cut-off after its
+    date, that pays its partner in its currency (a batch without snapshot: any); when that
+    batch lets it go (a cancel, its row's failure), by the first such batch after that; and so
+    on. A rounding line is its own batch's first. `custody`: every (payout id, seq, release)."""
     for line in lines:
         line["payout_id"] = None
+        line["custody"] = []
+        if line["booked_seq"] is None or line["amount"] == 0:
+            continue
+        free_from = -1
         for b in batches:
-            payable = (
-                b["program_id"] == line["program_id"]
-                and line["booked_seq"] is not None
-                and line["booked_seq"] < b["seq"]
-                and line["amount"] != 0
+            if b["program_id"] != line["program_id"] or b["seq"] <= free_from:
+                continue
+            own = line.get("first_batch") == b["payout_id"]
+            takes = own or (
+                line["booked_seq"] < b["seq"]
                 and b["cutoff"] is not None
                 and line["dated_at"] < b["cutoff"]
+                and (b["pairs"] is None or (line["partner_code"], line["currency"]) in b["pairs"])
                 and action_state(acts, line["program_id"], line["sale_id"], b["seq"])[0]
                 not in ("held", "void")
             )
-            if payable:
+            if not takes:
+                continue
+            failure = b["failed"].get((line["partner_code"], line["currency"]))
+            release = coalesce(b["cancel_seq"], failure["seq"] if failure else None)
+            line["custody"].append((b["payout_id"], b["seq"], release))
+            if release is None:
                 line["payout_id"] = b["payout_id"]
                 line["status"] = "paid" if b["status"] == "paid" else "approved"
                 break
+            free_from = release
+        line.pop("first_batch", None)
+
+
+def line_history(lines: list[Row], rows: list[Row]) -> None:
+    """Each booked line's entries after its booking: its owed amount changes with holds,
+    releases and voids of its sale (acts while a batch holds it change nothing), and when a
+    batch lets it go while its sale is held or void."""
+    acts = finance_actions(rows)
+    at = {r["seq"]: (r["received_at"], r["event_id"]) for r in rows}
+    words = {"hold": "held", "release": "released", "void": "void"}
+    for line in lines:
+        custody = line.pop("custody")
+        line["history"] = None
+        if line["booked_seq"] is None or line["amount"] == 0:
+            continue
+        owed, state, entries = line["amount"], "owed", []
+        mine = [
+            a
+            for a in acts
+            if (a["program_id"], a["sale_id"]) == (line["program_id"], line["sale_id"])
+            and a["seq"] > line["booked_seq"]
+        ]
+        seqs = sorted(
+            {a["seq"] for a in mine} | {c[1] for c in custody} | {c[2] for c in custody if c[2] is not None}
+        )
+        for seq in seqs:
+            reason = cause = when = None
+            for a in (a for a in mine if a["seq"] == seq):
+                if a["action"] == "void":
+                    state = "void"
+                elif state != "void":
+                    state = "held" if a["action"] == "hold" else "owed"
+                word = words[a["action"]]
+                reason = f"{word}: {a['reason']}" if a.get("reason") else word
+                cause, when = a["id"], a["at"]
+            for payout_id, _, release in custody:
+                if release == seq:
+                    when, cause = at[seq]
+                    reason = f"let go by payout {payout_id} while the sale is {state}"
+            in_batch = any(
+                start <= seq and (release is None or seq < release) for _, start, release in custody
+            )
+            now = line["amount"] if in_batch or state == "owed" else 0
+            if now != owed:
+                entries.append(
+                    {
+                        "seq": seq,
+                        "at": when.isoformat().replace("+00:00", "Z"),
+                        "amount": now - owed,
+                        "reason": reason,
+                        "cause": cause,
+                    }
+                )
+                owed = now
+        line["history"] = json.dumps(entries, sort_keys=True) if entries else None
 
 
 # --- bookings and finance actions --------------------------------------------------------------
@@ -1467,6 +1717,7 @@ def booked_lines(rows: list[Row]) -> list[Row]:
                     **{name: _time(line[name]) for name in ("occurred_at", "available_at", "dated_at")},
                     "program_id": r["program_id"],
                     "booked_seq": r["seq"],
+                    "booked_at": r["received_at"],
                     "as_of": body["as_of"],
                     "status": "approved",
                     "payout_id": None,
@@ -1499,7 +1750,15 @@ def finance_actions(rows: list[Row]) -> list[Row]:
     for r in sorted(accepted(rows, "commission_action"), key=lambda r: r["seq"]):
         body = json.loads(r["body"])
         if body.get("action") in ("hold", "release", "void") and body.get("sale_id") is not None:
-            out.append({**body, "program_id": r["program_id"], "seq": r["seq"]})
+            out.append(
+                {
+                    **body,
+                    "program_id": r["program_id"],
+                    "seq": r["seq"],
+                    "id": r["event_id"],
+                    "at": r["received_at"],
+                }
+            )
     return out
 
 
@@ -1562,6 +1821,7 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
     difference from what the log implies now is a new line dated at its cause; then actions."""
     for line in lines:
         line["booked_seq"] = None
+        line["booked_at"] = None
     books = booked_lines(rows)
     if books:
         booked_sales = {(b["program_id"], b["sale_id"]) for b in books}
@@ -1621,6 +1881,7 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
                     "available_at": cause_at,
                     "dated_at": cause_at,
                     "booked_seq": None,
+                    "booked_at": None,
                     "payout_id": None,
                 }
             )
@@ -1664,7 +1925,9 @@ def reconcile_reference(
         now,
     )
     batches = payout_batches(rows)
+    lines = [*lines, *manual_lines(rows, now), *rounding_lines(batches)]
     apply_payouts(lines, batches, finance_actions(rows))
+    line_history(lines, rows)
     return {
         "sales": current["sales"],
         "commissions": lines,
