@@ -216,3 +216,19 @@ def journal_record(number: int, rows: list[dict[str, object]]) -> dict[str, obje
                 values[i] = value.isoformat()
         values[RAW_EVENT_FIELDS.index("test_mode")] = False
     return {"batch": number, "raw": raw, "logs": [], "keys": [], "checks": []}
+
+
+def payee(
+    world: World, code: str = "alice", method: str = "paypal", currency: str = "usd", **kw: str
+) -> None:
+    """Give partner `code` payout details (a batch pays only partners who have them)."""
+    body = {
+        "payout_method": method,
+        "payout_email": kw.get("email", f"{code}@{method}.test"),
+        "payout_name": kw.get("name", code.title()),
+        "payout_currency": currency,
+    }
+    r = world.client.patch(
+        f"/api/v1/programs/{world.program_id}/partners/{code}", json=body, headers=world.owner
+    )
+    assert r.status_code == 200, r.text

@@ -1,8 +1,9 @@
 """Issue #13's ledger rules, exact to the cent, through the real HTTP API and a real reconcile:
 the customer's recurring window, approved lines never rewritten (clawbacks and adjustments), and
-payout batches (netting, carrying a negative balance, a batch made twice, mark paid, exports).
+payout batches (netting, a negative balance left owed, a batch made twice, mark paid, exports).
 
-Default program here: 30 % commission, 30 holding days, partners alice (cust_1's lead) and bob.
+Default program here: 30 % commission, 30 holding days, partners alice (cust_1's lead) and bob,
+both paid by PayPal in USD.
 Time moves with time-machine; every action happens at the time the test sets.
 """
 
@@ -22,7 +23,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
-from tests.helpers import logged_in, program_path, query
+from tests.helpers import logged_in, payee, program_path, query
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
@@ -49,6 +50,8 @@ def shop(client: TestClient, **settings: Any) -> World:
     click = client.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "alice"})
     lead = {"customer_external_id": "cust_1", "click_id": click.json()["data"]["click_id"]}
     assert client.post("/api/v1/track/lead", json=lead, headers=world.key).status_code == 200
+    payee(world, "alice")
+    payee(world, "bob")
     return world
 
 
@@ -315,7 +318,7 @@ def test_payout_batch_refund_after_payment_and_a_negative_balance_carried(
 ) -> None:
     """CONTRACT 7 payouts: a batch takes every approved, unpaid line dated up to its cut-off,
     netted per partner; paid lines are frozen; a refund after payment is a clawback the next
-    batch nets; a negative net pays nothing and carries to the next batch."""
+    batch nets; a negative net pays nothing, its lines stay unpaid, and the next batch nets them."""
     world = shop(client)
     sale(world, "in_1", 10_000, "2026-01-05T10:00:00Z")
     sale(world, "in_2", 5_000, "2026-01-10T10:00:00Z")
@@ -331,18 +334,17 @@ def test_payout_batch_refund_after_payment_and_a_negative_balance_carried(
     refund(world, "in_1", "re_1", 10_000)  # after payment: a clawback, the paid line unchanged
     sale(world, "in_3", 2_000, "2026-02-01T10:00:00Z")
     clock.move_to(at("2026-03-10T09:00:00Z"))
-    second = make_batch(world, "2026-02-28")
-    assert rows_of(second) == [("alice", "usd", 0, "0.00", 2, -2_400)]  # -30.00 + 6.00
-    assert second["rows"][0]["net"] == -2_400
+    second = make_batch(world, "2026-02-28", expected=200)  # pays no one: no batch
+    assert (second["status"], second["rows"]) == ("empty", [])
+    assert [(n["partner_code"], n["balance"], n["lines"], n["reason"]) for n in second["not_paid"]] == [
+        ("alice", -2_400, 2, "below_minimum")  # -30.00 + 6.00
+    ]
     assert brief(lines(world, "2026-01")) == [
         ("in_1", "alice", "commission", "2026-01", 3_000, "paid", None),
         ("in_2", "alice", "commission", "2026-01", 1_500, "paid", None),
     ]
     feb = {(r["transaction_id"], r["kind"]): (r["amount"], r["payout_id"]) for r in lines(world, "2026-02")}
-    assert feb == {
-        ("in_1", "clawback"): (-3_000, second["payout_id"]),
-        ("in_3", "commission"): (600, second["payout_id"]),
-    }
+    assert feb == {("in_1", "clawback"): (-3_000, None), ("in_3", "commission"): (600, None)}
 
     january, february = finance(world, "2026-01"), finance(world, "2026-02")
     assert [january[k] for k in ("commissions", "paid", "unpaid", "clawbacks")] == [4_500, 4_500, 0, 0]
@@ -351,8 +353,13 @@ def test_payout_batch_refund_after_payment_and_a_negative_balance_carried(
     sale(world, "in_4", 20_000, "2026-03-01T10:00:00Z")
     clock.move_to(at("2026-04-05T09:00:00Z"))
     third = make_batch(world, "2026-03-31")
-    assert rows_of(third) == [("alice", "usd", 3_600, "36.00", 1, 0)]  # 60.00 - 24.00 carried
-    assert third["rows"][0]["carried_in"] == -2_400
+    assert rows_of(third) == [("alice", "usd", 3_600, "36.00", 3, 0)]  # 60.00 - 30.00 + 6.00
+    assert third["rows"][0]["net"] == 3_600
+    feb = {(r["transaction_id"], r["kind"]): (r["amount"], r["payout_id"]) for r in lines(world, "2026-02")}
+    assert feb == {
+        ("in_1", "clawback"): (-3_000, third["payout_id"]),
+        ("in_3", "commission"): (600, third["payout_id"]),
+    }
 
 
 def test_making_a_batch_twice_for_one_cut_off_never_pays_a_line_twice(
@@ -381,10 +388,14 @@ def test_a_payout_exports_as_csv_and_xlsx_with_money_as_numbers(
 ) -> None:
     """The payout CSV: UTF-8 with a BOM, one row per partner and currency, money as plain
     decimal numbers beside the currency; the xlsx: the same rows, each money cell in a number
-    format of its own row's currency."""
+    format of its own row's currency. Alice is paid in JPY (no decimals), Bob in USD."""
     world = shop(client)
-    sale(world, "in_usd", 10_005, "2026-01-05T10:00:00Z")
-    sale(world, "in_kwd", 12_345, "2026-01-06T10:00:00Z", currency="kwd")
+    payee(world, "alice", "wise", "jpy")
+    click = client.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "bob"})
+    lead = {"customer_external_id": "cust_2", "click_id": click.json()["data"]["click_id"]}
+    assert client.post("/api/v1/track/lead", json=lead, headers=world.key).status_code == 200
+    sale(world, "in_usd", 10_005, "2026-01-05T10:00:00Z", customer_external_id="cust_2")
+    sale(world, "in_jpy", 12_345, "2026-01-06T10:00:00Z", currency="jpy")
     clock.move_to(at("2026-02-15T09:00:00Z"))
     batch = make_batch(world, "2026-01-31")
     path = payouts_path(world, f"/{batch['payout_id']}")
@@ -396,17 +407,21 @@ def test_a_payout_exports_as_csv_and_xlsx_with_money_as_numbers(
     assert [
         (t["partner_code"], t["partner_name"], t["currency"], t["amount"], t["lines"]) for t in table
     ] == [
-        ("alice", "Alice", "kwd", "3704", "1"),
-        ("alice", "Alice", "usd", "3002", "1"),
+        ("alice", "Alice", "jpy", "3704", "1"),
+        ("bob", "Bob", "usd", "3002", "1"),
     ]
-    assert [Decimal(t["amount_decimal"]) for t in table] == [Decimal("3.704"), Decimal("30.02")]
+    assert [Decimal(t["amount_decimal"]) for t in table] == [Decimal("3704"), Decimal("30.02")]
     # the JSON row's fields in its order (money in minor units), then the other money's twins
     assert list(table[0]) == [
         *("partner_code", "partner_name", "partner_email", "amount", "amount_decimal", "currency", "lines"),
-        *("net", "carried_in", "carried_forward"),
+        *("net", "carried_in", "carried_forward", "payout_method", "payout_email"),
         *("net_decimal", "carried_in_decimal", "carried_forward_decimal"),
     ]
-    assert [(t["net"], t["net_decimal"]) for t in table] == [("3704", "3.704"), ("3002", "30.02")]
+    assert [(t["net"], t["net_decimal"]) for t in table] == [("3704", "3704"), ("3002", "30.02")]
+    assert [(t["payout_method"], t["payout_email"]) for t in table] == [
+        ("wise", "alice@wise.test"),
+        ("paypal", "bob@paypal.test"),
+    ]
     r = client.get(f"{path}?format=xlsx", headers=world.owner)
     assert r.headers["content-type"] == XLSX
     sheet = openpyxl.load_workbook(io.BytesIO(r.content)).active
@@ -414,7 +429,7 @@ def test_a_payout_exports_as_csv_and_xlsx_with_money_as_numbers(
     header = [c.value for c in sheet[4]]
     col = header.index("amount_decimal") + 1
     cells = {sheet.cell(row, header.index("currency") + 1).value: sheet.cell(row, col) for row in (5, 6)}
-    assert cells["kwd"].value == pytest.approx(3.704) and '0.000 "KWD"' in cells["kwd"].number_format
+    assert cells["jpy"].value == pytest.approx(3704) and '#,##0 "JPY"' in cells["jpy"].number_format
     assert cells["usd"].value == pytest.approx(30.02) and '0.00 "USD"' in cells["usd"].number_format
     assert sheet.freeze_panes == "A5"
 
