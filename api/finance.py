@@ -62,7 +62,9 @@ def _new_batch(st: State, program: Program, up_to: date, actor: str) -> dict[str
     pid = program.program_id
     minimum = program.settings.payout_minimum
     with st.store.reader() as db:
-        made = payouts.snapshot(db, pid, up_to, minimum, partners_of(st, pid), details_of(st, pid))
+        made = payouts.snapshot(
+            db, pid, up_to, minimum, partners_of(st, pid), details_of(st, pid), program.name
+        )
     return actions.payout_batch_row(program, up_to, actor, made) if made["rows"] else None
 
 
@@ -187,7 +189,8 @@ async def export(
     if fmt in payfiles.SERVICES:
         try:
             if fmt == "paypal":
-                body, paid_in = payfiles.paypal_csv(found, program.name, currency)
+                named = found["program_name"] or program.name  # batches before snapshots: the name now
+                body, paid_in = payfiles.paypal_csv(found, named, currency)
                 name = f"payout-{payout_id}-paypal{'-' + paid_in if paid_in else ''}.csv"
             else:
                 body = payfiles.wise_csv(found, currency)

@@ -499,6 +499,7 @@ class Payout(_Out):
     cancelled_at: datetime | None
     cancelled_by: str | None
     cancel_reason: str | None
+    program_name: str | None  # the program's name when the batch was made (the PayPal note's)
     snapshot: bool  # false for a batch made before batches recorded what they pay
     rows: list[PayoutRow]
     totals: list[PayoutTotal]

@@ -128,9 +128,11 @@ def snapshot(
     minimum: Minimum,
     partners: Mapping[str, Partner],
     details: Details,
+    program_name: str | None = None,
 ) -> dict[str, Any]:
     """What a batch made now with cut-off `up_to` (None: every date) pays: `rows` and
-    `not_paid` (the module docstring's rules), and the minimum it applied."""
+    `not_paid` (the module docstring's rules), the minimum it applied and the program's name
+    (the PayPal file's note names it)."""
     rows: list[dict[str, Any]] = []
     not_paid: list[dict[str, Any]] = []
     for free in _free(db, program_id, up_to):
@@ -178,6 +180,7 @@ def snapshot(
         )
     return {
         "payout_minimum": dict(minimum) if isinstance(minimum, Mapping) else minimum,
+        "program_name": program_name,
         "rows": rows,
         "not_paid": not_paid,
     }
@@ -371,13 +374,16 @@ def view(
         stored = json.loads(batch["snapshot"])
         not_paid = list(stored.get("not_paid") or [])
         minimum = stored.get("payout_minimum", batch["payout_minimum"])
+        program_name = stored.get("program_name")
     else:
         named = _named(rows, partners, details or {}, str(batch["status"]))
         not_paid = payfiles.not_paid({"rows": named}, details or {})
         minimum = batch["payout_minimum"]
+        program_name = None
     return {
         **{k: batch[k] for k in BATCH_FIELDS},
         "payout_minimum": minimum,
+        "program_name": program_name,
         "snapshot": batch.get("snapshot") is not None,
         "rows": named,
         "totals": _totals(named),
@@ -402,6 +408,7 @@ def empty(up_to: date, minimum: Minimum = 0, not_paid: Sequence[dict[str, Any]] 
         "cancelled_at": None,
         "cancelled_by": None,
         "cancel_reason": None,
+        "program_name": None,
         "snapshot": True,
         "rows": [],
         "totals": [],

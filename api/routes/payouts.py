@@ -171,6 +171,7 @@ _BATCH = {
     "cancelled_at": None,
     "cancelled_by": None,
     "cancel_reason": None,
+    "program_name": "Brand partners",
     "snapshot": True,
     "rows": [_ROW],
     "totals": [{"currency": "usd", "amount": 14700, "amount_decimal": "147.00", "lines": 10}],

@@ -78,7 +78,7 @@ class Reader(Protocol):
 
     def consistent(self) -> AbstractContextManager[None]:
         """Several reads inside this block see one state of the tables, whatever a reconcile
-        run replaces meanwhile."""
+        run replaces meanwhile. Blocks nest: an inner one reads the outer one's state."""
 
     def latest_run(self) -> tuple[str, datetime] | None:
         """(run id, finished at) of the newest reconcile run, or None before the first."""

@@ -22,6 +22,7 @@ class DuckReader:
 
     def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
         self._cur = cur
+        self._consistent = False  # inside `consistent()`
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._cur.execute(sql, list(params)).fetchall()
@@ -47,10 +48,15 @@ class DuckReader:
 
     @contextmanager
     def consistent(self) -> Iterator[None]:
+        if self._consistent:  # inside one already: the same snapshot
+            yield
+            return
         self._cur.execute("BEGIN TRANSACTION")
+        self._consistent = True
         try:
             yield
         finally:
+            self._consistent = False
             self._cur.execute("ROLLBACK")
 
     def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:

@@ -46,6 +46,7 @@ class PgReader:
     def __init__(self, con: psycopg.Connection[Any], store: PgStore) -> None:
         self._con = con
         self._store = store
+        self._consistent = False  # inside `consistent()`
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
         return self._con.execute(pyformat(sql, params), list(params) or None)
@@ -80,10 +81,15 @@ class PgReader:
 
     @contextmanager
     def consistent(self) -> Iterator[None]:
+        if self._consistent:  # inside one already: the same snapshot
+            yield
+            return
         self._con.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._consistent = True
         try:
             yield
         finally:
+            self._consistent = False
             self._con.execute(b"ROLLBACK")
 
     def period_close(self, program_id: str, period: str) -> tuple[int, datetime] | None:
