@@ -38,6 +38,7 @@ import reconcile.run
 from ingest import actions
 from ingest.domain.clock import utcnow
 from ingest.domain.errors import DatabaseUnavailable, ReconcileRunning
+from ingest.pause import pause
 from ingest.progress import Progress
 from ingest.storage import lockfile
 from ingest.storage.contract import Store, Tx
@@ -316,8 +317,11 @@ class Reconciler:
             row = decide()
             if row is None:
                 return None
+            pause("act.decided")  # the crash tests: decided, nothing appended
             self._writer.run_sync(lambda tx: tx.append(row), flush=True)
+            pause("act.appended")  # the row durable, not reconciled yet
             self._run_held(report, held)
+            pause("act.reconciled")  # reconciled, the caller not answered yet
             return row
 
     def _ran(self, summary: reconcile.run.RunSummary, seconds: float, scope: Scope | None = None) -> None:

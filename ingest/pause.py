@@ -13,7 +13,10 @@ publishing transaction on PostgreSQL, its rows sent; not committed yet), `pull.w
 replica's working copy has taken a window of the log's rows; not committed yet),
 `mirror.segment` (a full run has written a column-mirror segment; not registered yet),
 `components.batch` (a run rebuilding the component store has written a batch to its own
-tables; nothing in the store yet).
+tables; nothing in the store yet), `act.decided` / `act.appended` / `act.reconciled` (an
+engineer action under the run lock — a payout batch, its payment or cancel, a failed row, a
+finance action, a manual entry — decided and nothing appended; its row durable in the log and not
+reconciled; reconciled, its caller not answered yet).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ POINTS = (
     "pull.window",
     "mirror.segment",
     "components.batch",
+    "act.decided",
+    "act.appended",
+    "act.reconciled",
 )
 
 

@@ -1,8 +1,9 @@
 """The finance report's checks: per currency, each total against the sum of its detail lines.
 
 Partner lines sum to the commission, reversal, fee, adjustment, clawback and per-status totals;
-statuses sum to the commissions; what is paid, what is not and the clawbacks sum to the
-commissions (paid + unpaid + clawbacks = commissions); net = gross - refunds; attributed +
+statuses other than held and void sum to the commissions, and the held and void ones to their
+totals; what is paid, what is not and the clawbacks sum to the commissions (paid + unpaid +
+clawbacks = commissions); net = gross - refunds; attributed +
 unattributed = all sales; the unattributed reasons and double-count kinds sum to their totals;
 the adjustment and clawback sections list as many lines as the summary counts, summing to it.
 Totals (`expected`) come from the summary or the by-status section, sums (`actual`) from the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 STATUSES = ("pending", "approved", "held", "reversed", "void", "paid")
+APART = ("held", "void")  # statuses the totals leave out, shown apart
 INT = pl.Int64()
 
 CHECK_SCHEMA: dict[str, pl.DataType] = {
@@ -38,7 +40,9 @@ CHECK_LABELS = {
     "partners_clawbacks": "partner lines sum to clawbacks",
     "payouts_commissions": "paid + unpaid + clawbacks = commissions",
     "partners_lines": "partner lines sum to the commission line count",
-    "statuses_commissions": "statuses sum to commissions",
+    "statuses_commissions": "statuses (held and void apart) sum to commissions",
+    "statuses_held": "held lines sum to held",
+    "statuses_void": "void lines sum to void",
     **{f"partners_{s}": f"partner lines sum to {s} commissions" for s in STATUSES},
     "adjustment_lines": "adjustment lines sum to adjustments",
     "adjustment_lines_count": "adjustment lines listed = adjustment lines",
@@ -84,7 +88,14 @@ def verify(
             (c, "partners_clawbacks", s["clawbacks"], _total(by_partner, c, "clawbacks")),
             (c, "payouts_commissions", s["commissions"], s["paid"] + s["unpaid"] + s["clawbacks"]),
             (c, "partners_lines", s["commission_lines"], _total(by_partner, c, "lines")),
-            (c, "statuses_commissions", s["commissions"], _total(by_status, c, "commission")),
+            (
+                c,
+                "statuses_commissions",
+                s["commissions"],
+                sum(_total(by_status, c, "commission", st) for st in STATUSES if st not in APART),
+            ),
+            (c, "statuses_held", s["held"], _total(by_status, c, "commission", "held")),
+            (c, "statuses_void", s["void"], _total(by_status, c, "commission", "void")),
             *(
                 (c, f"partners_{st}", _total(by_status, c, "commission", st), _total(by_partner, c, st))
                 for st in STATUSES

@@ -12,15 +12,16 @@ What each figure means (all integer minor units, one row per currency, currencie
 - Commissions are the ledger lines of the month (rc_commissions.period): `commission` lines of
   sales of the month, `clawback` lines (refunds of approved or paid commissions, booked in the
   refund's month) and `adjustment` lines (later partner changes and corrections to closed months,
-  booked here). `platform_fees` leave out held and void lines (their fee is held or void with
-  them). `commissions` and `platform_fees` are net of the reversals refunds caused
-  (`*_reversed`), so a closed month keeps the values it was closed with. `adjustments` and
-  `clawbacks` are the parts of `commissions` those lines carry; the `adjustments` and
-  `clawbacks` sections list exactly those lines, one section each (`adjustments_count` and
-  `clawbacks_count` rows).
+  booked here) and `manual` lines (owners' entries). Held and void lines are in none of the
+  totals but their own: `held` and `void` (what they would have earned), and their platform
+  fee is held or void with them. `commissions` and `platform_fees` are net of the reversals
+  refunds caused (`*_reversed`), so a closed month keeps the values it was closed with.
+  `adjustments` and `clawbacks` are the parts of `commissions` those lines carry; the
+  `adjustments` and `clawbacks` sections list exactly those lines, one section each
+  (`adjustments_count` and `clawbacks_count` rows).
 - Payouts: of the month's commissions, `paid` is what paid payout batches took (clawbacks
-  apart), `unpaid` the rest (clawbacks apart), `clawbacks` the clawback lines, paid or not;
-  they add up to `commissions`.
+  apart: money sent), `unpaid` the rest (clawbacks apart: approved or pending, owed), `clawbacks`
+  the clawback lines, paid or not; they add up to `commissions`.
 - Double counts are the sales seen twice (connect + self-hosted, repeats, duplicates refused at
   ingest) whose record occurred in the month; each was counted once. Their amounts count each
   sale once too (rc_double_counts.distinct_amount: a refused retry is a line, not more money).
@@ -107,6 +108,8 @@ SUMMARY_COLUMNS = (
     "clawbacks",
     "paid",
     "unpaid",
+    "held",
+    "void",
     "double_counts_count",
     "double_counts_amount",
 )
@@ -224,16 +227,18 @@ def build_finance(
         ),
         line.group_by("currency").agg(
             commission_lines=pl.len().cast(INT),
-            commissions=pl.col("amount").sum(),
-            commissions_reversed=pl.col("reversed").sum(),
+            commissions=_sum_if("amount", charged),
+            commissions_reversed=_sum_if("reversed", charged),
             platform_fees=_sum_if("platform_fee", charged),
             platform_fees_reversed=_sum_if("platform_fee_reversed", charged),
-            adjustments_count=_count_if(adjustment),
-            adjustments=_sum_if("amount", adjustment),
-            clawbacks_count=_count_if(clawback),
-            clawbacks=_sum_if("amount", clawback),
+            adjustments_count=_count_if(adjustment & charged),
+            adjustments=_sum_if("amount", adjustment & charged),
+            clawbacks_count=_count_if(clawback & charged),
+            clawbacks=_sum_if("amount", clawback & charged),
             paid=_sum_if("amount", paid & ~clawback),
-            unpaid=_sum_if("amount", ~paid & ~clawback),
+            unpaid=_sum_if("amount", ~paid & ~clawback & charged),
+            held=_sum_if("amount", pl.col("status") == "held"),
+            void=_sum_if("amount", pl.col("status") == "void"),
         ),
         double.group_by("currency").agg(
             double_counts_count=pl.len().cast(INT), double_counts_amount=pl.col("distinct_amount").sum()
@@ -252,11 +257,11 @@ def build_finance(
     by_status = _by_status(line)
     by_partner = line.group_by("currency", "partner_code").agg(
         lines=pl.len().cast(INT),
-        commission=pl.col("amount").sum(),
-        commission_reversed=pl.col("reversed").sum(),
+        commission=_sum_if("amount", charged),
+        commission_reversed=_sum_if("reversed", charged),
         platform_fee=_sum_if("platform_fee", charged),
-        adjustments=_sum_if("amount", adjustment),
-        clawbacks=_sum_if("amount", clawback),
+        adjustments=_sum_if("amount", adjustment & charged),
+        clawbacks=_sum_if("amount", clawback & charged),
         **{status: _sum_if("amount", pl.col("status") == status) for status in STATUSES},
     )
     corrections = {
@@ -272,7 +277,7 @@ def build_finance(
     }
     order = ["currency", "sale_period", "transaction_id", "partner_code"]
     adjustments, clawbacks = (
-        line.filter(kind).select(**corrections).sort(order, nulls_last=True)
+        line.filter(kind & charged).select(**corrections).sort(order, nulls_last=True)
         for kind in (adjustment, clawback)
     )
     unattributed = (

@@ -27,7 +27,7 @@ SUMMARY_LABELS: dict[str, str] = {
     "unmatched_refunds_count": "Refunds of unknown sales",
     "unmatched_refunds": "Refunds of unknown sales amount",
     "commission_lines": "Commission lines",
-    "commissions": "Commissions (net of reversals)",
+    "commissions": "Commissions (net of reversals; held and void apart)",
     "commissions_reversed": "Commissions reversed by refunds",
     "platform_fees": "Platform fees (net of reversals)",
     "platform_fees_reversed": "Platform fees reversed by refunds",
@@ -37,6 +37,8 @@ SUMMARY_LABELS: dict[str, str] = {
     "clawbacks": "Clawbacks (in commissions)",
     "paid": "Paid out (clawbacks apart)",
     "unpaid": "Not paid out yet (clawbacks apart)",
+    "held": "Held (not in commissions)",
+    "void": "Void (not in commissions)",
     "double_counts_count": "Double counts (counted once)",
     "double_counts_amount": "Double counts amount",
 }

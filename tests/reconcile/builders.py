@@ -233,21 +233,156 @@ def picked_up(event: dict[str, Any], program_id: str = PROGRAM, **kw: Any) -> di
     }
 
 
-def payout_batch(payout_id: str, up_to: str, minimum: Any = None, **kw: Any) -> dict[str, Any]:
+def payout_batch(
+    payout_id: str, up_to: str, minimum: Any = None, snapshot: dict[str, Any] | None = None, **kw: Any
+) -> dict[str, Any]:
     """A payout batch; `minimum`: the payout minimum it records (left out of the body when None,
-    as batches made before the setting existed)."""
+    as batches made before the setting existed); `snapshot`: what it pays (`payout_snapshot`;
+    None: a batch made before snapshots)."""
     body: dict[str, Any] = {"up_to": up_to, "by": "operator"}
     if minimum is not None:
         body["payout_minimum"] = minimum
+    if snapshot is not None:
+        body["snapshot"] = snapshot
     return row(
         source="backfill",
         kind="payout_batch",
         event_id=payout_id,
         event_type="payout_batch",
         actor="operator",
+        body=json.dumps(body, sort_keys=True),
+        **kw,
+    )
+
+
+def payout_cancel(
+    cancel_id: str, payout_id: str, reason: str = "made by mistake", **kw: Any
+) -> dict[str, Any]:
+    return row(
+        source="backfill",
+        kind="payout_cancel",
+        event_id=cancel_id,
+        event_type="payout_cancel",
+        actor="operator",
+        body=json.dumps({"payout_id": payout_id, "reason": reason, "by": "operator"}),
+        **kw,
+    )
+
+
+def payout_row_failed(
+    fail_id: str, payout_id: str, partner: str, currency: str, reason: str = "bounced", **kw: Any
+) -> dict[str, Any]:
+    body = {
+        "payout_id": payout_id,
+        "partner_code": partner,
+        "currency": currency,
+        "reason": reason,
+        "by": "operator",
+    }
+    return row(
+        source="backfill",
+        kind="payout_row_failed",
+        event_id=fail_id,
+        event_type="payout_row_failed",
+        actor="operator",
+        partner_code=partner,
         body=json.dumps(body),
         **kw,
     )
+
+
+def manual_entry(
+    entry_id: str, partner: str, amount: int, currency: str, reason: str = "bonus", **kw: Any
+) -> dict[str, Any]:
+    """An owner's manual entry (ingest/actions.py `manual_entry_row`)."""
+    body = {
+        "partner_code": partner,
+        "amount": amount,
+        "currency": currency,
+        "reason": reason,
+        "by": "acct_owner",
+    }
+    return row(
+        source="backfill",
+        kind="manual_entry",
+        event_id=entry_id,
+        event_type="manual_entry",
+        actor="acct_owner",
+        transaction_id=entry_id,
+        partner_code=partner,
+        amount=amount,
+        currency=currency,
+        body=json.dumps(body),
+        **kw,
+    )
+
+
+# What the payout services pay, restated for the tests (reports/payfiles.py holds the real lists):
+# a currency outside these is `currency_not_supported`; PayPal sends HUF and TWD in whole units.
+PAYS = {"paypal": ("usd", "jpy", "huf", "eur"), "wise": ("usd", "jpy", "huf", "eur")}
+WHOLE = {("paypal", "huf"): 100, ("paypal", "twd"): 100}
+
+
+def payout_snapshot(
+    rows: list[dict[str, Any]],
+    now: datetime,
+    people: pl.DataFrame,
+    details: dict[str, tuple[str, str] | None],
+    up_to: str,
+    minimum: int | dict[str, int] = 0,
+    **settings: Any,
+) -> dict[str, Any]:
+    """What a batch made after `rows` at `now` pays (reports/payouts.py `snapshot`, restated on
+    the reference's lines): per partner and currency, the approved booked lines no live batch
+    holds, dated up to `up_to`; a row for each partner with `details` (method, currency) paying
+    that currency in a currency its service pays, at or above the minimum; the others not paid.
+    Import-late: the reference is what the test compares with."""
+    from tests.reconcile.reference import reconcile_reference
+
+    numbered = frame(rows).to_dicts()
+    result = reconcile_reference(numbered, programs(**settings).to_dicts(), people.to_dicts(), now)
+    cutoff = datetime.fromisoformat(up_to).replace(tzinfo=UTC) + timedelta(days=1)
+    free: dict[tuple[str, str], list[int]] = {}
+    for line in result["commissions"]:
+        if (
+            line["payout_id"] is None
+            and line["booked_seq"] is not None
+            and line["status"] == "approved"
+            and line["amount"] != 0
+            and line["dated_at"] < cutoff
+        ):
+            free.setdefault((line["partner_code"], line["currency"]), []).append(line["amount"])
+    paid, not_paid = [], []
+    for (code, currency), amounts in sorted(free.items()):
+        net = sum(amounts)
+        floor = minimum.get(currency, 0) if isinstance(minimum, dict) else minimum
+        payee = details.get(code)
+        step = WHOLE.get((payee[0], currency), 1) if payee else 1
+        sent = net - net % step if net > 0 else net
+        if net < max(floor, 1) or sent < 1:
+            reason = "below_minimum"
+        elif payee is None:
+            reason = "no_payout_details"
+        elif payee[1] != currency or currency not in PAYS[payee[0]]:
+            reason = "currency_not_supported"
+        else:
+            paid.append(
+                {
+                    "partner_code": code,
+                    "currency": currency,
+                    "amount": sent,
+                    "net": net,
+                    "rounding": net - sent,
+                    "lines": len(amounts),
+                    "payout_method": payee[0],
+                    "payout_email": f"{code}@{payee[0]}.test",
+                    "payout_name": code.title(),
+                    "payout_currency": payee[1],
+                }
+            )
+            continue
+        not_paid.append({"partner_code": code, "currency": currency, "balance": net, "reason": reason})
+    return {"payout_minimum": minimum, "rows": paid, "not_paid": not_paid}
 
 
 def payout_paid(mark_id: str, payout_id: str, **kw: Any) -> dict[str, Any]:

@@ -72,6 +72,9 @@ ENGINEER = (
     "period_close",
     "payout_batch",
     "payout_paid",
+    "payout_cancel",
+    "payout_row_failed",
+    "manual_entry",
     "program_terms",
     "commission_action",
     "promo_code",
@@ -647,10 +650,19 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
             )
         )
     batches: list[str] = []
+    snapshots: dict[str, list[tuple[str, str]]] = {}  # snapshot batches: the rows they pay
     sold = ["tx_unknown"]
     people = b.partners(*PARTNER_EMAILS.items())
     runs = 0
     terms = _ledger_terms(draw)  # the program's terms; a change moves them on, as the API does
+    # the partners' payout details (method, currency), or none
+    details = {
+        code: draw(
+            st.sampled_from((None, ("paypal", "usd"), ("paypal", "huf"), ("wise", "jpy"), ("wise", "kwd"))),
+            label=f"details {code}",
+        )
+        for code in PARTNERS
+    }
     for n in range(draw(st.integers(1, max_events))):
         kind = draw(
             st.sampled_from(
@@ -672,6 +684,9 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                     "edge",
                     "connect",
                     "close",
+                    "cancel",
+                    "fail",
+                    "manual",
                 )
             )
         )
@@ -768,7 +783,30 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
                 rows += b.bookings(rows, _log_now(rows, when), people, **terms)
                 runs += 1
             batches.append(f"po_{n}")
-            rows.append(b.payout_batch(f"po_{n}", draw(st.sampled_from(CUTOFFS)), occurred_at=when))
+            up_to = draw(st.sampled_from(CUTOFFS))
+            if draw(st.sampled_from((True, True, True, False)), label=f"snapshot {n}"):
+                minimum = draw(st.sampled_from((0, 0, 1_000, {"usd": 5_000, "jpy": 500})), label=f"min {n}")
+                made = b.payout_snapshot(rows, _log_now(rows, when), people, details, up_to, minimum, **terms)
+                snapshots[f"po_{n}"] = [(r["partner_code"], r["currency"]) for r in made["rows"]]
+                rows.append(b.payout_batch(f"po_{n}", up_to, minimum, made, occurred_at=when))
+            else:  # a batch made before batches kept snapshots
+                rows.append(b.payout_batch(f"po_{n}", up_to, occurred_at=when))
+        elif kind == "cancel" and batches:  # finance cancels a batch (a paid one's cancel does nothing)
+            rows.append(b.payout_cancel(f"cancel_{n}", draw(st.sampled_from(batches)), occurred_at=when))
+        elif kind == "fail" and any(snapshots.values()):  # a paid row bounced (before payment: nothing)
+            payout_id = draw(st.sampled_from(sorted(k for k, v in snapshots.items() if v)))
+            code, currency = draw(st.sampled_from(snapshots[payout_id]))
+            rows.append(b.payout_row_failed(f"fail_{n}", payout_id, code, currency, occurred_at=when))
+        elif kind == "manual":  # an owner's bonus or correction, approved at once
+            rows.append(
+                b.manual_entry(
+                    f"man_{n}",
+                    draw(st.sampled_from(PARTNERS)),
+                    draw(st.sampled_from((2_500, -700, 1))),
+                    draw(st.sampled_from(("usd", "jpy", "huf"))),
+                    occurred_at=when,
+                )
+            )
         elif kind == "book" and runs < 4:  # a scheduled reconcile run books what it shows approved
             rows += b.bookings(rows, _log_now(rows, when), people, **terms)
             runs += 1
