@@ -22,6 +22,16 @@ from tests.reconcile.compare import assert_results_equal, checked
 from tests.reconcile.streams import ENGINEER, Stream, ledger_streams, profile
 
 PROFILE = profile(20, ci=80)
+FIXED = (
+    "booking",
+    "period_close",
+    "manual_entry",
+    "payout_batch",
+    "payout_paid",
+    "payout_cancel",
+    "payout_row_failed",
+    "commission_action",
+)
 LINE = ("sale_id", "partner_code", "kind", "cause", "period")
 MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 
@@ -48,12 +58,14 @@ def test_ledger_is_the_same_whatever_the_arrival_order(stream: Stream, data: st.
 
 
 def _between_bookings(rows: list[dict[str, Any]], order: list[int]) -> list[dict[str, Any]]:
-    """`rows` in `order`, except that no row crosses a booking or a period close: what a booking
-    booked and what a closed month holds are the log before them ("later" is the log's order),
-    so rows only move among those between two."""
+    """`rows` in `order`, except that no row crosses a booking, a period close or an act whose
+    log position the books show (a manual entry books itself there, a batch, its payment, cancel
+    or failed row and a finance action are dated by it in rc_payouts and in lines' histories):
+    what a booking booked and what a closed month holds are the log before them ("later" is the
+    log's order), so rows only move among those between two."""
     segment, seen = [], 0.0
     for r in rows:
-        if r["kind"] in ("booking", "period_close"):
+        if r["kind"] in FIXED:
             segment.append(seen + 0.5)
             seen += 1
         else:
@@ -220,6 +232,12 @@ def test_only_money_sent_is_paid_and_every_balance_is_its_lines(stream: Stream) 
             )
             assert held.get_column("amount").sum() == row["amount"], (batch["payout_id"], row)
     con, db = _books(result)
+    # lines a batch made before snapshots took: read as they always were (carried, not checked)
+    legacy = {r["payout_id"] for r in batches.values() if r["snapshot"] is None}
+    before_snapshots = {
+        (r["partner_code"], r["currency"])
+        for r in lines.filter(pl.col("payout_id").is_in(list(legacy))).iter_rows(named=True)
+    }
     owed = (
         lines.filter((pl.col("status") == "approved") & pl.col("booked_seq").is_not_null())
         .group_by("partner_code", "currency")
@@ -228,6 +246,8 @@ def test_only_money_sent_is_paid_and_every_balance_is_its_lines(stream: Stream) 
     expected = {(r["partner_code"], r["currency"]): r["amount"] for r in owed.iter_rows(named=True)}
     accounts = lines.filter(pl.col("booked_seq").is_not_null()).select("partner_code", "currency").unique()
     for code, currency in accounts.iter_rows():
+        if (code, currency) in before_snapshots:
+            continue
         closing = statements.statement(db, PROGRAM, code, currency)["closing_balance"]
         assert closing == expected.get((code, currency), 0), (code, currency)
     con.close()
