@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ingest.domain.bounds import PayoutMinimum
 from ingest.domain.records import ProgramSettings
 
 
@@ -422,7 +423,8 @@ class Payout(_Out):
     status: Literal["open", "paid", "empty"]
     paid_at: datetime | None
     paid_by: str | None
-    payout_minimum: int  # the program's payout minimum when the batch was made (minor units)
+    # the program's payout minimum when the batch was made (minor units; an object by currency)
+    payout_minimum: PayoutMinimum
     rows: list[PayoutRow]
     totals: list[PayoutTotal]
     lines: int

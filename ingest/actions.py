@@ -151,7 +151,8 @@ def close_period(writer: Writer, program: Program, period: str, actor: str) -> d
 def payout_batch_row(program: Program, up_to: date, actor: str) -> dict[str, Any]:
     """The raw-log row of a payout batch with cut-off `up_to` (reconcile/payouts.py decides which
     lines it takes: those approved by the row's receive time and dated up to the cut-off). It
-    records the program's `payout_minimum` then, which the batch's netting keeps for good."""
+    records the program's `payout_minimum` then, as set (an integer in every currency, or an
+    object by currency), which the batch's netting keeps for good."""
     body = {"up_to": up_to.isoformat(), "by": actor, "payout_minimum": program.settings.payout_minimum}
     return _row(program, "payout_batch", actor, body, event_id=new_id("po"))
 

@@ -21,13 +21,14 @@ over the materialised tables (any backend's `Reader`).
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import xlsxwriter
 
+from ingest.domain.bounds import PerCurrencyValue
 from ingest.domain.records import Partner, PayoutDetails
 from ingest.storage.contract import Reader
 from reports import csvcells, payfiles
@@ -208,7 +209,7 @@ def view(
     return found
 
 
-def empty(up_to: date, minimum: int = 0) -> dict[str, Any]:
+def empty(up_to: date, minimum: PerCurrencyValue = 0) -> dict[str, Any]:
     """What creating a batch answers when nothing new is payable and no batch has this cut-off."""
     return {
         "payout_id": None,
@@ -276,11 +277,15 @@ def payable_lines(db: Reader, program_id: str, at: datetime, up_to: date) -> int
 
 
 def due(
-    db: Reader, program_id: str, at: datetime, partners: Mapping[str, Partner], minimum: int = 0
+    db: Reader,
+    program_id: str,
+    at: datetime,
+    partners: Mapping[str, Partner],
+    minimum: Callable[[str], int] = lambda currency: 0,
 ) -> list[dict[str, Any]]:
     """What a batch made at `at` (no cut-off) would pay, per partner and currency: the approved
     lines no batch took yet, netted with what earlier batches carried, under the program's
-    payout `minimum` now."""
+    payout minimum now (`minimum`: its amount for a currency, ProgramSettings.payout_minimum_for)."""
     found = netted(db, program_id)
     rows: list[dict[str, Any]] = []
     if db.table_exists("rc_commissions"):
@@ -296,7 +301,7 @@ def due(
         row = keys.get(key)
         net = int(row["net"]) if row else 0
         carried_in = found.carried.get(key, 0)
-        amount, forward = settle(net + carried_in, minimum)
+        amount, forward = settle(net + carried_in, minimum(key[1]))
         out.append(_row(key, amount, int(row["lines"]) if row else 0, net, carried_in, forward))
     return _named(out, partners)
 

@@ -5,6 +5,7 @@ JSON API's own (api/routes/payouts.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -35,6 +36,7 @@ from ingest.domain.errors import (
 from ingest.domain.inputs import CommissionActionIn, PayoutIn
 from ingest.storage.contract import Reader
 from reports import payfiles, payouts
+from reports.money import minimum_text
 
 FILE_FORMATS = ("csv", "xlsx", *payfiles.SERVICES)
 
@@ -58,7 +60,12 @@ class Overview:
 
 
 def _overview(
-    db: Reader, program_id: str, partners: dict[str, Any], up_to: date, details: Any, minimum: int
+    db: Reader,
+    program_id: str,
+    partners: dict[str, Any],
+    up_to: date,
+    details: Any,
+    minimum: Callable[[str], int],
 ) -> Overview:
     now = utcnow()
     batches = payouts.batches(db, program_id, partners, details)
@@ -102,7 +109,7 @@ async def payouts_page(request: Request) -> Response:
         partners,
         default_up_to,
         details,
-        program.settings.payout_minimum,
+        program.settings.payout_minimum_for,
     )
     for batch in view.batches:  # the currencies PayPal files of each batch come in
         batch["paypal_currencies"] = sorted(
@@ -117,7 +124,7 @@ async def payouts_page(request: Request) -> Response:
         batches=view.batches,
         people=view.people,
         reasons=NOT_PAID,
-        minimum=program.settings.payout_minimum,
+        minimum=minimum_text(program.settings.payout_minimum),
         refusal=batch_refusal(view),
         payable_by_default=view.payable_by_default,
         default_up_to=default_up_to.isoformat(),

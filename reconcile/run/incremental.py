@@ -53,7 +53,7 @@ from reconcile.run.rowstore import RowStore
 from reconcile.run.source import ENGINEER_KINDS, read_linked, read_rows, registered, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 
-ENGINE_VERSION = "9"
+ENGINE_VERSION = "10"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",
