@@ -82,6 +82,8 @@ class SaleRow(TypedDict):
     partner_code: str | None
     attribution_rule: AttributionRule | None
     unattributed_reason: str | None  # no_attribution_data, click_not_found, customer_not_found, ...
+    # click_not_found, subscription_metadata_missing, metadata_fixed, self_referral,
+    # no_flat_amount_for_currency (a flat commission by currency names none for the sale's)
     warnings: list[str]
     commission: int  # net of reversals; 0 where none is due
     platform_fee: int
