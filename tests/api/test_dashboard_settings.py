@@ -180,3 +180,38 @@ def test_a_member_reads_the_settings_per_currency(world: World) -> None:
     assert (
         "<dt>Payout minimum</dt><dd>2,500 minor units in every currency (25.00 USD, 2,500 JPY)</dd>" in page
     )
+
+
+def test_the_payout_pages_state_the_minimum_as_set(world: World) -> None:
+    """The owner's Payouts tab and the partner's portal say what the minimum is in each currency,
+    never one currency's figure as if it held in all (5000 minor units are 50.00 USD but 5,000 JPY)."""
+    logged_in(world.client, world.account_token)
+    owner_page = world.client.get(program_path(world, "/payouts")).text
+    assert "payout minimum" not in owner_page  # none set: nothing said
+    for minimum, said in (
+        (5000, "5,000 minor units in every currency (50.00 USD, 5,000 JPY)"),
+        ({"usd": 5000, "jpy": 5000}, "5,000 JPY, 50.00 USD; no minimum in other currencies"),
+    ):
+        r = world.client.patch(
+            f"/api/v1/programs/{world.program_id}", json={"payout_minimum": minimum}, headers=world.owner
+        )
+        assert r.status_code == 200, r.text
+        world.client.cookies.clear()  # the partner's session of the round before
+        logged_in(world.client, world.account_token)
+        owner_page = " ".join(world.client.get(program_path(world, "/payouts")).text.split())
+        assert f"below the program's payout minimum ({said})" in owner_page
+        r = world.client.post(
+            f"/api/v1/programs/{world.program_id}/partners/alice/portal-link", headers=world.owner
+        )
+        assert r.status_code == 201, r.text
+        world.client.cookies.clear()
+        token = r.json()["data"]["url"].rsplit("/", 1)[-1]
+        page = world.client.get(f"/partner/sign-in/{token}").text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert csrf is not None
+        r = world.client.post(
+            "/partner/sign-in", data={"token": token, "csrf_token": csrf.group(1)}, follow_redirects=False
+        )
+        assert r.status_code == 303, r.text
+        portal = " ".join(world.client.get(f"/partner/programs/{world.program_id}/payouts").text.split())
+        assert f"The brand pays at least {said}: a smaller balance waits for the next payout." in portal
