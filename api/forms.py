@@ -2,11 +2,15 @@
 back into lines a page can show.
 
 Program settings are entered as people think of them and converted here, on the server: rates
-as percent (`30`, `12.5`, at most two decimals: `commission_percent` -> `commission_bps`), the
-flat commission as money in a chosen currency (`12.50` USD, `1.250` KWD, `500` JPY ->
-`commission_flat` in minor units, by the currency's decimals in reports/money.py). What is
-stored and what the JSON API takes stay basis points and minor units. A value that cannot be
-converted is refused with a field message; bounds are the services' (ingest/domain/inputs.py)."""
+as percent (`30`, `12.5`, at most two decimals: `commission_percent` -> `commission_bps`). The
+flat commission and the payout minimum are amounts per currency (CONTRACT 15), entered as rows
+of an amount and a currency (`per_currency_rows`): money in a chosen currency (`12.50` USD,
+`1.250` KWD, `500` JPY -> minor units by the currency's decimals in reports/money.py), one row
+per currency, making an object by currency (`{"jpy": 500, "usd": 1250}`); or one row for
+`every` currency, whose amount is minor units, the same number in each (an integer setting).
+Blank rows are left out; no row at all is 0 in every currency. What is stored and what the JSON
+API takes stay basis points and minor units. A value that cannot be converted is refused with a
+field message; bounds are the services' (ingest/domain/inputs.py)."""
 
 from __future__ import annotations
 
@@ -18,14 +22,22 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 
 from api.http import read_body
+from ingest.domain.bounds import MAX_AMOUNT, MAX_CURRENCIES, PerCurrencyValue
 from ingest.domain.errors import TallyError, ValidationFailed
 from reports.money import exponent, minor, units
 
-MAX_FORM_FIELDS = 50
 INT_SETTINGS = ("recurring_months", "holding_days")
 PERCENT_SETTINGS = {"commission_percent": "commission_bps", "platform_fee_percent": "platform_fee_bps"}
-MAX_FLAT = 10**12  # minor units (CONTRACT section 6)
+MAX_FLAT = MAX_AMOUNT  # minor units (CONTRACT section 6)
 FLAT_CURRENCIES = ("usd", "eur", "gbp", "chf", "cad", "aud", "jpy", "krw", "kwd", "bhd", "jod", "omr")
+# The currency choice of a per-currency row that applies to every currency (in minor units).
+EVERY = "every"
+# Each per-currency setting: its amount and currency inputs (the first row's names; row n > 1
+# appends `_n`, `row_names`).
+PER_CURRENCY = {"commission_flat": "flat_currency", "payout_minimum": "minimum_currency"}
+# The settings form holds, besides its dozen fields, up to MAX_CURRENCIES + 1 rows of two inputs
+# for each per-currency setting.
+MAX_FORM_FIELDS = 32 + 2 * len(PER_CURRENCY) * (MAX_CURRENCIES + 1)
 # What each settings field is called on the form (the service's field names map to the form's).
 SETTINGS_LABELS = {
     "name": "Name",
@@ -122,16 +134,77 @@ def money_for_form(amount: int, currency: str) -> str:
     return f"{units(amount, currency):.{exponent(currency)}f}"
 
 
-def flat_currency(form: dict[str, str], name: str = "flat_currency") -> str:
-    code = form.get(name, "").strip().lower()
-    return code if code in FLAT_CURRENCIES else FLAT_CURRENCIES[0]
+_CODE = re.compile(r"[a-z]{3}", re.ASCII)
+
+
+def row_names(amount: str, index: int) -> tuple[str, str]:
+    """The amount and currency inputs of row `index` (from 0) of per-currency setting `amount`:
+    `commission_flat`, `flat_currency`; then `commission_flat_2`, `flat_currency_2`, ..."""
+    currency = PER_CURRENCY[amount]
+    return (amount, currency) if index == 0 else (f"{amount}_{index + 1}", f"{currency}_{index + 1}")
+
+
+def posted_rows(form: dict[str, str], amount: str) -> list[dict[str, str]]:
+    """The rows of per-currency setting `amount` as posted: `amount` and `currency` strings."""
+    rows = []
+    for index in range(MAX_CURRENCIES + 1):
+        names = row_names(amount, index)
+        if index and not any(name in form for name in names):
+            break
+        rows.append({"amount": form.get(names[0], ""), "currency": form.get(names[1], "").strip().lower()})
+    return rows
+
+
+def setting_rows(setting: PerCurrencyValue) -> list[dict[str, str]]:
+    """The rows the form shows for a per-currency setting: an integer in one `every` row (minor
+    units), an object a row per currency (money in its decimals); then one blank row to add a
+    currency."""
+    if isinstance(setting, int):
+        rows = [{"amount": str(setting), "currency": EVERY}]
+    else:
+        rows = [{"amount": money_for_form(v, code), "currency": code} for code, v in sorted(setting.items())]
+    if len(rows) <= MAX_CURRENCIES:
+        rows.append({"amount": "", "currency": ""})
+    return rows
+
+
+def per_currency_rows(form: dict[str, str], amount: str) -> PerCurrencyValue:
+    """Per-currency setting `amount` from its posted rows (the module docstring): an `every`
+    row's whole minor units, or {currency: minor units} of the rows that name one; 0 when every
+    row is blank. ValueError says why not (a row without a currency, too many decimals, a
+    currency twice, `every` beside single currencies)."""
+    every: int | None = None
+    by_currency: dict[str, int] = {}
+    for row in posted_rows(form, amount):
+        text, code = row["amount"].strip(), row["currency"]
+        if text == "":
+            continue
+        if code == EVERY:
+            digits = text.replace(",", "").replace(" ", "")
+            if not (digits.isascii() and digits.isdigit()):
+                raise ValueError("for every currency, enter whole minor units, like 500 (5.00 USD, 500 JPY)")
+            if int(digits) > MAX_FLAT:
+                raise ValueError(f"must be at most {MAX_FLAT} minor units")
+            every = int(digits)
+        elif not _CODE.fullmatch(code):
+            raise ValueError(f"choose the currency of {text}")
+        elif code in by_currency:
+            raise ValueError(f"{code.upper()} is given twice: one amount per currency")
+        else:
+            by_currency[code] = money_to_minor(text, code)
+    if every is not None and by_currency:
+        raise ValueError("an amount for every currency cannot be combined with amounts for single currencies")
+    if every is not None:
+        return every
+    return by_currency or 0
 
 
 def settings_data(form: dict[str, str]) -> dict[str, Any]:
-    """Form strings as SettingsPatch input: percent -> basis points, money -> minor units (see the
-    module docstring), digits become ints, a blank `recurring_months` is lifetime (null); anything
-    else is passed on for the model to refuse with a field message. ValidationFailed (with every
-    field that could not be converted) when a percent or amount is not one."""
+    """Form strings as SettingsPatch input: percent -> basis points, rows of money -> an amount
+    per currency in minor units (see the module docstring), digits become ints, a blank
+    `recurring_months` is lifetime (null); anything else is passed on for the model to refuse
+    with a field message. ValidationFailed (with every field that could not be converted) when a
+    percent or amount is not one."""
     data: dict[str, Any] = {"name": form.get("name", "").strip()}
     data["commission_type"] = form.get("commission_type", "")
     fields: list[dict[str, str]] = []
@@ -141,7 +214,7 @@ def settings_data(form: dict[str, str]) -> dict[str, Any]:
         except ValueError as exc:
             fields.append({"field": name, "message": str(exc)})
     try:
-        data["commission_flat"] = money_to_minor(form.get("commission_flat", ""), flat_currency(form))
+        data["commission_flat"] = per_currency_rows(form, "commission_flat")
     except ValueError as exc:
         fields.append({"field": "commission_flat", "message": str(exc)})
     for name in INT_SETTINGS:
@@ -149,10 +222,8 @@ def settings_data(form: dict[str, str]) -> dict[str, Any]:
         data[name] = int(raw) if raw.isdigit() else (raw or None)
     data["requires_server_side_leads"] = form.get("requires_server_side_leads") == "on"
     data["stripe_account_id"] = form.get("stripe_account_id", "").strip() or None
-    try:  # minor units, the same number in every currency (as the flat commission)
-        data["payout_minimum"] = money_to_minor(
-            form.get("payout_minimum", ""), flat_currency(form, "minimum_currency")
-        )
+    try:
+        data["payout_minimum"] = per_currency_rows(form, "payout_minimum")
     except ValueError as exc:
         fields.append({"field": "payout_minimum", "message": str(exc)})
     data["website_url"] = form.get("website_url", "").strip() or None

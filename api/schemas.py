@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ingest.domain.bounds import PayoutMinimum
 from ingest.domain.records import ProgramSettings
 
 
@@ -495,7 +496,7 @@ class Payout(_Out):
     paid_at: datetime | None
     paid_by: str | None
     # the program's payout minimum when the batch was made (minor units; one per currency)
-    payout_minimum: int | dict[str, int]
+    payout_minimum: PayoutMinimum
     cancelled_at: datetime | None
     cancelled_by: str | None
     cancel_reason: str | None

@@ -216,16 +216,26 @@ def attribute(
     )
 
 
+NO_FLAT_AMOUNT = "no_flat_amount_for_currency"
+
+
 def warnings(
-    attributed: pl.Expr, click_unknown: pl.Expr, missing: pl.Expr, fixed: pl.Expr, self_referral: pl.Expr
+    attributed: pl.Expr,
+    click_unknown: pl.Expr,
+    missing: pl.Expr,
+    fixed: pl.Expr,
+    self_referral: pl.Expr,
+    no_flat_amount: pl.Expr,
 ) -> pl.Expr:
     """The sale's warnings, in this order: click_not_found and subscription_metadata_missing
-    (attributed sales only), metadata_fixed, self_referral."""
+    (attributed sales only), metadata_fixed, self_referral, no_flat_amount_for_currency (a flat
+    rule by currency names no amount for the sale's: reconcile/commissions.py)."""
     joined = pl.concat_str(
         pl.when(attributed & click_unknown).then(pl.lit("click_not_found")),
         pl.when(attributed & missing).then(pl.lit("subscription_metadata_missing")),
         pl.when(fixed).then(pl.lit("metadata_fixed")),
         pl.when(self_referral).then(pl.lit("self_referral")),
+        pl.when(no_flat_amount).then(pl.lit(NO_FLAT_AMOUNT)),
         separator=",",
         ignore_nulls=True,
     )

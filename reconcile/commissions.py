@@ -10,7 +10,11 @@ later sale too (lifetime), 0 = the anchor only, N = sales that occurred before a
 calendar months (month ends clamp: Jan 31 + 1 month = Feb 28/29).
 
 - commission: `percent` -> round_half_even(amount * commission_bps / 10000); `flat` ->
-  `commission_flat` (minor units of the sale's currency).
+  `commission_flat` for the sale's currency (minor units of it; CONTRACT 15): an integer setting
+  pays that many in every currency, an object by currency pays the amount it names for the
+  sale's currency, and nothing for a currency it does not name: the sale stays commissionable
+  (its platform fee is due as ever) with commission 0 and `no_flat_amount` (the sales read's
+  warning `no_flat_amount_for_currency`, explain's `commission` step).
 - platform fee: round_half_even(amount * platform_fee_bps / 10000).
   Both on the amount net of tax, in integer minor units.
 - status: `reversed` once the sale is fully refunded; else `held` for a self-referral (the
@@ -28,7 +32,16 @@ from ingest.domain.bounds import LATEST
 from reconcile import customers, terms
 from reconcile.lookup import lookup, lookup_small
 from reconcile.money import apply_bps
-from reconcile.schema import ENGINE, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, UTC, norm_email
+from reconcile.schema import (
+    ENGINE,
+    INT,
+    PROGRAM_DEFAULTS,
+    PROGRAM_SCHEMA,
+    STR,
+    UTC,
+    norm_email,
+    setting_value,
+)
 
 # Columns of a sale the commission rules read.
 INPUT = (
@@ -38,12 +51,20 @@ INPUT = (
     "test_mode",
     "partner_code",
     "amount",
+    "currency",
     "subscription_id",
     "customer_key",
     "processor_customer_id",
     "email",
 )
-OUTPUT = ("commissionable", "gross_commission", "gross_fee", "self_referral", "holding_days")
+OUTPUT = (
+    "commissionable",
+    "gross_commission",
+    "gross_fee",
+    "self_referral",
+    "holding_days",
+    "no_flat_amount",
+)
 
 
 def _customers(frame: pl.DataFrame, limited: pl.Series) -> pl.DataFrame:
@@ -97,6 +118,26 @@ def _terms(sales: pl.DataFrame, programs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _flat(windowed: pl.DataFrame) -> pl.Series:
+    """The flat commission of each row of `windowed` (its `commission_flat` setting as JSON
+    text and its `currency`) in minor units of its currency, null where the setting is an
+    object that names no amount for that currency. The few distinct settings are read once."""
+    every: dict[str, int] = {}
+    named: list[tuple[str, str, int]] = []
+    for text in windowed.get_column("commission_flat").drop_nulls().unique().to_list():
+        setting = setting_value(text)
+        if isinstance(setting, int):
+            every[text] = setting
+        else:
+            named.extend((text, code, amount) for code, amount in setting.items())
+    flat = windowed.get_column("commission_flat").replace_strict(every, default=None, return_dtype=INT)
+    if not named:
+        return flat
+    table = pl.DataFrame(named, schema={"commission_flat": STR, "currency": STR, "flat": INT}, orient="row")
+    keys = windowed.select("commission_flat", currency=pl.col("currency").str.to_lowercase())
+    return flat.fill_null(lookup(keys, table, ["commission_flat", "currency"], ["flat"]).to_series())
+
+
 def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -> pl.DataFrame:
     """For sales (columns INPUT), aligned with them: OUTPUT. `programs`: one row per program,
     or its terms over time (reconcile/terms.py `history`)."""
@@ -146,14 +187,17 @@ def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -
         .then(pl.col("sale_id") == pl.col("anchor_sale"))
         .otherwise(pl.col("occurred_at") < _window_end(months, pl.col("anchor_at"), distinct))
     )
+    flat = pl.col("commission_type") == "flat"
     commission = (
-        pl.when(pl.col("commission_type") == "flat")
-        .then(pl.col("commission_flat"))
+        pl.when(flat)
+        .then(pl.col("flat_amount").fill_null(0))
         .otherwise(apply_bps(pl.col("amount"), pl.col("commission_bps")))
     )
     zero = pl.lit(0, pl.Int64)
     return (
-        windowed.hstack([*anchored.get_columns(), *emails.get_columns()])
+        windowed.hstack(
+            [*anchored.get_columns(), *emails.get_columns(), _flat(windowed).alias("flat_amount")]
+        )
         .lazy()
         .with_columns(commissionable=(eligible & in_window).fill_null(False))
         .select(
@@ -164,6 +208,7 @@ def gross(sales: pl.DataFrame, programs: pl.DataFrame, partners: pl.DataFrame) -
             .otherwise(zero),
             self_referral=pl.col("commissionable") & pl.col("own_email").fill_null(False),
             holding_days="holding_days",
+            no_flat_amount=pl.col("commissionable") & flat & pl.col("flat_amount").is_null(),
         )
         .collect(engine=ENGINE)
     )

@@ -4,17 +4,22 @@ The reconciler keeps per sale only the evidence (`Result.evidence`, table `rc_ev
 in reconcile/schema.py EVIDENCE_SCHEMA): what each rule looked up and what it found, as ids. What
 the sale itself holds (its transaction id, processor customer, partner, rule, reason) is read
 from the sale (`rc_sales`), not stored twice. One SQL query renders them as six rows per sale,
-the five rules in ladder order then `result`; it is both the view `rc_explain` the job creates
-over `rc_evidence` and `rc_sales` (so a read of one sale renders one sale) and, run on an
-in-memory DuckDB, `steps()` (so the two can never disagree).
+the five rules in ladder order then `result` (a seventh, below, for a sale a flat rule pays
+nothing); it is both the view `rc_explain` the job creates over `rc_evidence` and `rc_sales` (so
+a read of one sale renders one sale) and, run on an in-memory DuckDB, `steps()` (so the two can
+never disagree).
 
 - `looked_up`: what the rule looked for (`svc_click_id=...`, `promo_code=...`, `email=...`,
   `processor_customer_id=...`, `svc_customer_key=...`), null when the sale had nothing for it
   or the rule was not tried.
 - `found`: what the lookup found, in words.
 - `result`: `matched` | `not_found` | `no_data` (nothing to look up) | `not_tried` (an earlier
-  rule matched) | `skipped` (metadata of another program). The last row (`rule` = `result`) has
+  rule matched) | `skipped` (metadata of another program). The sixth row (`rule` = `result`) has
   `attributed` or `unattributed`, with `found` saying by whom and which rule, or the reason.
+
+A sale a flat rule by currency pays nothing (its warning `no_flat_amount_for_currency`,
+reconcile/commissions.py) has a seventh row, `rule` = `commission`: `looked_up` its currency,
+`found` why it earns nothing, `result` = `no_flat_amount_for_currency` (CONTRACT 15).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from reconcile.attribution import NO_FLAT_AMOUNT
 from reconcile.schema import EXPLAIN_SCHEMA
 
 _LEAD_NOT_FOUND = """CASE WHEN {p}_lead IS NOT NULL
@@ -85,6 +91,7 @@ _STEPS = (
     ),
 )
 RESULT_STEP = len(_STEPS) + 1
+COMMISSION_STEP = RESULT_STEP + 1
 
 
 def _ladder_step(step: int, rule: str, value: str, label: str, partner: str, *texts: str) -> str:
@@ -106,7 +113,7 @@ def query(evidence: str, sales: str) -> str:
     ladder = "\n    UNION ALL ".join(_ladder_step(*spec) for spec in _STEPS)
     return f"""WITH ranked AS (
     SELECT e.*, s.transaction_id, s.processor_customer_id, s.partner_code, s.attribution_rule,
-        s.unattributed_reason,
+        s.unattributed_reason, s.currency, s.warnings,
         CASE s.attribution_rule WHEN 'click' THEN 1 WHEN 'promo_code' THEN 2 WHEN 'email' THEN 3
             WHEN 'processor_customer' THEN 4 WHEN 'customer_key' THEN 5 ELSE 9 END AS rule_index
     FROM {evidence} AS e JOIN {sales} AS s USING (program_id, sale_id)
@@ -125,7 +132,14 @@ SELECT program_id, sale_id, transaction_id, CAST({RESULT_STEP} AS BIGINT) AS ste
     CASE WHEN partner_code IS NOT NULL THEN 'partner ' || partner_code || ' by rule ' || attribution_rule
         ELSE unattributed_reason END AS found,
     CASE WHEN partner_code IS NOT NULL THEN 'attributed' ELSE 'unattributed' END AS result
-FROM ranked"""
+FROM ranked
+UNION ALL
+SELECT program_id, sale_id, transaction_id, CAST({COMMISSION_STEP} AS BIGINT) AS step, 'commission' AS rule,
+    'currency=' || currency AS looked_up,
+    'the flat commission names no amount for ' || coalesce(upper(currency), 'a sale without a currency')
+        || ': the sale earns no commission' AS found,
+    '{NO_FLAT_AMOUNT}' AS result
+FROM ranked WHERE array_position(warnings, '{NO_FLAT_AMOUNT}') IS NOT NULL"""
 
 
 def view_ddl() -> str:
@@ -134,8 +148,8 @@ def view_ddl() -> str:
 
 
 def steps(evidence: pl.DataFrame, sales: pl.DataFrame) -> pl.DataFrame:
-    """The explain steps (six rows per sale) of the sales in `evidence` (the sales themselves
-    in `sales`), in order."""
+    """The explain steps (six rows per sale, a seventh for a sale the flat rule pays nothing)
+    of the sales in `evidence` (the sales themselves in `sales`), in order."""
     with duckdb.connect() as con:
         con.register("evidence", evidence.to_arrow())
         con.register("sales", sales.to_arrow())

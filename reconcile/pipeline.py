@@ -289,6 +289,7 @@ def ledger(raw: pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, no
             missing=pl.col("metadata_missing"),
             fixed=pl.col("fixed"),
             self_referral=pl.col("self_referral"),
+            no_flat_amount=pl.col("no_flat_amount"),
         )
     )
     pairs = split.pairs

@@ -8,10 +8,13 @@ also gives empty results the right columns.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
+
+from ingest.domain.bounds import PerCurrencyValue, per_currency
 
 UTC = pl.Datetime("us", "UTC")
 # Every query runs on Polars' in-memory engine: the frames here are mid-sized and reused, and it
@@ -132,7 +135,7 @@ PROGRAM_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,
     "commission_type": STR,
     "commission_bps": INT,
-    "commission_flat": INT,
+    "commission_flat": STR,  # a per-currency setting as JSON text (`setting_text`)
     "recurring_months": INT,
     "platform_fee_bps": INT,
     "holding_days": INT,
@@ -145,13 +148,32 @@ PROGRAM_SCHEMA: dict[str, pl.DataType] = {
 PROGRAM_DEFAULTS: dict[str, object] = {
     "commission_type": "percent",
     "commission_bps": 3000,
-    "commission_flat": 0,
+    "commission_flat": "0",
     "platform_fee_bps": 0,
     "holding_days": 30,
     "requires_server_side_leads": False,
 }
 
 PARTNER_SCHEMA: dict[str, pl.DataType] = {"program_id": STR, "code": STR, "email": STR}
+
+
+def setting_text(value: PerCurrencyValue) -> str:
+    """A per-currency setting (ingest/domain/bounds.py `PerCurrency`: minor units in every
+    currency, or an object by currency) as the JSON text the frames carry: `500`,
+    `{"jpy":500,"usd":5000}` (codes in order, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def setting_value(text: str | None) -> PerCurrencyValue:
+    """The setting a JSON text (`setting_text`'s, or the raw log's in any layout) holds; one
+    that is not a valid per-currency setting reads as 0 in every currency, the default (as an
+    unreadable term always has)."""
+    try:
+        parsed: Any = json.loads(text) if text is not None else 0
+        return per_currency(parsed)
+    except ValueError:  # json.JSONDecodeError is one
+        return 0
+
 
 SALES_SCHEMA: dict[str, pl.DataType] = {
     "program_id": STR,

@@ -4,7 +4,9 @@ A program's money terms (TERMS: commission type, rate, flat amount, recurring mo
 fee, holding days) change through its settings (API, dashboard, agent endpoint). Each change is
 appended to the raw log as a `program_terms` action (ingest/actions.py `terms_row`, body
 `{"from": {...}, "to": {...}, "by": who}`, every term on both sides) at its log time, like the
-other engineer actions, so the ledger stays a function of the log.
+other engineer actions, so the ledger stays a function of the log. The flat commission is read
+as the JSON text of its value (an integer, or an object by currency since CONTRACT 15; older
+rows hold integers and read as they always did).
 
 A sale is valued with the terms in force when it occurred: those set by the last change
 logged before its `occurred_at` (strictly: a sale at the very instant of a change keeps the
@@ -31,8 +33,14 @@ from reconcile.schema import ENGINE, INT, PROGRAM_DEFAULTS, PROGRAM_SCHEMA, STR,
 
 KIND = "program_terms"
 TERMS = MONEY_TERMS
+# Terms read as text rather than decoded: a per-currency setting is an integer or an object
+# (reconcile/schema.py `setting_text`), kept as the JSON text of its side of the body.
+_AS_TEXT = ("commission_flat",)
 _BODY = pl.Struct(
-    {side: pl.Struct({name: PROGRAM_SCHEMA[name] for name in TERMS}) for side in ("from", "to")}
+    {
+        side: pl.Struct({name: PROGRAM_SCHEMA[name] for name in TERMS if name not in _AS_TEXT})
+        for side in ("from", "to")
+    }
 )
 HOLDING_SCHEMA: dict[str, pl.DataType] = {"program_id": STR, "since": UTC, "until": UTC, "holding_days": INT}
 
@@ -58,7 +66,11 @@ def history(raw: pl.LazyFrame, programs: pl.DataFrame) -> pl.DataFrame:
 
     def version(side: str, since: pl.Expr) -> pl.DataFrame:
         picked = changes.select(
-            "program_id", "seq", since.alias("since"), pl.col("terms").struct.field(side).struct.unnest()
+            "program_id",
+            "seq",
+            since.alias("since"),
+            pl.col("terms").struct.field(side).struct.unnest(),
+            *(pl.col("body").str.json_path_match(f"$.{side}.{name}").alias(name) for name in _AS_TEXT),
         )
         return picked.join(current, on="program_id").select(*programs.columns, "since", "seq")
 

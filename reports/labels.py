@@ -102,6 +102,7 @@ CODE_LABELS: dict[str, dict[str, str]] = {
         "processor_customer": "Earlier sale of the same customer",
         "customer_key": "Customer key of a lead",
         "result": "Result",
+        "commission": "Commission",
     },
     "reason": {
         "no_attribution_data": "No click, email or customer to go by",
@@ -130,6 +131,7 @@ CODE_LABELS: dict[str, dict[str, str]] = {
         "subscription_metadata_missing": "Subscription metadata missing",
         "metadata_fixed": "Metadata fixed by an engineer",
         "self_referral": "Self-referral",
+        "no_flat_amount_for_currency": "No flat commission in this currency",
     },
     "outcome": {
         "accepted": "Accepted",
@@ -155,6 +157,7 @@ CODE_LABELS: dict[str, dict[str, str]] = {
         "skipped": "Skipped (another program's metadata)",
         "attributed": "Attributed",
         "unattributed": "Unattributed",
+        "no_flat_amount_for_currency": "No flat commission in this currency",
     },
     "source": {"connect": "Payment processor", "self_hosted": "Your server"},
     "double_count": {

@@ -7,6 +7,7 @@ units, a few currencies have three decimals, every other one has two.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 
 # Currencies whose minor unit is the whole unit, as the processor defines them.
@@ -56,6 +57,27 @@ def money_text(amount: int | None, currency: str | None) -> str:
         return "—"
     code = currency or NO_CURRENCY
     return f"{amount_text(amount, code)} {code.upper()}"
+
+
+def per_currency_text(setting: int | Mapping[str, int]) -> str:
+    """A per-currency setting (the flat commission, the payout minimum: minor units in every
+    currency, or an object by currency) as people read it: `5000` -> `5,000 minor units in every
+    currency (50.00 USD, 5,000 JPY)`; `{"jpy": 500, "usd": 5000}` -> `5,000 JPY, 50.00 USD` (the
+    currencies named, and no others)."""
+    if isinstance(setting, int):
+        examples = ", ".join(money_text(setting, code) for code in ("usd", "jpy"))
+        return f"{setting:,} minor units in every currency ({examples})"
+    return ", ".join(money_text(amount, code) for code, amount in sorted(setting.items()))
+
+
+def minimum_text(setting: int | Mapping[str, int]) -> str | None:
+    """A payout minimum as the payout pages state it (`per_currency_text`; by currency, with no
+    minimum in the others: ProgramSettings.payout_minimum_for), None when there is none."""
+    if isinstance(setting, int):
+        return per_currency_text(setting) if setting > 0 else None
+    if not any(amount > 0 for amount in setting.values()):
+        return None
+    return f"{per_currency_text(setting)}; no minimum in other currencies"
 
 
 def excel_format(currency: str) -> str:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import httpx
+import pytest
 
+from api.cli.options import PER_CURRENCY
 from tests.conftest import OP, LiveServer
 from tests.test_cli_ops import tally
 
@@ -78,7 +81,8 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
         True,
         "acct_1CliSettings",
     )
-    assert (program["payout_minimum"], program["website_url"]) == (1_000, "https://brand.test")
+    # money in one currency is that currency's alone (CONTRACT 15)
+    assert (program["payout_minimum"], program["website_url"]) == ({"usd": 1_000}, "https://brand.test")
 
     r = tally(
         home,
@@ -95,10 +99,23 @@ def test_programs_create_takes_every_setting_as_its_first_terms(
     flat = json.loads(r.stdout)
     assert (flat["commission_type"], flat["commission_flat"], flat["recurring_months"]) == (
         "flat",
-        1250,
+        {"kwd": 1250},
         None,
     )
     assert flat["commission_bps"] == 3000  # untouched: the default
+    per_currency = ("--commission-flat", "usd=5000,JPY=500", "--payout-minimum", "2500", "--json")
+    r = tally(home, *create, "--name", "By currency", *per_currency)
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    assert (made["commission_type"], made["commission_flat"], made["payout_minimum"]) == (
+        "flat",
+        {"jpy": 500, "usd": 5000},
+        2500,
+    )
+    r = tally(home, *create, "--name", "X", "--commission-flat", "usd=12.50")
+    assert r.returncode == 2 and "usd=5000" in r.stderr and len(r.stderr.splitlines()) == 1
+    r = tally(home, *create, "--name", "X", "--payout-minimum", "usd=1000000000001")
+    assert r.returncode == 1 and "validation_error" in r.stderr and "payout_minimum" in r.stderr
     r = tally(home, *create, "--name", "X", "--commission-flat", "12.5")
     assert r.returncode == 2 and "currency" in r.stderr and len(r.stderr.splitlines()) == 1
     r = tally(home, *create, "--name", "X", "--commission-percent", "10", "--commission-flat", "5 usd")
@@ -179,3 +196,25 @@ def test_commissions_hold_release_void(live_server: LiveServer, tmp_path: Path) 
     assert r.returncode == 0 and "approved" in r.stdout, r.stderr
     r = tally(home, "commissions", "void", *base, "--reason", "fraud")
     assert r.returncode == 0 and "void (fraud)" in r.stdout, r.stderr
+
+
+def test_an_amount_per_currency_is_read_as_the_api_takes_it() -> None:
+    """`--commission-flat` and `--payout-minimum` (CONTRACT 15): minor units in every currency,
+    minor units by currency, or money in one currency by its decimals."""
+    assert PER_CURRENCY.convert("500", None, None) == 500
+    assert PER_CURRENCY.convert("usd=5000,jpy=500", None, None) == {"usd": 5000, "jpy": 500}
+    assert PER_CURRENCY.convert(" USD=1, eur=0 ", None, None) == {"usd": 1, "eur": 0}
+    assert PER_CURRENCY.convert("12.50 usd", None, None) == {"usd": 1250}
+    assert PER_CURRENCY.convert("500 JPY", None, None) == {"jpy": 500}
+    assert PER_CURRENCY.convert("1,000.000 kwd", None, None) == {"kwd": 1_000_000}
+    for text, said in (
+        ("12.5", "not an amount"),
+        ("-5", "not an amount"),
+        ("usd=12.50", "usd=5000"),
+        ("usd=1,USD=2", "usd given twice"),
+        ("us=5", "not a currency=minor-units pair"),
+        ("usd=5,", "not a currency=minor-units pair"),
+        ("1.5 jpy", "JPY amounts have no decimals"),
+    ):
+        with pytest.raises(click.BadParameter, match=said):
+            PER_CURRENCY.convert(text, None, None)

@@ -130,6 +130,51 @@ class Money(click.ParamType[int]):
             self.fail(f"{currency.upper()} amounts have {allowed}: {text!r}", param, ctx)
 
 
+_PAIR = re.compile(r"^(?P<currency>[A-Za-z]{3})=(?P<amount>\d+)$")
+
+
+class PerCurrency(click.ParamType[int | dict[str, int]]):
+    """An amount per currency as the API takes it (CONTRACT 15): `500` -> 500 minor units in every
+    currency; `usd=5000,jpy=500` -> {"usd": 5000, "jpy": 500}, minor units in the currencies
+    named; `"12.50 usd"` -> {"usd": 1250}, money in its currency's decimals (`Money`)."""
+
+    name = "per_currency"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | dict[str, int]:
+        if isinstance(value, int | dict):
+            return value
+        text = str(value).strip()
+        if text.isascii() and text.isdigit():
+            return int(text)
+        if "=" not in text:
+            if not _MONEY.match(text):
+                self.fail(
+                    f"not an amount: {text!r} (minor units in every currency like 500, per currency like "
+                    'usd=5000,jpy=500, or money in one currency like "12.50 usd")',
+                    param,
+                    ctx,
+                )
+            found = MONEY.convert(text, param, ctx)
+            currency = text[-3:].lower()
+            return {currency: found}
+        amounts: dict[str, int] = {}
+        for part in text.split(","):
+            pair = _PAIR.match(part.strip())
+            if pair is None:
+                self.fail(
+                    f"not a currency=minor-units pair: {part.strip()!r} (like usd=5000 for 50.00 USD)",
+                    param,
+                    ctx,
+                )
+            currency = pair.group("currency").lower()
+            if currency in amounts:
+                self.fail(f"{currency} given twice: {text!r}", param, ctx)
+            amounts[currency] = int(pair.group("amount"))
+        return amounts
+
+
 class Whole(click.ParamType[int]):
     """A non-negative whole number, digits only."""
 
@@ -156,4 +201,4 @@ class Months(click.ParamType[int | None]):
 
 
 PERCENT, MONEY, WHOLE = Percent(), Money(), Whole()
-MONTHS = Months()
+MONTHS, PER_CURRENCY = Months(), PerCurrency()

@@ -2,10 +2,12 @@
 with the account credential.
 
 Settings are given as people think of them and sent as the API takes them (CONTRACT section 6):
-rates in percent (`--commission-percent 12.5` -> `commission_bps` 1250), the flat commission as
-money with its currency (`--commission-flat "12.50 usd"` -> `commission_flat` 1250; `"1.250 kwd"`
--> 1250, `"500 jpy"` -> 500: the currency's decimals, reports/money.py), days and months as whole
-numbers (`--recurring-months lifetime` is null). Bounds are the server's (422 naming the field)."""
+rates in percent (`--commission-percent 12.5` -> `commission_bps` 1250), the flat commission and
+the payout minimum as amounts per currency (CONTRACT 15, options.py `PerCurrency`): minor units in
+every currency (`--commission-flat 500` -> 500), minor units by currency (`usd=5000,jpy=500` ->
+{"usd": 5000, "jpy": 500}), or money in one currency (`"12.50 usd"` -> {"usd": 1250}, `"1.250 kwd"`
+-> {"kwd": 1250}: the currency's decimals, reports/money.py), days and months as whole numbers
+(`--recurring-months lifetime` is null). Bounds are the server's (422 naming the field)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from click.core import ParameterSource
 
 from api.cli.client import call
 from api.cli.errors import CliError
-from api.cli.options import MONEY, MONTHS, PERCENT, WHOLE, F, examples, json_option, program_option
+from api.cli.options import MONTHS, PER_CURRENCY, PERCENT, WHOLE, F, examples, json_option, program_option
 from api.cli.output import Listing, emit, show
 
 # option name -> the API's setting (CONTRACT section 6)
@@ -51,10 +53,11 @@ SETTING_OPTIONS: list[Callable[[F], F]] = [
     ),
     click.option(
         "--commission-flat",
-        type=MONEY,
-        metavar='"AMOUNT CUR"',
-        help='flat commission per sale as money with its currency: "12.50 usd", "1.250 kwd", "500 jpy" '
-        "(sent in minor units: 1250, 1250, 500)",
+        type=PER_CURRENCY,
+        metavar="AMOUNTS",
+        help="flat commission per sale, in the sale's currency: minor units in every currency (500), by "
+        'currency (usd=500,jpy=500: a sale in another currency earns nothing), or "12.50 usd" (that '
+        "currency only, in its decimals)",
     ),
     click.option(
         "--platform-fee-percent",
@@ -88,10 +91,10 @@ SETTING_OPTIONS: list[Callable[[F], F]] = [
     ),
     click.option(
         "--payout-minimum",
-        type=MONEY,
-        metavar='"AMOUNT CUR"',
-        help='a partner\'s balance below this waits for a later payout batch: "50.00 usd" (sent in minor '
-        "units, the same number in every currency; default 0)",
+        type=PER_CURRENCY,
+        metavar="AMOUNTS",
+        help="a partner's balance below this waits for a later payout batch: minor units in every currency "
+        '(5000), by currency (usd=5000,jpy=5000: none in another), or "50.00 usd" (default 0)',
     ),
     click.option(
         "--website",
@@ -149,7 +152,7 @@ def programs() -> None:
         'tally programs create --workspace ws_... --name "Brand partners"',
         'tally programs create --workspace ws_... --name "Brand partners" --commission-percent 12.5 '
         "--holding-days 14 --recurring-months 12 --platform-fee-percent 2",
-        'tally programs create --workspace ws_... --name "Flat" --commission-flat "12.50 usd" --json',
+        'tally programs create --workspace ws_... --name "Flat" --commission-flat usd=1250,jpy=1250 --json',
     ),
 )
 @click.option("--workspace", required=True, metavar="WS", help="workspace id (ws_...) the program belongs to")

@@ -173,7 +173,7 @@ PROGRAM_EXAMPLE = {
     "holding_days": 30,
     "requires_server_side_leads": False,
     "stripe_account_id": None,
-    "payout_minimum": 5000,
+    "payout_minimum": {"eur": 5000, "jpy": 5000, "usd": 5000},
     "website_url": "https://brand.test",
     "api_token_masked": "aff_••••••••3f9a",
     "api_key_rotation_deadline": None,
@@ -190,6 +190,12 @@ PARTNER_EXAMPLE = {
     **dict.fromkeys(partners.PAYOUT_FIELDS),
 }
 _MEMBER = "Any member of the program's workspace."
+_PER_CURRENCY = (
+    " `commission_flat` and `payout_minimum` take an integer of minor units, the same number in every"
+    ' currency, or an object by currency (`{"usd": 500, "jpy": 500}`: 5.00 USD and 500 JPY); a flat rule'
+    " by currency pays nothing for a sale in a currency it does not name (its warning"
+    " `no_flat_amount_for_currency`), and a payout minimum by currency is 0 for one it does not name."
+)
 _OWNER = "An owner of the program's workspace."
 document(
     {
@@ -221,7 +227,7 @@ document(
         create_program: Doc(
             "Create a program (and its key, whose value is never shown: regenerate it)",
             "accounts",
-            description="Owner of the workspace only. Settings are optional, with defaults.",
+            description="Owner of the workspace only. Settings are optional, with defaults." + _PER_CURRENCY,
             auth=(ACCOUNT_TOKEN,),
             body=ProgramCreateIn,
             example={"workspace_id": "ws_7h2c", "name": "Brand partners", "commission_bps": 3000},
@@ -243,10 +249,14 @@ document(
         patch_program: Doc(
             "Change a program's settings",
             "accounts",
-            description=_OWNER + " Only the fields sent change.",
+            description=_OWNER + " Only the fields sent change." + _PER_CURRENCY,
             auth=(ACCOUNT_TOKEN,),
             body=SettingsPatch,
-            example={"commission_bps": 2500, "holding_days": 14},
+            example={
+                "commission_type": "flat",
+                "commission_flat": {"usd": 500, "jpy": 500},
+                "holding_days": 14,
+            },
             data=schemas.Program,
             result=PROGRAM_EXAMPLE,
             errors=(ProgramNotFound, NotFound, OwnerRequired, StripeAccountInUse),

@@ -23,13 +23,17 @@ from starlette.routing import Route
 
 from api.auth import Account, account_id_for_token, account_program, state
 from api.forms import (
+    EVERY,
     FLAT_CURRENCIES,
+    PER_CURRENCY,
     SETTINGS_LABELS,
     bps_to_percent,
-    money_for_form,
     partner_data,
+    posted_rows,
     problems,
     read_form,
+    row_names,
+    setting_rows,
     settings_data,
     settings_problems,
 )
@@ -77,6 +81,7 @@ from ingest.domain.inputs import PartnerIn, SettingsPatch
 from ingest.domain.records import Partner, Program
 from reports import load
 from reports.html import REPORT_CSS, finance_body
+from reports.money import per_currency_text
 from reports.render import FINANCE_FORMATS
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -181,25 +186,36 @@ NEW_KEY = "new_api_key:"  # + program id: the key shown once after regenerating
 
 def settings_values(view: dict[str, Any], form: dict[str, str] | None) -> dict[str, Any]:
     """What the settings form shows: the posted strings after a refusal, else the program's
-    settings as percent and money (the flat commission in USD's two decimals)."""
+    settings as percent and, for each per-currency setting, its rows (`rows`: setting ->
+    [{amount, currency}], api/forms.py `setting_rows`)."""
     if form is not None:
-        return {**form, "requires_server_side_leads": form.get("requires_server_side_leads") == "on"}
+        rows = {name: posted_rows(form, name) for name in PER_CURRENCY}
+        return {
+            **form,
+            "requires_server_side_leads": form.get("requires_server_side_leads") == "on",
+            "rows": rows,
+        }
     months = view["recurring_months"]
     return {
         "name": view["name"],
         "commission_type": view["commission_type"],
         "commission_percent": bps_to_percent(view["commission_bps"]),
-        "commission_flat": money_for_form(view["commission_flat"], FLAT_CURRENCIES[0]),
-        "flat_currency": FLAT_CURRENCIES[0],
         "recurring_months": "" if months is None else str(months),
         "platform_fee_percent": bps_to_percent(view["platform_fee_bps"]),
         "holding_days": str(view["holding_days"]),
         "requires_server_side_leads": view["requires_server_side_leads"],
         "stripe_account_id": view["stripe_account_id"] or "",
-        "payout_minimum": money_for_form(view["payout_minimum"], FLAT_CURRENCIES[0]),
-        "minimum_currency": FLAT_CURRENCIES[0],
         "website_url": view["website_url"] or "",
+        "rows": {name: setting_rows(view[name]) for name in PER_CURRENCY},
     }
+
+
+def row_currencies(rows: dict[str, list[dict[str, str]]]) -> list[str]:
+    """The currencies a row may choose: the usual ones, and any other a row holds (set through
+    the API), so that saving the form never drops one."""
+    held = {row["currency"] for setting in rows.values() for row in setting}
+    extra = sorted(code for code in held if code and code != EVERY and code not in FLAT_CURRENCIES)
+    return [*FLAT_CURRENCIES, *extra]
 
 
 def integration(settings: Settings, program: Program, partners: list[Partner]) -> dict[str, Any]:
@@ -230,6 +246,7 @@ def program_page(
     view = control.program_view(store, program)
     partners = store.partners(program.program_id)
     details = store.payout_details(program.program_id)
+    form_values = settings_values(view, settings_form)
     return render(
         "program.html",
         status,
@@ -237,11 +254,13 @@ def program_page(
         script=True,  # the checklist's copy buttons
         integration=integration(st.settings, program, partners),
         program=view,
-        settings=settings_values(view, settings_form),
+        settings=form_values,
         settings_labels=SETTINGS_LABELS,
-        flat_currencies=FLAT_CURRENCIES,
+        flat_currencies=row_currencies(form_values["rows"]),
+        every_currency=EVERY,
+        row_names=row_names,
+        per_currency_text=per_currency_text,
         bps_to_percent=bps_to_percent,
-        money_for_form=money_for_form,
         is_owner=who.is_owner(program.workspace_id),
         checklist=[(key, done.get(key)) for key in CHECKLIST_STEPS],
         key_generated="api_key_generated" in done,

@@ -35,6 +35,7 @@ from ingest.domain.errors import (
 from ingest.domain.inputs import CommissionActionIn, PayoutIn
 from ingest.storage.contract import Reader
 from reports import payfiles, payouts
+from reports.money import minimum_text
 
 FILE_FORMATS = ("csv", "xlsx", *payfiles.SERVICES)
 
@@ -58,14 +59,19 @@ class Overview:
 
 
 def _overview(
-    db: Reader, program_id: str, partners: dict[str, Any], up_to: date, details: Any, minimum: int
+    db: Reader,
+    program_id: str,
+    partners: dict[str, Any],
+    up_to: date,
+    details: Any,
+    minimum: payouts.Minimum,
 ) -> Overview:
     now = utcnow()
     batches = payouts.batches(db, program_id, partners, details)
     actors = [b["created_by"] for b in batches] + [b["paid_by"] for b in batches]
     return Overview(
         reconciled=db.table_exists("rc_commissions"),
-        due=payouts.due(db, program_id, now, partners, minimum),
+        due=payouts.due(db, program_id, now, partners, minimum, details),
         batches=batches,
         people=payouts.people(db, actors),
         payable_by_default=payouts.payable_lines(db, program_id, now, up_to),
@@ -115,7 +121,7 @@ async def payouts_page(request: Request) -> Response:
         batches=view.batches,
         people=view.people,
         reasons=NOT_PAID,
-        minimum=program.settings.payout_minimum,
+        minimum=minimum_text(program.settings.payout_minimum),
         refusal=batch_refusal(view),
         payable_by_default=view.payable_by_default,
         default_up_to=default_up_to.isoformat(),

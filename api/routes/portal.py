@@ -39,6 +39,7 @@ from ingest.domain.tokens import token_hash
 from ingest.storage.contract import Reader
 from reports import charts, payouts
 from reports import portal as numbers
+from reports.money import minimum_text
 
 Handler = Callable[[Request], Awaitable[Response]]
 HOME = portal.PORTAL_PATH
@@ -250,7 +251,6 @@ async def payouts_page(request: Request) -> Response:
     rows = await read_tables(state(request).store, numbers.payout_rows, program.program_id, partner.code)
     if request.query_params.get("format") == "csv":
         return report_response(numbers.payouts_csv(rows), payouts.CSV, f"payouts-{partner.code}.csv", "csv")
-    minimum = program.settings.payout_minimum
     return render(
         "payouts.html",
         viewer=who,
@@ -258,9 +258,7 @@ async def payouts_page(request: Request) -> Response:
         partner=partner,
         base=base_of(member),
         rows=rows,
-        minimum=f"{minimum} in minor units of each currency (for example {money(minimum, 'usd')})"
-        if minimum
-        else None,
+        minimum=minimum_text(program.settings.payout_minimum),
     )
 
 

@@ -16,8 +16,11 @@ reader (`ingest/stripe.py`) all use the constants and types below.
   click ids) often pass 255, and refusing them would lose the click.
 - Dates are strings `YYYY-MM-DD` only and months `YYYY-MM` (never a number, an ISO week or a
   time); report periods and query dates: years 1970..9999.
-- Program settings: basis points 0..10000, flat commission 0..10^12, recurring months null or
-  0..1200, holding days 0..3650, payout minimum 0..10^12, website an http(s) address.
+- Program settings: basis points 0..10000, recurring months null or 0..1200, holding days
+  0..3650, website an http(s) address. The flat commission and the payout minimum are amounts
+  per currency (`PerCurrency`): an integer 0..10^12 of minor units that applies to every
+  currency, or an object of 1..50 ISO 4217 codes (three letters, kept lowercase) to such
+  integers that applies to the currencies it names (CONTRACT section 15).
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, StrictInt
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BeforeValidator,
+    Field,
+    PlainValidator,
+    StrictInt,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 MAX_AMOUNT = 10**12
@@ -38,6 +49,7 @@ MAX_ID = 255
 MAX_TEXT = 255
 MAX_URL = 2048
 MAX_EMAIL = 255
+MAX_CURRENCIES = 50  # currencies one per-currency setting may name
 MIN_YEAR, MAX_YEAR = 1970, 9999
 EARLIEST = datetime(MIN_YEAR, 1, 1, tzinfo=UTC)
 LATEST = datetime(MAX_YEAR, 12, 30, 23, 59, 59, tzinfo=UTC)
@@ -112,10 +124,79 @@ Day = Annotated[date, BeforeValidator(_date_text), AfterValidator(_day)]
 
 # Program settings ---------------------------------------------------------------------------
 Bps = Annotated[StrictInt, Field(ge=0, le=MAX_BPS)]
-FlatCommission = Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT)]
 RecurringMonths = Annotated[StrictInt, Field(ge=0, le=MAX_RECURRING_MONTHS)]
 HoldingDays = Annotated[StrictInt, Field(ge=0, le=MAX_HOLDING_DAYS)]
-PayoutMinimum = Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT)]
+
+# An amount setting by currency: minor units for every currency, or for the currencies named.
+PerCurrencyValue = int | dict[str, int]
+_CURRENCY_CODE = re.compile(r"[A-Za-z]{3}", re.ASCII)
+PER_CURRENCY_WANTED = (
+    f"must be an integer from 0 to {MAX_AMOUNT} (minor units, in every currency) or an object of "
+    f'1 to {MAX_CURRENCIES} currency codes to such integers, like {{"usd": 5000, "jpy": 500}}'
+)
+
+
+def _minor_units(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_AMOUNT
+
+
+def per_currency(value: Any) -> PerCurrencyValue:
+    """An amount setting as tally takes it: an integer 0..10^12 as it is, or an object of 1 to
+    MAX_CURRENCIES three-letter currency codes (any case; returned lowercase, in code order) to
+    integers 0..10^12. Raises ValueError saying what is wanted (and which entry is wrong)."""
+    if _minor_units(value):
+        return int(value)
+    if not isinstance(value, dict) or not value:
+        raise ValueError(PER_CURRENCY_WANTED)
+    if len(value) > MAX_CURRENCIES:
+        raise ValueError(f"names {len(value)} currencies; at most {MAX_CURRENCIES}")
+    amounts: dict[str, int] = {}
+    for code, amount in value.items():
+        if not isinstance(code, str) or not _CURRENCY_CODE.fullmatch(code):
+            raise ValueError(f"{str(code)[:20]!r} is not a currency code: use three letters, like usd or jpy")
+        if code.lower() in amounts:
+            raise ValueError(f"names {code.lower()} twice")
+        if not _minor_units(amount):
+            raise ValueError(f"{code.lower()} must be an integer from 0 to {MAX_AMOUNT} (minor units)")
+        amounts[code.lower()] = int(amount)
+    return dict(sorted(amounts.items()))
+
+
+def amount_for(setting: PerCurrencyValue, currency: str | None) -> int | None:
+    """The amount `setting` (`per_currency`'s) gives `currency`: an integer's for every
+    currency, else the object's entry for it (any case), None when it names none."""
+    if isinstance(setting, int):
+        return setting
+    return setting.get(currency.lower()) if currency is not None else None
+
+
+def _per_currency_setting(value: Any) -> PerCurrencyValue:
+    try:
+        return per_currency(value)
+    except ValueError as exc:
+        raise PydanticCustomError("per_currency", str(exc)) from None
+
+
+_AMOUNT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT}
+PER_CURRENCY_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {**_AMOUNT_SCHEMA, "description": "minor units, in every currency"},
+        {
+            "type": "object",
+            "description": "minor units by ISO 4217 code (kept lowercase), for the currencies named",
+            "propertyNames": {"pattern": "^[A-Za-z]{3}$"},
+            "additionalProperties": _AMOUNT_SCHEMA,
+            "minProperties": 1,
+            "maxProperties": MAX_CURRENCIES,
+        },
+    ],
+}
+# The flat commission and the payout minimum (CONTRACT sections 6 and 15).
+PerCurrency = Annotated[
+    PerCurrencyValue, PlainValidator(_per_currency_setting), WithJsonSchema(PER_CURRENCY_SCHEMA)
+]
+FlatCommission = PerCurrency
+PayoutMinimum = PerCurrency
 
 
 def _web_address(value: str) -> str:
@@ -127,7 +208,8 @@ def _web_address(value: str) -> str:
 
 # The brand's site, where partners' referral links point (`?aff=<code>`, CONTRACT 14).
 WebsiteUrl = Annotated[str, Field(max_length=MAX_URL), AfterValidator(_web_address)]
-# Each bounded integer setting and its (low, high): `ProgramSettings.from_stored` clamps to them.
+# Each bounded integer setting and its (low, high): `ProgramSettings.from_stored` clamps to them
+# (each amount of a per-currency object too).
 SETTING_RANGES: dict[str, tuple[int, int]] = {
     "commission_bps": (0, MAX_BPS),
     "commission_flat": (0, MAX_AMOUNT),

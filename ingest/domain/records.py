@@ -19,6 +19,7 @@ from ingest.domain.bounds import (
     PayoutMinimum,
     RecurringMonths,
     WebsiteUrl,
+    amount_for,
 )
 
 log = logging.getLogger("tally.ingest")
@@ -47,17 +48,34 @@ class ProgramSettings(BaseModel):
 
     commission_type: Literal["percent", "flat"] = "percent"
     commission_bps: Bps = 3000
+    # Minor units per sale: an integer in every currency, or an object by currency (CONTRACT 15)
+    # paying only in the currencies it names (`flat_commission_for`).
     commission_flat: FlatCommission = 0
     recurring_months: RecurringMonths | None = None
     platform_fee_bps: Bps = 0
     holding_days: HoldingDays = 30
     requires_server_side_leads: bool = False
     stripe_account_id: Id | None = None
-    # CONTRACT 14: a partner whose net in a payout batch is below this (minor units of the row's
-    # currency) is paid nothing then; the balance carries to the next batch (reports/payouts.py).
+    # CONTRACT 14 and 15: a partner whose net in a payout batch is below this (minor units of the
+    # row's currency: an integer in every currency, or an object by currency) is paid nothing
+    # then; the balance waits for a later batch (`payout_minimum_for`).
     payout_minimum: PayoutMinimum = 0
     # The brand's site: partners' referral links point there (`?aff=<code>`, the portal).
     website_url: WebsiteUrl | None = None
+
+    def flat_commission_for(self, currency: str | None) -> int | None:
+        """The flat commission of a sale in `currency` (minor units of it): an integer setting's
+        in every currency; an object's entry for the currency, or None when it names none (such
+        a sale earns nothing under a flat rule: `no_flat_amount_for_currency`)."""
+        return amount_for(self.commission_flat, currency)
+
+    def payout_minimum_for(self, currency: str | None) -> int:
+        """The payout minimum of a balance in `currency` (minor units of it): an integer
+        setting's in every currency; an object's entry for the currency, and 0 (no minimum: any
+        positive balance is payable) for a currency it does not name, since a minimum set for
+        some currencies says nothing of the others and a balance is never kept back unasked."""
+        found = amount_for(self.payout_minimum, currency)
+        return 0 if found is None else found
 
     @classmethod
     def from_stored(cls, stored: str | bytes, program_id: str = "(unknown)") -> ProgramSettings:
@@ -90,10 +108,22 @@ class ProgramSettings(BaseModel):
 
 
 def _clamped(program_id: str, name: str, value: Any) -> Any:
-    """A stored integer setting clamped into its bounds (with a warning); other values as they are."""
-    if name not in SETTING_RANGES or isinstance(value, bool) or not isinstance(value, int):
+    """A stored integer setting clamped into its bounds (with a warning), each amount of a stored
+    per-currency object too; other values as they are."""
+    if name not in SETTING_RANGES:
         return value
-    low, high = SETTING_RANGES[name]
+    if isinstance(value, dict):
+        return {
+            code: _clamped_int(program_id, f"{name}.{code}", SETTING_RANGES[name], v)
+            for code, v in value.items()
+        }
+    return _clamped_int(program_id, name, SETTING_RANGES[name], value)
+
+
+def _clamped_int(program_id: str, name: str, bounds: tuple[int, int], value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    low, high = bounds
     if low <= value <= high:
         return value
     log.warning("program %s: stored %s=%d is outside %d..%d; clamped", program_id, name, value, low, high)

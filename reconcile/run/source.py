@@ -17,6 +17,7 @@ from reconcile.schema import (
     PROGRAM_SCHEMA,
     READ_COLUMNS,
     prepare_raw,
+    setting_text,
 )
 
 # Engineer actions read with their `body` (metadata fixes carry typed columns instead).
@@ -155,6 +156,7 @@ def _programs(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
     for program_id, settings in rows:
         # settings saved before today's bounds are clamped into them, never fail a run
         values = ProgramSettings.from_stored(settings or "{}", program_id).model_dump()
+        values["commission_flat"] = setting_text(values["commission_flat"])
         records.append(
             {"program_id": program_id, **{k: values.get(k) for k in PROGRAM_SCHEMA if k != "program_id"}}
         )

@@ -82,6 +82,8 @@ class SaleRow(TypedDict):
     partner_code: str | None
     attribution_rule: AttributionRule | None
     unattributed_reason: str | None  # no_attribution_data, click_not_found, customer_not_found, ...
+    # click_not_found, subscription_metadata_missing, metadata_fixed, self_referral,
+    # no_flat_amount_for_currency (a flat commission by currency names none for the sale's)
     warnings: list[str]
     commission: int  # net of reversals; 0 where none is due
     platform_fee: int
@@ -163,7 +165,8 @@ class PayoutBatch(TypedDict):
     status: Literal["open", "paid"]
     paid_at: str | None
     paid_by: str | None
-    payout_minimum: int  # the program's payout minimum when the batch was made (minor units)
+    # the program's payout minimum when the batch was made (minor units; an object by currency)
+    payout_minimum: int | dict[str, int]
     rows: list[PayoutRow]
     totals: list[PayoutTotal]
     lines: int
@@ -193,13 +196,17 @@ class ProgramData(TypedDict):
     name: str
     commission_type: Literal["percent", "flat"]
     commission_bps: int
-    commission_flat: int
+    # minor units per sale: an int in every currency, or by currency ({"usd": 500, "jpy": 500}),
+    # paying nothing in a currency it does not name
+    commission_flat: int | dict[str, int]
     recurring_months: int | None
     platform_fee_bps: int
     holding_days: int
     requires_server_side_leads: bool
     stripe_account_id: str | None
-    payout_minimum: int  # a partner's balance below it waits for a later payout batch
+    # a partner's balance below it waits for a later payout batch: minor units, an int in every
+    # currency or by currency (0 in a currency it does not name)
+    payout_minimum: int | dict[str, int]
     website_url: str | None  # the brand's site, where partners' referral links point
     api_token_masked: str | None
     api_key_rotation_deadline: str | None

@@ -14,6 +14,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from api.app import create_app
+from api.forms import money_for_form
 from api.settings import Settings, load_settings
 from ingest.domain.tokens import mask
 from tests.conftest import OP, OPERATOR_TOKEN, World, bearer, make_world
@@ -432,8 +433,18 @@ def test_the_flat_commission_is_entered_as_money_in_the_currencys_decimals(
     r = world.client.post(program_path(world, "/settings"), data=form, follow_redirects=False)
     assert r.status_code == 303, r.text
     api = world.client.get(f"/api/v1/programs/{world.program_id}", headers=world.owner).json()["data"]
-    assert (api["commission_type"], api["commission_flat"], api["platform_fee_bps"]) == ("flat", stored, 250)
+    assert (api["commission_type"], api["commission_flat"], api["platform_fee_bps"]) == (
+        "flat",
+        {currency: stored},  # in that currency alone (CONTRACT 15)
+        250,
+    )
     page = world.client.get(program_path(world)).text
+    shown = money_for_form(stored, currency)  # the row it was entered in, with its currency chosen
+    assert f'id="s-commission_flat" name="commission_flat" inputmode="decimal" value="{shown}"' in page
+    chosen = (
+        rf'<select id="s-flat_currency" name="flat_currency"[^>]*>.*?<option value="{currency}" selected>'
+    )
+    assert re.search(chosen, page, re.S)
     assert 'name="platform_fee_percent" inputmode="decimal" value="2.5"' in page
     assert 'name="commission_percent" inputmode="decimal" value="30"' in page
 

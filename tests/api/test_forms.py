@@ -11,7 +11,10 @@ from api.forms import (
     bps_to_percent,
     money_for_form,
     money_to_minor,
+    per_currency_rows,
     percent_to_bps,
+    row_names,
+    setting_rows,
     settings_data,
     settings_problems,
 )
@@ -114,17 +117,83 @@ def test_the_form_becomes_the_services_input_in_basis_points_and_minor_units() -
         "commission_type": "flat",
         "commission_bps": 1250,
         "platform_fee_bps": 125,
-        "commission_flat": 2500,
+        "commission_flat": {"kwd": 2500},  # in KWD alone (CONTRACT 15)
         "recurring_months": None,
         "holding_days": 14,
         "requires_server_side_leads": True,
         "stripe_account_id": None,
-        "payout_minimum": 50,  # 50 yen: minor units as they are
+        "payout_minimum": {"jpy": 50},  # 50 yen: minor units as they are
         "website_url": "https://brand.test",
     }
-    assert settings_data({**form, "flat_currency": "nope"})["commission_flat"] == 250  # read as usd: 2.50
-    assert settings_data({**form, "minimum_currency": "usd"})["payout_minimum"] == 5_000
-    assert settings_data({**form, "website_url": "", "payout_minimum": ""})["website_url"] is None
+    assert settings_data({**form, "minimum_currency": "usd"})["payout_minimum"] == {"usd": 5_000}
+    blank = settings_data({**form, "website_url": "", "payout_minimum": ""})
+    assert (blank["website_url"], blank["payout_minimum"]) == (None, 0)  # no row: 0 in every currency
+    with pytest.raises(ValidationFailed) as caught:  # never read as some other currency
+        settings_data({**form, "flat_currency": "nope"})
+    assert settings_problems(caught.value) == {"commission_flat": "choose the currency of 2.500"}
+
+
+def test_per_currency_settings_are_rows_of_an_amount_and_a_currency() -> None:
+    """CONTRACT 15: one row per currency makes an object by currency, in each currency's
+    decimals; one `every` row an integer of minor units; blank rows are left out."""
+    rows = {
+        "commission_flat": "12.50",
+        "flat_currency": "usd",
+        "commission_flat_2": "500",
+        "flat_currency_2": "JPY",
+        "commission_flat_3": "",
+        "flat_currency_3": "eur",
+        "commission_flat_4": "0.005",
+        "flat_currency_4": "bhd",
+        "payout_minimum": "1,000",
+        "minimum_currency": "every",
+    }
+    data = settings_data(rows)
+    assert data["commission_flat"] == {"bhd": 5, "jpy": 500, "usd": 1250}
+    assert data["payout_minimum"] == 1000  # minor units, the same number in every currency
+    assert per_currency_rows({"commission_flat": "", "flat_currency": "every"}, "commission_flat") == 0
+    assert per_currency_rows({"commission_flat": "0", "flat_currency": "sek"}, "commission_flat") == {
+        "sek": 0
+    }
+    # rows past a gap are not read: a form holds rows 1..n
+    assert per_currency_rows({"commission_flat_3": "9", "flat_currency_3": "usd"}, "commission_flat") == 0
+    for form, said in (
+        (
+            {
+                "commission_flat": "5",
+                "flat_currency": "every",
+                "commission_flat_2": "1",
+                "flat_currency_2": "usd",
+            },
+            "cannot be combined",
+        ),
+        (
+            {
+                "commission_flat": "5",
+                "flat_currency": "usd",
+                "commission_flat_2": "6",
+                "flat_currency_2": "usd",
+            },
+            "USD is given twice",
+        ),
+        ({"commission_flat": "5.00", "flat_currency": "every"}, "whole minor units"),
+        ({"commission_flat": "1000000000001", "flat_currency": "every"}, "at most 1000000000000"),
+        ({"commission_flat": "5", "flat_currency": ""}, "choose the currency of 5"),
+        ({"commission_flat": "1.5", "flat_currency": "jpy"}, "JPY amounts have no decimals"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            per_currency_rows(form, "commission_flat")
+
+
+def test_the_form_shows_a_setting_as_its_rows() -> None:
+    assert setting_rows(5000) == [{"amount": "5000", "currency": "every"}, {"amount": "", "currency": ""}]
+    assert setting_rows({"jpy": 500, "usd": 1250}) == [
+        {"amount": "500", "currency": "jpy"},
+        {"amount": "12.50", "currency": "usd"},
+        {"amount": "", "currency": ""},
+    ]
+    assert row_names("payout_minimum", 0) == ("payout_minimum", "minimum_currency")
+    assert row_names("payout_minimum", 2) == ("payout_minimum_3", "minimum_currency_3")
 
 
 def test_every_field_that_cannot_be_converted_is_named_on_the_form() -> None:

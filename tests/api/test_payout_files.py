@@ -323,4 +323,5 @@ def test_the_dashboards_batch_says_who_cannot_be_paid_and_why(
     )
     assert paypal.status_code == 200 and paypal.content.startswith(b"bob@paypal.test,90.00,USD,bob,")
     settings_page = client.get(f"/dashboard/programs/{world.program_id}").text
-    assert 'id="s-payout_minimum" name="payout_minimum" inputmode="decimal" value="50.00"' in settings_page
+    # the minimum as set: 5000 minor units in every currency (CONTRACT 15)
+    assert 'id="s-payout_minimum" name="payout_minimum" inputmode="decimal" value="5000"' in settings_page

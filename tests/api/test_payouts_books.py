@@ -207,17 +207,27 @@ def test_a_paid_batch_is_a_snapshot_and_only_money_sent_is_paid(
 
 
 def test_the_minimum_at_its_edge_and_per_currency(client: TestClient, clock: time_machine.Traveller) -> None:
-    """A balance exactly at the minimum is paid; one minor unit less is not (and stays owed)."""
-    world = program(client, "alice", "bob", payout_minimum=3_000)
+    """A balance exactly at the minimum is paid; one minor unit less is not (and stays owed).
+    A minimum per currency applies to its currency only: ¥499 is below ¥500, EUR has none."""
+    world = program(client, "alice", "bob", "carl", "dora", payout_minimum={"usd": 3_000, "jpy": 500})
     payee(world, "alice")
     payee(world, "bob")
+    payee(world, "carl", "paypal", "jpy")
+    payee(world, "dora", "wise", "eur")
     sale(world, "alice", "in_a", 10_000, "2026-01-05T10:00:00Z")  # 30.00: exactly the minimum
     sale(world, "bob", "in_b", 9_997, "2026-01-05T10:00:00Z")  # 29.99 (29.991)
+    sale(world, "carl", "in_c", 1_663, "2026-01-05T10:00:00Z", currency="jpy")  # ¥499 (498.9)
+    sale(world, "dora", "in_d", 4, "2026-01-05T10:00:00Z", currency="eur")  # 0.01 EUR (0.012)
     clock.move_to(at("2026-02-15T09:00:00Z"))
     batch = make_batch(world, "2026-01-31")
-    assert rows(batch) == [("alice", "usd", 3_000, 1, "paypal")]
-    assert not_paid(batch) == [("bob", "usd", 2_999, "below_minimum")]
+    assert batch["payout_minimum"] == {"usd": 3_000, "jpy": 500}
+    assert rows(batch) == [("alice", "usd", 3_000, 1, "paypal"), ("dora", "eur", 1, 1, "wise")]
+    assert not_paid(batch) == [("bob", "usd", 2_999, "below_minimum"), ("carl", "jpy", 499, "below_minimum")]
     assert statement(world, "bob")["closing_balance"] == 2_999
+    sale(world, "carl", "in_c2", 4, "2026-01-06T10:00:00Z", currency="jpy")  # ¥1 more: ¥500
+    clock.move_to(at("2026-02-16T09:00:00Z"))
+    again = make_batch(world, "2026-01-31")
+    assert rows(again) == [("carl", "jpy", 500, 2, "paypal")]
 
 
 # -- 4: undoing ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from ingest.storage.schema import RAW_EVENT_COLUMNS, RAW_EVENT_FIELDS
+from reconcile.schema import setting_text
 from reconcile.terms import TERMS
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
@@ -443,7 +444,7 @@ PROGRAM_POLARS_SCHEMA: dict[str, pl.DataType] = {
     "program_id": pl.String(),
     "commission_type": pl.String(),
     "commission_bps": pl.Int64(),
-    "commission_flat": pl.Int64(),
+    "commission_flat": pl.String(),  # the setting as JSON text (reconcile/schema.py PROGRAM_SCHEMA)
     "recurring_months": pl.Int64(),
     "platform_fee_bps": pl.Int64(),
     "holding_days": pl.Int64(),
@@ -459,7 +460,22 @@ PARTNER_POLARS_SCHEMA: dict[str, pl.DataType] = {
 
 
 def program_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=PROGRAM_POLARS_SCHEMA)
+    """Programs as the reconciler takes them: a per-currency setting (an integer, or an object
+    by currency) as its JSON text (reconcile/schema.py `setting_text`)."""
+    return pl.DataFrame(
+        [{**r, **{k: _setting_text(r[k]) for k in ("commission_flat",) if k in r}} for r in rows],
+        schema=PROGRAM_POLARS_SCHEMA,
+    )
+
+
+def _setting_text(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else setting_text(value)
+
+
+def _term(name: str, value: Any) -> Any:
+    """A term as ingest logs it in a terms change: a per-currency setting given as JSON text (a
+    program frame's) decoded."""
+    return json.loads(value) if name == "commission_flat" and isinstance(value, str) else value
 
 
 def partners(*entries: tuple[str, str | None], program: str = PROGRAM) -> pl.DataFrame:
@@ -481,8 +497,8 @@ def program_terms(change_id: str, before: dict[str, Any], after: dict[str, Any],
         actor="operator",
         body=json.dumps(
             {
-                "from": {n: before.get(n) for n in names},
-                "to": {n: after.get(n) for n in names},
+                "from": {n: _term(n, before.get(n)) for n in names},
+                "to": {n: _term(n, after.get(n)) for n in names},
                 "by": "operator",
             }
         ),

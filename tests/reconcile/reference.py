@@ -698,6 +698,18 @@ def terms_at(conf: Row, occurred_at: datetime) -> Row:
     return found
 
 
+def flat_amount(setting: Any, currency: str | None) -> int | None:
+    """The flat commission of a sale in `currency`: an integer setting pays it in every currency,
+    an object by currency the amount it names for the sale's currency, else nothing (None). A
+    program frame gives the setting as JSON text; one that is not a valid setting counts as 0."""
+    if isinstance(setting, str):
+        setting = json.loads(setting)
+    if isinstance(setting, dict):
+        named = {code.lower(): amount for code, amount in setting.items()}
+        return named.get(currency.lower()) if currency is not None else None
+    return setting if isinstance(setting, int) else 0
+
+
 def value_commissions(
     sales: list[Row], settings: dict[str, dict[str, Any]], partner_emails: dict[tuple[str, str], str | None]
 ) -> None:
@@ -715,6 +727,7 @@ def value_commissions(
         s["gross_commission"] = 0
         s["gross_fee"] = 0
         s["self_referral"] = False
+        s["no_flat_amount"] = False
         if s["test_mode"] or s["partner_code"] is None:
             continue
         anchor = anchors[customer[id(s)]]
@@ -728,7 +741,9 @@ def value_commissions(
             continue
         s["commissionable"] = True
         if conf["commission_type"] == "flat":
-            s["gross_commission"] = conf["commission_flat"]
+            amount = flat_amount(conf["commission_flat"], s["currency"])
+            s["gross_commission"] = 0 if amount is None else amount
+            s["no_flat_amount"] = amount is None
         else:
             s["gross_commission"] = round_half_even(s["amount"] * conf["commission_bps"], 10_000)
         s["gross_fee"] = round_half_even(s["amount"] * conf["platform_fee_bps"], 10_000)
@@ -892,6 +907,8 @@ def finish(sales: list[Row], now: datetime) -> None:
             s["commission_status"] = "pending"
         if s["self_referral"]:
             s["warnings"] = [*s["warnings"], "self_referral"]
+        if s["no_flat_amount"]:
+            s["warnings"] = [*s["warnings"], "no_flat_amount_for_currency"]
 
 
 # --- the ledger: backfill states, frozen lines, clawbacks and adjustments -------------------
@@ -1212,6 +1229,19 @@ def explain(s: Row) -> list[Row]:
             "result": "attributed" if attributed else "unattributed",
         }
     )
+    if "no_flat_amount_for_currency" in s["warnings"]:
+        currency = s["currency"]
+        out.append(
+            {
+                "step": 7,
+                "rule": "commission",
+                "looked_up": None if currency is None else f"currency={currency}",
+                "found": "the flat commission names no amount for "
+                + ("a sale without a currency" if currency is None else currency.upper())
+                + ": the sale earns no commission",
+                "result": "no_flat_amount_for_currency",
+            }
+        )
     return [
         {"program_id": s["program_id"], "sale_id": s["sale_id"], "transaction_id": s["transaction_id"], **o}
         for o in out

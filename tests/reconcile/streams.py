@@ -490,12 +490,22 @@ def _paid(draw: st.DrawFn, n: int, batches: list[Row]) -> Row | None:
     )
 
 
+# Flat commissions by currency (CONTRACT 15): a sale in a currency one does not name earns
+# nothing (`no_flat_amount_for_currency`); a code in capitals is the same currency.
+FLAT_BY_CURRENCY = (
+    {"usd": 150},
+    {"usd": 999, "jpy": 5, "kwd": 1000},
+    {"eur": 0, "bhd": 1500},
+    {"JPY": 500, "krw": MAX_AMOUNT},
+)
+
+
 def _some_terms(draw: st.DrawFn) -> dict[str, Any]:
     """Money terms of a program (reconcile/terms.py TERMS)."""
     return {
         "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
         "commission_bps": draw(st.sampled_from((0, 2500, 3000, 5000, 10_000))),
-        "commission_flat": draw(st.sampled_from((0, 150, 999))),
+        "commission_flat": draw(st.sampled_from((0, 150, 999, *FLAT_BY_CURRENCY))),
         "recurring_months": draw(st.sampled_from((None, 0, 1, 12))),
         "platform_fee_bps": draw(st.sampled_from((0, 500, 10_000))),
         "holding_days": draw(st.sampled_from((0, 7, 30))),
@@ -598,7 +608,7 @@ def _programs(draw: st.DrawFn) -> pl.DataFrame:
                 "program_id": program,
                 "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
                 "commission_bps": draw(st.sampled_from((0, 2500, 3000, 3333, 5000, 1, 9_999, 10_000))),
-                "commission_flat": draw(st.sampled_from((0, 150, 999, MAX_AMOUNT))),
+                "commission_flat": draw(st.sampled_from((0, 150, 999, MAX_AMOUNT, *FLAT_BY_CURRENCY))),
                 "recurring_months": draw(st.sampled_from((None, 0, 1, 2, 12, 13, 1200))),
                 "platform_fee_bps": draw(st.sampled_from((0, 500, 1250, 10_000))),
                 "holding_days": draw(st.sampled_from((0, 7, 30, 3650))),
@@ -626,7 +636,7 @@ def _ledger_terms(draw: st.DrawFn) -> dict[str, Any]:
         "recurring_months": draw(st.sampled_from((None, 0, 1, 12))),
         "commission_type": draw(st.sampled_from(("percent", "percent", "flat"))),
         "commission_bps": draw(st.sampled_from((3000, 3000, 5000))),
-        "commission_flat": draw(st.sampled_from((150, 999))),
+        "commission_flat": draw(st.sampled_from((150, 999, {"usd": 150, "jpy": 5}, {"kwd": 1250}))),
         "platform_fee_bps": 500,
     }
 

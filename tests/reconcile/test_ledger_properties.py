@@ -98,7 +98,9 @@ def _new_terms(stream: Stream, data: st.DataObject, at: Any) -> tuple[list[dict[
         **current,
         "commission_type": data.draw(st.sampled_from(("percent", "flat")), label="type"),
         "commission_bps": data.draw(st.sampled_from((0, 1000, 9000)), label="bps"),
-        "commission_flat": data.draw(st.sampled_from((1, 5000)), label="flat"),
+        "commission_flat": data.draw(
+            st.sampled_from((1, 5000, {"usd": 5000}, {"jpy": 1, "kwd": 7})), label="flat"
+        ),
         "recurring_months": data.draw(st.sampled_from((None, 0, 2)), label="months"),
         "platform_fee_bps": data.draw(st.sampled_from((0, 2000)), label="fee"),
         "holding_days": data.draw(st.sampled_from((0, 60)), label="holding"),

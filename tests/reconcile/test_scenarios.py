@@ -86,6 +86,63 @@ def test_flat_commission_is_the_same_whatever_the_amount() -> None:
     )
 
 
+def test_a_flat_commission_by_currency_pays_only_in_the_currencies_it_names() -> None:
+    """CONTRACT 15: `commission_flat` by currency; a sale in a currency it does not name earns
+    nothing (its platform fee is due as ever), with `no_flat_amount_for_currency` in the sale's
+    warnings and a `commission` step in explain. JPY amounts are whole yen."""
+    rows = [
+        *attributed_sale("sale_usd", 10_000),
+        b.track_sale("sale_eur", "tx_eur", 10_000, currency="eur", customer_key="ck_1"),
+        b.track_sale("sale_jpy", "tx_jpy", 1_000, currency="jpy", customer_key="ck_1"),
+    ]
+    result = run(rows, commission_type="flat", commission_flat={"usd": 500, "JPY": 500})
+    got = {
+        s: (sale(result, s)["commission"], sale(result, s)["platform_fee"])
+        for s in ("sale_usd", "sale_eur", "sale_jpy")
+    }
+    assert got == {"sale_usd": (500, 500), "sale_eur": (0, 500), "sale_jpy": (500, 50)}
+    assert [sale(result, s)["warnings"] for s in ("sale_usd", "sale_eur", "sale_jpy")] == [
+        [],
+        ["no_flat_amount_for_currency"],
+        [],
+    ]
+    assert [line["amount"] for line in lines(result, "sale_eur")] == [0]
+    steps = result.explain.filter(pl.col("sale_id") == "sale_eur").sort("step").to_dicts()
+    assert [s["rule"] for s in steps][-2:] == ["result", "commission"]
+    assert (steps[-1]["step"], steps[-1]["looked_up"], steps[-1]["result"]) == (
+        7,
+        "currency=eur",
+        "no_flat_amount_for_currency",
+    )
+    assert "EUR" in steps[-1]["found"]
+    assert result.explain.filter(pl.col("sale_id") == "sale_usd").height == 6
+    # an integer still pays in every currency, as before
+    every = run(rows, commission_type="flat", commission_flat=500)
+    assert [sale(every, s)["commission"] for s in ("sale_usd", "sale_eur", "sale_jpy")] == [500, 500, 500]
+    assert sale(every, "sale_eur")["warnings"] == []
+
+
+def test_a_change_of_terms_to_a_flat_commission_by_currency_applies_from_then_on() -> None:
+    """CONTRACT 15 with terms over time: the terms log holds the object as set; sales before
+    the change keep the integer they were earned under."""
+    rows = [
+        *attributed_sale("sale_before", 10_000, currency="eur", occurred_at=at(days=1)),
+        b.program_terms(
+            "terms_1",
+            {"commission_type": "flat", "commission_flat": 300},
+            {"commission_type": "flat", "commission_flat": {"usd": 700}},
+            occurred_at=at(days=2),
+        ),
+        b.track_sale(
+            "sale_after", "tx_after", 10_000, currency="eur", customer_key="ck_1", occurred_at=at(days=3)
+        ),
+        b.track_sale("sale_usd", "tx_usd", 10_000, customer_key="ck_1", occurred_at=at(days=3)),
+    ]
+    result = run(rows, commission_type="flat", commission_flat={"usd": 700})
+    assert [sale(result, s)["commission"] for s in ("sale_before", "sale_after", "sale_usd")] == [300, 0, 700]
+    assert sale(result, "sale_after")["warnings"] == ["no_flat_amount_for_currency"]
+
+
 @pytest.mark.parametrize(
     ("amount", "expected"),
     [(2, 0), (6, 2), (10, 2), (14, 4), (3, 1), (4, 1)],
