@@ -145,7 +145,8 @@ def payouts_create(program: str, up_to: str, as_json: bool) -> None:
 @json_option("the batches (an array)")
 def payouts_list(program: str, as_json: bool) -> None:
     """One row per batch: number, id, cut-off, status (open, paid, cancelled; how many rows of a
-    paid batch failed), when made and paid, lines, what it pays (failed rows left out)."""
+    paid batch failed), when made and paid, lines, what it pays (failed rows left out; a
+    cancelled batch nothing)."""
     batches = call("GET", _path(program))
     if as_json:
         emit(batches)
@@ -156,7 +157,8 @@ def payouts_list(program: str, as_json: bool) -> None:
         no_wrap=("payout", "pays"),
     )
     for b in batches:
-        pays = ", ".join(f"{t['amount_decimal']} {t['currency'].upper()}" for t in b["totals"]) or "-"
+        totals = [] if b["status"] == "cancelled" else b["totals"]  # a cancelled batch pays nothing
+        pays = ", ".join(f"{t['amount_decimal']} {t['currency'].upper()}" for t in totals) or "-"
         listing.add(
             b["number"],
             b["payout_id"],
