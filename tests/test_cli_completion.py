@@ -63,10 +63,18 @@ def test_each_shell_gets_its_script(tmp_path: Path) -> None:
 def test_the_completions_each_shell_asks_for(tmp_path: Path) -> None:
     assert _complete("bash", "tally pay", "1", tmp_path) == ["plain,payouts"]
     assert _complete("bash", "tally payouts ", "2", tmp_path) == [
+        "plain,cancel",
         "plain,create",
         "plain,export",
         "plain,list",
         "plain,mark-paid",
+        "plain,row-failed",
+    ]
+    assert _complete("bash", "tally partners ", "2", tmp_path) == [
+        "plain,adjust",
+        "plain,list",
+        "plain,show",
+        "plain,statement",
     ]
     assert _complete("bash", "tally report finance --format ", "4", tmp_path) == [
         "plain,json",

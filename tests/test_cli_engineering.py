@@ -16,14 +16,23 @@ from tests.test_cli_ops import tally
 
 
 def alices_sale(url: str, owner: dict[str, str], pid: str, sale: dict[str, str]) -> None:
-    """Through the live server: a key, partner alice, her click and u1's lead, then u1's sale of
-    100.00 (`sale` gives its transaction id and, if any, its time)."""
+    """Through the live server: a key, partner alice (paid by PayPal), her click and u1's lead,
+    then u1's sale of 100.00 (`sale` gives its transaction id and, if any, its time)."""
     with httpx.Client(base_url=url, timeout=30) as c:
         key = {
             "Authorization": "Bearer "
             + c.post(f"/api/v1/programs/{pid}/api-key", headers=owner).json()["data"]["api_key"]
         }
         c.post(f"/api/v1/programs/{pid}/partners", json={"code": "alice", "name": "A"}, headers=owner)
+        details = {  # a batch pays only partners with payout details (CONTRACT 15)
+            "payout_method": "paypal",
+            "payout_email": "alice@paypal.test",
+            "payout_name": "A",
+            "payout_currency": "usd",
+        }
+        assert (
+            c.patch(f"/api/v1/programs/{pid}/partners/alice", json=details, headers=owner).status_code == 200
+        )
         click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
             "data"
         ]

@@ -338,6 +338,15 @@ def test_payouts_create_list_export_and_mark_paid(live_server: LiveServer, tmp_p
             json={"code": "alice", "name": "Alice Ö", "email": "alice@p.test"},
             headers=owner,
         )
+        details = {  # a batch pays only partners with payout details (CONTRACT 15)
+            "payout_method": "paypal",
+            "payout_email": "alice@paypal.test",
+            "payout_name": "Alice Ö",
+            "payout_currency": "usd",
+        }
+        assert (
+            c.patch(f"/api/v1/programs/{pid}/partners/alice", json=details, headers=owner).status_code == 200
+        )
         click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "alice"}).json()[
             "data"
         ]

@@ -3,8 +3,8 @@ of a running server over HTTP (account commands with the account token, operator
 the operator token) and never opens its database, except `migrate` and `backup --database`,
 which work on a file no server holds.
 
-One module per group of commands (auth, programs, books, finance, payouts, webhooks, operations, stripe,
-migrate, backup, serve, completion); what they share: client.py (which server, which
+One module per group of commands (auth, programs, books, finance, payouts, partners, webhooks,
+operations, stripe, migrate, backup, serve, completion); what they share: client.py (which server, which
 credential, the calls), output.py (tables, --json, progress), options.py, errors.py (exit
 codes)."""
 
@@ -40,6 +40,7 @@ COMMANDS = {
     "report": "api.cli.books:report",
     "explain": "api.cli.books:explain",
     "payouts": "api.cli.payouts:payouts",
+    "partners": "api.cli.partners:partners",
     "webhooks": "api.cli.webhooks:webhooks",
     "periods": "api.cli.finance:periods",
     "fixes": "api.cli.finance:fixes",

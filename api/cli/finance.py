@@ -147,7 +147,8 @@ def _action_command(action: str, summary: str) -> click.Command:
 
     command.help = (
         f"{summary[0].upper()}{summary[1:]} (POST .../commissions/{{transaction_id}}/{action}). A sale "
-        "with a line in a payout batch cannot be held or voided (line_paid)."
+        "with a line in an open payout batch cannot be held or voided (line_in_batch, naming the batch: "
+        "`tally payouts cancel` it first), nor one with a line in a paid batch (line_paid)."
     )
     return command
 

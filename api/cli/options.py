@@ -82,6 +82,8 @@ def output_option(f: F) -> F:
 # -- value types -----------------------------------------------------------------------------------
 _PERCENT = re.compile(r"^(\d{1,3})(?:\.(\d{1,2}))?$")
 _MONEY = re.compile(r"^(?P<amount>\d[\d,]*(?:\.\d+)?)\s*(?P<currency>[A-Za-z]{3})$")
+_SIGNED = re.compile(r"^[+-]?\d[\d,]*(?:\.\d+)?$")
+_CURRENCY = re.compile(r"^[A-Za-z]{3}$")
 
 
 class Percent(click.ParamType[int]):
@@ -175,6 +177,33 @@ class PerCurrency(click.ParamType[int | dict[str, int]]):
         return amounts
 
 
+class SignedAmount(click.ParamType[Decimal]):
+    """`"25.00"` -> `Decimal("25.00")`, `"-5"`, `"1,250.5"`: an amount in whole units, either
+    sign, without its currency (another option names it; `api.cli.partners.to_minor` converts)."""
+
+    name = "amount"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Decimal:
+        if isinstance(value, Decimal):
+            return value
+        text = str(value).strip()
+        if _SIGNED.match(text) is None:
+            self.fail(f"not an amount: {value!r} (whole units, like 25.00 or -5.00)", param, ctx)
+        return Decimal(text.replace(",", ""))
+
+
+class Currency(click.ParamType[str]):
+    """A three-letter currency code, in lower case as the API keeps it: `USD` -> `usd`."""
+
+    name = "currency"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if _CURRENCY.match(text) is None:
+            self.fail(f"not a currency code: {value!r} (three letters, like usd)", param, ctx)
+        return text.lower()
+
+
 class Whole(click.ParamType[int]):
     """A non-negative whole number, digits only."""
 
@@ -202,3 +231,4 @@ class Months(click.ParamType[int | None]):
 
 PERCENT, MONEY, WHOLE = Percent(), Money(), Whole()
 MONTHS, PER_CURRENCY = Months(), PerCurrency()
+SIGNED_AMOUNT, CURRENCY = SignedAmount(), Currency()

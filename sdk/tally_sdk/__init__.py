@@ -1,11 +1,12 @@
 """Tally's Python server SDK: track sales, leads and refunds from a brand's server, and read
-sales, commissions, payouts, partners and programs back.
+sales, commissions, payouts, partners (with their balances and statements) and programs back.
 
     from tally_sdk import Tally
     tally = Tally()  # SERVICE_API_KEY, TALLY_ACCOUNT_TOKEN (and TALLY_BASE_URL) from the environment
     result = tally.track_sale(customer_external_id="user_42", amount=4900, invoice_id="in_123")
     for line in tally.list_commissions("prog_...", period="2026-01"):  # every page, as needed
         ...
+    statement = tally.get_statement("prog_...", "alice", currency="usd").data
 
 `AsyncTally` has the same methods, awaited. Every call takes `timeout=` and `retry=` for itself.
 Errors are `TallyAPIError` subclasses keyed on the API's `error.code`, carrying the raw answer;
@@ -40,17 +41,22 @@ from tally_sdk.errors import (
 from tally_sdk.pagination import AsyncPager, Page, Pager
 from tally_sdk.responses import (
     ApiWarning,
+    Balance,
     CommissionRow,
     LeadData,
+    NotPaid,
     PartnerData,
     PayoutBatch,
     PayoutRow,
     PayoutTotal,
     ProgramData,
     RefundData,
+    RowFailure,
     SaleData,
     SaleRow,
     SaleTestModeData,
+    Statement,
+    StatementEntry,
 )
 
 # A library's logger stays silent until the application configures logging.
@@ -64,6 +70,7 @@ __all__ = [
     "AsyncTally",
     "AuthenticationError",
     "BadRequestError",
+    "Balance",
     "CommissionRow",
     "ConfigurationError",
     "ConflictError",
@@ -72,6 +79,7 @@ __all__ = [
     "InvalidResponseError",
     "LeadData",
     "NotFoundError",
+    "NotPaid",
     "Page",
     "Pager",
     "PartnerData",
@@ -83,10 +91,13 @@ __all__ = [
     "RateLimitError",
     "RefundData",
     "RetryPolicy",
+    "RowFailure",
     "SaleData",
     "SaleRow",
     "SaleTestModeData",
     "ServerError",
+    "Statement",
+    "StatementEntry",
     "Tally",
     "TallyAPIError",
     "TrackResult",

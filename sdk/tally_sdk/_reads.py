@@ -1,7 +1,8 @@
 """The reads (account token): which endpoint, which query, and how its pages follow each other.
 
 Each function checks its arguments before anything is sent (`ValidationError`, `status is None`)
-and returns a `Listing`; `Listing.call(offset)` is the call for the page starting at `offset`.
+and returns a `Listing` (`Listing.call(offset)` is the call for the page starting at `offset`),
+or, for a read of one object (a partner, a statement), its `Call`.
 Sales and commissions are paged by the API (`limit`, at most 1000, and `offset`, in a fixed
 order: sales by `occurred_at` then `sale_id`, commission lines by period, date and key); the
 programs, partners and payout batches of a program come in one answer.
@@ -56,6 +57,36 @@ def partners(program_id: str) -> Listing:
     return Listing(f"{_program(program_id)}/partners")
 
 
+def partner(program_id: str, code: str) -> Call:
+    """`GET /api/v1/programs/{id}/partners/{code}`: one partner, with its balances."""
+    return _read(f"{_program(program_id)}/partners/{_segment('code', code)}")
+
+
+def statement(
+    program_id: str,
+    code: str,
+    *,
+    currency: str | None = None,
+    start: DateLike | None = None,
+    end: DateLike | None = None,
+) -> Call:
+    """`GET /api/v1/programs/{id}/partners/{code}/statement`: the partner's account in
+    `currency` (needed when they have money in several); `start` / `end` are the API's `from` /
+    `to` (a date is its whole day, `end`'s included), what comes before `start` being the
+    opening balance."""
+    params: dict[str, str] = {}
+    if currency is not None:
+        text = _text("currency", currency)
+        if not (len(text) == 3 and text.isascii() and text.isalpha()):
+            raise _invalid("currency", f"must be a three-letter currency code, got {currency!r}")
+        params["currency"] = text.lower()
+    if start is not None:
+        params["from"] = _moment("start", start)
+    if end is not None:
+        params["to"] = _moment("end", end)
+    return _read(f"{_program(program_id)}/partners/{_segment('code', code)}/statement", params)
+
+
 def payouts(program_id: str) -> Listing:
     """`GET /api/v1/programs/{id}/payouts` (an owner's): every batch, newest first."""
     return Listing(f"{_program(program_id)}/payouts")
@@ -99,8 +130,19 @@ def commissions(
     return Listing(f"{_program(program_id)}/commissions", params, _page_size(page_size))
 
 
+def _read(path: str, params: dict[str, str] | None = None) -> Call:
+    """The call reading one object at `path` (a `GET`, so retried like any read)."""
+    return Call(
+        path, None, idempotent=True, method="GET", params=params or {}, credential="account", expects="object"
+    )
+
+
 def _program(program_id: str) -> str:
-    return f"/api/v1/programs/{quote(_text('program_id', program_id), safe='')}"
+    return f"/api/v1/programs/{_segment('program_id', program_id)}"
+
+
+def _segment(name: str, value: str) -> str:
+    return quote(_text(name, value), safe="")
 
 
 def _page_size(value: int) -> int:

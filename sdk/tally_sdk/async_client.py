@@ -32,6 +32,7 @@ from tally_sdk.responses import (
     SaleData,
     SaleRow,
     SaleTestModeData,
+    Statement,
 )
 
 
@@ -180,6 +181,32 @@ class AsyncTally(Settings):
     ) -> AsyncPager[PartnerData]:
         """The program's partners."""
         return AsyncPager(_reads.partners(program_id), self._sender(timeout, retry))
+
+    async def get_partner(
+        self, program_id: str, code: str, *, timeout: Timeout = None, retry: RetryPolicy | None = None
+    ) -> TrackResult[PartnerData]:
+        """One partner of the program, with their payout details and `balances` per currency
+        (what they are owed, pending and held)."""
+        return await self._call(_reads.partner(program_id, code), timeout, retry)
+
+    async def get_statement(
+        self,
+        program_id: str,
+        code: str,
+        *,
+        currency: str | None = None,
+        start: date | datetime | str | None = None,
+        end: date | datetime | str | None = None,
+        timeout: Timeout = None,
+        retry: RetryPolicy | None = None,
+    ) -> TrackResult[Statement]:
+        """A partner's statement in `currency` (needed when they have money in several): every
+        entry owed to or paid to them, oldest first, each with the balance after it; the closing
+        balance is what the next payout batch pays, before the minimum. `start` / `end` bound the
+        entries (a date is its whole day, `end`'s included); what comes before is the opening
+        balance."""
+        call = _reads.statement(program_id, code, currency=currency, start=start, end=end)
+        return await self._call(call, timeout, retry)
 
     def list_programs(
         self, *, timeout: Timeout = None, retry: RetryPolicy | None = None

@@ -3,8 +3,9 @@
 `TrackResult.data` is one of these, read as the server sent it (JSON object, keys as documented
 in the contract's section 4): `track_sale` -> `SaleData`, `track_test_sale` -> `SaleTestModeData`,
 `track_lead` -> `LeadData`, `track_refund` -> `RefundData`. The reads' rows (section 7) are
-`SaleRow`, `CommissionRow`, `PayoutBatch` (with `PayoutRow`, `PayoutTotal`), `PartnerData` and
-`ProgramData`. They are `TypedDict`s, so a newer server may add keys without breaking a brand
+`SaleRow`, `CommissionRow`, `PayoutBatch` (with `PayoutRow`, `PayoutTotal`, `NotPaid`),
+`PartnerData` (with `Balance`s) and `ProgramData`; a statement is a `Statement` (section 15, with
+`StatementEntry`s). They are `TypedDict`s, so a newer server may add keys without breaking a brand
 server; the keys listed here are always present.
 """
 
@@ -122,8 +123,20 @@ class CommissionRow(TypedDict):
     status_by: str | None
 
 
+Money = int | dict[str, int]  # one amount for every currency, or an amount per currency ("usd": 5000)
+
+
+class RowFailure(TypedDict):
+    """Why and when the payment of a paid batch's row failed (its lines are owed again)."""
+
+    reason: str
+    failed_at: str
+    failed_by: str | None
+
+
 class PayoutRow(TypedDict):
-    """What one batch pays one partner in one currency."""
+    """What one batch pays one partner in one currency, to the account the batch recorded when it
+    was made (a later change of the partner's details never changes it)."""
 
     partner_code: str
     partner_name: str | None
@@ -133,8 +146,14 @@ class PayoutRow(TypedDict):
     currency: str
     lines: int
     net: int  # the batch's lines netted
-    carried_in: int  # what earlier batches carried (< 0 owed back, > 0 held below the minimum)
-    carried_forward: int  # carried to the partner's next batch: owed back, or below the minimum
+    carried_in: int  # 0 (batches made before snapshots: what earlier batches carried)
+    carried_forward: int  # what stays owed: the service's rounding (before snapshots: carried on)
+    payout_method: Literal["paypal", "wise"] | None
+    payout_email: str | None
+    payout_name: str | None
+    payout_currency: str | None
+    outcome: Literal["open", "paid", "failed", "cancelled"] | None
+    failure: RowFailure | None  # set when `outcome` is "failed"
 
 
 class PayoutTotal(TypedDict):
@@ -145,36 +164,55 @@ class PayoutTotal(TypedDict):
 
 
 class NotPaid(TypedDict):
-    """A partner a batch cannot pay, and why."""
+    """A partner a batch does not pay, and why: their lines stay approved and unpaid, for a later
+    batch."""
 
     partner_code: str
     partner_name: str | None
     currency: str
-    balance: int  # carried to the next batch, or (no_payout_details) what the batch pays
-    reason: Literal["below_minimum", "negative_balance", "no_payout_details", "nothing_due"]
+    balance: int  # what stays owed to them
+    lines: NotRequired[int | None]
+    reason: Literal[
+        "below_minimum", "no_payout_details", "currency_not_supported", "negative_balance", "nothing_due"
+    ]
 
 
 class PayoutBatch(TypedDict):
-    """A payout batch (`list_payouts`, owners only), newest first."""
+    """A payout batch (`list_payouts`, owners only), newest first: `open`, then `paid` or
+    `cancelled`."""
 
     payout_id: str
     number: int
     up_to: str  # YYYY-MM-DD
     created_at: str
     created_by: str | None
-    status: Literal["open", "paid"]
+    status: Literal["open", "paid", "cancelled"]
     paid_at: str | None
     paid_by: str | None
     # the program's payout minimum when the batch was made (minor units; an object by currency)
     payout_minimum: int | dict[str, int]
+    cancelled_at: str | None
+    cancelled_by: str | None
+    cancel_reason: str | None
+    program_name: str | None  # the program's name when the batch was made
+    snapshot: bool  # False for a batch made before batches recorded what they pay
     rows: list[PayoutRow]
-    totals: list[PayoutTotal]
+    totals: list[PayoutTotal]  # failed rows left out
     lines: int
-    not_paid: list[NotPaid]  # who the batch cannot pay, and why
+    not_paid: list[NotPaid]  # who the batch does not pay, and why
+
+
+class Balance(TypedDict):
+    """What a partner is owed in one currency (minor units)."""
+
+    currency: str
+    approved_unpaid: int  # the statement's closing balance: what the next batch pays, before the minimum
+    pending: int  # not yet approved (within the holding days)
+    held: int
 
 
 class PartnerData(TypedDict):
-    """A partner of a program (`list_partners`)."""
+    """A partner of a program (`list_partners`, `get_partner`), with their balances."""
 
     partner_id: str
     program_id: str
@@ -186,6 +224,39 @@ class PartnerData(TypedDict):
     payout_email: str | None
     payout_name: str | None
     payout_currency: str | None
+    balances: list[Balance]  # one per currency the partner has money in
+
+
+EntryKind = Literal["commission", "adjustment", "clawback", "manual", "payout", "payout_failed"]
+
+
+class StatementEntry(TypedDict):
+    """One entry of a partner's statement, with the balance after it."""
+
+    booked_at: str
+    kind: EntryKind
+    amount: int  # positive when owed to the partner, negative when paid to them
+    transaction_id: str | None
+    payout_id: str | None
+    reason: str | None
+    balance: int
+
+
+# `from` is a Python keyword: the functional syntax keeps the API's key.
+Statement = TypedDict(
+    "Statement",
+    {
+        "partner_code": str,
+        "currency": str | None,  # None: the partner has no money yet (no entries)
+        "from": str | None,
+        "to": str | None,
+        "opening_balance": int,  # everything before `from`
+        "entries": list[StatementEntry],  # oldest first
+        "closing_balance": int,  # what the next batch pays, before the minimum
+    },
+)
+Statement.__doc__ = """A partner's account in one currency (`get_statement`): the opening balance, every
+entry oldest first with the balance after it, the closing balance."""
 
 
 class ProgramData(TypedDict):
@@ -196,17 +267,13 @@ class ProgramData(TypedDict):
     name: str
     commission_type: Literal["percent", "flat"]
     commission_bps: int
-    # minor units per sale: an int in every currency, or by currency ({"usd": 500, "jpy": 500}),
-    # paying nothing in a currency it does not name
-    commission_flat: int | dict[str, int]
+    commission_flat: Money
     recurring_months: int | None
     platform_fee_bps: int
     holding_days: int
     requires_server_side_leads: bool
     stripe_account_id: str | None
-    # a partner's balance below it waits for a later payout batch: minor units, an int in every
-    # currency or by currency (0 in a currency it does not name)
-    payout_minimum: int | dict[str, int]
+    payout_minimum: Money  # a partner's balance below it waits for a later payout batch
     website_url: str | None  # the brand's site, where partners' referral links point
     api_token_masked: str | None
     api_key_rotation_deadline: str | None

@@ -229,7 +229,7 @@ def shape_problems(data: Any, typed: Any) -> list[str]:
 
 def conforms(value: Any, hint: Any) -> bool:
     """Whether a JSON value fits a type hint made of str, int, bool, None, unions, Literals,
-    lists and TypedDicts."""
+    lists, dicts and TypedDicts."""
     origin = get_origin(hint)
     if origin is Literal:
         return value in get_args(hint)
@@ -237,6 +237,11 @@ def conforms(value: Any, hint: Any) -> bool:
         return any(conforms(value, arg) for arg in get_args(hint))
     if origin is list:
         return isinstance(value, list) and all(conforms(item, get_args(hint)[0]) for item in value)
+    if origin is dict:
+        keys, values = get_args(hint)
+        return isinstance(value, dict) and all(
+            conforms(k, keys) and conforms(v, values) for k, v in value.items()
+        )
     if is_typeddict(hint):
         return not shape_problems(value, hint)
     if hint is type(None):
