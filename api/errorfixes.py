@@ -82,8 +82,9 @@ ERROR_FIXES: dict[str, str] = {
     "and nothing of your call was done.",
     "service_unavailable": "The server is starting or stopping: retry in a moment (`/readyz` answers 200 "
     "once it takes writes).",
-    "database_unavailable": "Nothing was recorded: retry later. Operators: check the disk's free space "
-    "and the database connection; `/readyz` answers 200 again once writes succeed.",
+    "database_unavailable": "Nothing was recorded: retry after the seconds `Retry-After` gives. "
+    "Operators: check the disk's free space and the database connection; `/readyz` answers 200 "
+    "again once writes succeed.",
     "internal_error": "Retry; if it persists, give the operator the response's `X-Request-Id`: the "
     "server's log has the error under it.",
 }

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from api.http import CORS_HEADERS, flagged, json_response, request_id, rotation_headers, rotation_warnings
 from ingest.domain.errors import (
+    DatabaseUnavailable,
     MethodNotAllowed,
     NotFound,
     RateLimited,
@@ -43,6 +44,8 @@ def error_response(request: Request, error: TallyError) -> Response:
         headers.update(CORS_HEADERS)
     if isinstance(error, RateLimited | ReconcileRunning):
         headers["Retry-After"] = str(error.extra.get("retry_after", 1))
+    elif isinstance(error, DatabaseUnavailable):  # nothing was stored: the same call may be sent again
+        headers["Retry-After"] = str(DatabaseUnavailable.retry_after)
     elif isinstance(error, RequestTimeout):  # the rest of a stalled body is not worth waiting for
         headers["Connection"] = "close"
     return json_response(body, error.status, headers)

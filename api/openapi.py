@@ -314,7 +314,7 @@ class _Builder:
             }
             lines = "\n".join(f"- `{c.code}`: {(c.__doc__ or '').strip().splitlines()[0]}" for c in classes)
             headers: dict[str, Any] = {"X-Request-Id": REQUEST_ID_HEADER, **self.rotation(doc)}
-            if status == 429 or E.ReconcileRunning in classes:
+            if status == 429 or E.ReconcileRunning in classes or E.DatabaseUnavailable in classes:
                 headers["Retry-After"] = {"schema": {"type": "integer"}, "description": "seconds"}
             content: dict[str, Any] = {
                 JSON: {

@@ -21,7 +21,7 @@ from typing import Any
 from ingest.deliveries import CHECKLIST_STEP
 from ingest.domain.clock import utcnow
 from ingest.domain.inputs import MetadataFixesIn
-from ingest.domain.keys import processor_sale_keys
+from ingest.domain.keys import processor_sale_keys, sale_claims
 from ingest.domain.records import MONEY_TERMS, Program, ProgramSettings
 from ingest.domain.tokens import new_id
 from ingest.storage.contract import Tx
@@ -120,7 +120,7 @@ def apply_backfill(tx: Tx, backfill: Mapping[str, Any], picked: Sequence[Mapping
     for row in picked:
         seq = tx.append(row)
         keys = processor_sale_keys(row)
-        tx.claim_keys(program_id, keys, seq)
+        tx.claim_keys(program_id, sale_claims(keys), seq)
         tx.check(program_id, CHECKLIST_STEP, at)
         if keys:
             tx.check(program_id, "sale_received", at)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ingest.domain.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
 from ingest.domain.events import KNOWN_EVENTS
-from ingest.domain.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys
+from ingest.domain.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys, sale_claims
 from ingest.domain.records import Program
 from ingest.refusals import note
 from ingest.storage.contract import Needs, Store, Tx
@@ -151,7 +151,7 @@ async def receive(
             return duplicate
         if not duplicate:
             sale_keys = processor_sale_keys(fields)
-            tx.claim_keys(program_id, sale_keys, seq)
+            tx.claim_keys(program_id, sale_claims(sale_keys), seq)
             tx.check(program_id, CHECKLIST_STEP, delivery.received_at)
             if sale_keys:  # a live processor sale completes the checklist's sale step as well
                 tx.check(program_id, "sale_received", delivery.received_at)
@@ -192,7 +192,7 @@ def _needs(fields: Mapping[str, Any], program: Program | None) -> Needs:
     sales: list[tuple[str, str]] = []
     if program is not None:
         pid = program.program_id
-        claims += [(pid, key) for key in processor_sale_keys(fields)]
+        claims += [(pid, key) for key in sale_claims(processor_sale_keys(fields))]
         ids = (fields.get(name) for name in (*PROCESSOR_ID_FIELDS, "transaction_id"))
         sales = [(pid, key) for key in ids if isinstance(key, str)]
     return Needs(claims=tuple(claims), sales=tuple(sales), events=(event_id,))

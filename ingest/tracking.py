@@ -18,7 +18,7 @@ from ingest.domain.errors import (
     ValidationFailed,
 )
 from ingest.domain.inputs import ClickIn, LeadIn, RefundIn, SaleIn, when
-from ingest.domain.keys import refund_claim
+from ingest.domain.keys import refund_claim, sale_claim
 from ingest.domain.records import Program
 from ingest.domain.tokens import new_id
 from ingest.storage.contract import KeyRead, Needs, Store, Tx
@@ -231,7 +231,7 @@ async def record_sale(
         # replica holds it already.
         mark = tx.mark()
         seq = tx.append(_row(call, pid, "sale", **typed))
-        partner = tx.claim_sale(pid, txn, seq, inp.click_id, customer)
+        partner = tx.claim_sale(pid, sale_claim(txn), seq, inp.click_id, customer)
         if partner is not None:
             _log(tx, call, pid, 200, "accepted", f"sale {txn} {amount} {inp.currency}", seq)
             tx.check(pid, "sale_received", call.received_at)
@@ -243,7 +243,11 @@ async def record_sale(
 
     clicks = ((pid, inp.click_id),) if inp.click_id is not None else ()
     needs = Needs(
-        claims=((pid, txn),), sales=((pid, txn),), clicks=clicks, bindings=((pid, customer),), key=key
+        claims=((pid, sale_claim(txn)),),
+        sales=((pid, txn),),
+        clicks=clicks,
+        bindings=((pid, customer),),
+        key=key,
     )
     partner = await writer.run(op, needs=needs)
     if partner is None:

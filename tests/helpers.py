@@ -215,7 +215,7 @@ def journal_record(number: int, rows: list[dict[str, object]]) -> dict[str, obje
             if isinstance(value, datetime):
                 values[i] = value.isoformat()
         values[RAW_EVENT_FIELDS.index("test_mode")] = False
-    return {"batch": number, "raw": raw, "logs": [], "keys": [], "checks": []}
+    return {"batch": number, "raw": raw, "logs": [], "keys": [], "checks": [], "tagged": True}
 
 
 def payee(

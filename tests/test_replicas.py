@@ -367,3 +367,53 @@ def test_after_postgresql_restarts_the_first_calls_find_healthy_connections(tmp_
             server.stop()
     finally:
         cluster.close()
+
+
+def test_right_after_postgresql_comes_back_under_load_requests_answer_or_say_when_to_retry(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL stopped (fast, immediate) and started again three times under load. While it
+    is down, and in the moment after it accepts connections before the replica's probe has
+    reached it (its next attempt, every `PROBE_SECONDS`: docs/operations.md says so), a request
+    answers 503 `database_unavailable` with `Retry-After: 1`; a client that waits that long gets
+    a 2xx on a retry (the first, unless the machine is very busy), and every request after it
+    answers 2xx (no connection of the pool, of a lookup thread or of the writer left broken, no
+    second outage)."""
+    cluster = Cluster(durable=True)  # an immediate stop is a crash: what was committed stays
+    try:
+        database = cluster.url(cluster.create_database())
+        server = _replica(database, tmp_path, "a")
+        try:
+            owner, pid, key = live_program(server.url)
+            load = Load(server.url, key, workers=4)
+            load.wait_for(20)
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                for n, mode in enumerate(("fast", "immediate", "fast")):
+                    cluster.stop(mode)
+                    r = _sold(c, key, f"in_down_{n}")
+                    assert (r.status_code, r.json()["error"]["code"]) == (503, "database_unavailable"), r.text
+                    assert r.headers.get("Retry-After") == "1"
+                    cluster.start()
+                    r = _sold(c, key, f"in_up_{n}")  # the instant it accepts connections
+                    for _ in range(5):  # a client honouring Retry-After (more than once: a loaded CI)
+                        if r.status_code != 503:
+                            break
+                        assert r.json()["error"]["code"] == "database_unavailable", r.text
+                        assert r.headers.get("Retry-After") == "1"
+                        time.sleep(int(r.headers["Retry-After"]))
+                        r = _sold(c, key, f"in_up_{n}")
+                    assert r.status_code == 200, r.text
+                    for m in range(10):
+                        assert _sold(c, key, f"in_up_{n}_{m}").status_code == 200
+                        read = c.get(f"/api/v1/programs/{pid}/sales", params={"limit": 1}, headers=owner)
+                        assert read.status_code == 200, read.text
+            acked = load.stop()
+            assert len(acked) >= 20
+        finally:
+            server.stop()
+        accepted = {str(row[0]) for row in _rows(database, "SELECT transaction_id FROM raw_events")}
+        assert set(acked) <= accepted
+        assert {f"in_up_{n}" for n in range(3)} <= accepted
+        assert not any(txn.startswith("in_down_") for txn in accepted)
+    finally:
+        cluster.close()

@@ -266,10 +266,12 @@ class ServiceUnavailable(TallyError):
 
 class DatabaseUnavailable(TallyError):
     """Raised when the database or its journal cannot be written (disk full, unreachable); nothing
-    of the request was acknowledged, and `/readyz` answers 503 until it recovers."""
+    of the request was acknowledged, and `/readyz` answers 503 until it recovers. Answered with
+    `Retry-After: retry_after` (seconds)."""
 
     code = "database_unavailable"
     status = 503
+    retry_after = 1
 
 
 ALL_ERRORS: tuple[type[TallyError], ...] = tuple(

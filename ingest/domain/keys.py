@@ -1,6 +1,15 @@
 """What ingest decides from, as rules: the ids a row is known by, the claims it makes, and what an
 accepted raw row changes in the key tables (`effects`). Pure: no I/O.
 
+A claim is (program, key): the key is an id tagged with its kind (`sale_claims`, `refund_claim`,
+`promo_claims`), so that no id of one kind can take another kind's claim (a sale whose transaction
+id is `refund:r77` claims `sale:refund:r77`, not refund `r77`'s `refund:r77`), and each program
+claims on its own. A self-hosted sale's transaction id and a processor sale's invoice, payment
+and charge ids are one kind on purpose: a self-hosted sale with any of those ids is the same sale.
+Processor event ids are claimed untagged under `EVENT_KEY_SPACE`, which holds nothing else.
+Claims made before kinds were tagged (sale ids untagged) were tagged by schema migration 10
+(ingest/storage/migrations.py), and the embedded key index was rebuilt from the log (format 4).
+
 Both backends keep the same key tables (clicks, customer bindings, provisional leads, sale
 ledgers and the ids that point at them, seen refunds and processor events, claims): the embedded
 one in its key index (ingest/storage/duckdb/keys.py, SQLite), PostgreSQL in its `key_*` tables
@@ -41,6 +50,30 @@ def processor_sale_keys(fields: Mapping[str, object]) -> list[str]:
     return list(dict.fromkeys(v for name in PROCESSOR_ID_FIELDS if isinstance(v := fields.get(name), str)))
 
 
+SALE_CLAIM = "sale:"  # the tag of a sale's claims (schema migration 10 tags the untagged ones)
+
+
+def sale_claims(ids: Iterable[str]) -> list[str]:
+    """The idempotency keys a sale claims in its program: one per id it is known by (a
+    self-hosted sale's transaction id, a processor sale's `processor_sale_keys`: one kind)."""
+    return [SALE_CLAIM + i for i in ids]
+
+
+def sale_claim(transaction_id: str) -> str:
+    """The idempotency key a track sale claims in its program."""
+    return SALE_CLAIM + transaction_id
+
+
+def tagged_claim(program_id: str, key: str, kind: object) -> str:
+    """A claim made before kinds were tagged, as it is now, by the `kind` of the raw row that
+    made it: a sale's or processor sale's in a program is `sale:<id>`; the others were tagged
+    already (refunds, promo codes) or are processor event ids (under `EVENT_KEY_SPACE`). Schema
+    migration 10 applies the same rule to the database's claims, in SQL."""
+    if program_id != EVENT_KEY_SPACE and kind in ("sale", "stripe"):
+        return SALE_CLAIM + key
+    return key
+
+
 def refund_claim(refund_id: str) -> str:
     """The idempotency key a track refund claims in its program."""
     return f"refund:{refund_id}"
@@ -68,12 +101,12 @@ def claims_of(row: Mapping[str, object]) -> list[tuple[str, str]]:
         event_id = row.get("event_id")
         claims = [(EVENT_KEY_SPACE, event_id)] if isinstance(event_id, str) else []
         if outcome == "accepted" and isinstance(program, str):
-            claims += [(program, key) for key in processor_sale_keys(row)]
+            claims += [(program, key) for key in sale_claims(processor_sale_keys(row))]
         return claims
     if outcome != "accepted" or not isinstance(program, str):
         return []
     if kind == "sale" and not row.get("test_mode") and isinstance(txn := row.get("transaction_id"), str):
-        return [(program, txn)]
+        return [(program, sale_claim(txn))]
     if kind == "refund" and isinstance(refund := row.get("refund_id"), str):
         return [(program, refund_claim(refund))]
     if kind == "promo_code":

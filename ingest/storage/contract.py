@@ -185,9 +185,10 @@ class Tx(Protocol):
         same key, still in flight, is waited for)."""
 
     def claim_sale(
-        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
+        self, program_id: str, key: str, raw_seq: int, click_id: str | None, customer_key: str
     ) -> str | None:
-        """Claim a track sale's transaction id (as `claim_keys`). When this write claimed it:
+        """Claim a track sale's key (`sale_claim` of its transaction id, as `claim_keys`). When
+        this write claimed it:
         the partner its click names, else its customer's binding, '' for none (what the answer
         says at once; attribution proper is the reconciler's). None when the id was taken."""
 

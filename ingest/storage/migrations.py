@@ -31,6 +31,7 @@ from pathlib import Path
 import duckdb
 
 from ingest.domain.clock import utcnow
+from ingest.domain.keys import EVENT_KEY_SPACE, SALE_CLAIM
 from ingest.storage.schema import BASELINE_RAW_COLUMNS, CONTROL_PLANE_DDL, POSTGRES_LOG_DDL, raw_events_ddl
 from ingest.storage.sql import DuckExecutor, Executor
 from ingest.webhooks_out import outbox
@@ -193,6 +194,41 @@ def _run_partitions(con: Executor) -> None:
         con.execute(f"ALTER TABLE rc_runs ADD COLUMN IF NOT EXISTS {column}")
 
 
+# The raw rows whose claims in a program were sale ids (a track sale's, a processor sale's).
+_SALE_ROWS = "SELECT seq FROM raw_events WHERE kind IN ('sale', 'stripe')"
+
+
+def _claim_kinds(con: Executor) -> None:
+    """Claims tagged with their kind (ingest/domain/keys.py): sale ids were claimed untagged, in
+    the same space as refunds' `refund:<id>` and promo codes' `promo_code:<code>`, so a sale with
+    transaction id `refund:r77` took refund `r77`'s claim. Which kind each claim is cannot be read
+    from the key, but can from the raw row that made it (`idempotency_keys.raw_seq`): the claims a
+    sale or processor row made in a program become `sale:<id>`; refunds', promo codes' and
+    processor event ids' (under `*`) stay as they were. On PostgreSQL `key_claims` (what claims
+    are decided by) is told apart by the same rows, before they change. Moved by delete and
+    insert, not update: an untagged `sale:x` and `x` become `sale:sale:x` and `sale:x`, which an
+    update row by row would find taken. The embedded key index is rebuilt from the log
+    (ingest/storage/duckdb/keys.py, format 4), a journal of the release before tagged as it is
+    copied in (ingest/storage/duckdb/copier.py)."""
+    con.execute(
+        "CREATE TEMP TABLE sale_claims AS SELECT program_id, key, raw_seq FROM idempotency_keys"
+        f" WHERE program_id <> ? AND raw_seq IN ({_SALE_ROWS})",
+        [EVENT_KEY_SPACE],
+    )
+    if con.dialect == "postgresql":
+        con.execute(
+            "DELETE FROM key_claims c USING sale_claims s WHERE c.program_id = s.program_id AND c.key = s.key"
+        )
+        con.execute("INSERT INTO key_claims SELECT program_id, ? || key FROM sale_claims", [SALE_CLAIM])
+    con.execute(
+        f"DELETE FROM idempotency_keys WHERE program_id <> ? AND raw_seq IN ({_SALE_ROWS})", [EVENT_KEY_SPACE]
+    )
+    con.execute(
+        "INSERT INTO idempotency_keys SELECT program_id, ? || key, raw_seq FROM sale_claims", [SALE_CLAIM]
+    )
+    con.execute("DROP TABLE sale_claims")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "raw event log, control plane and journal state (the 0.1 schema)", _baseline),
     Migration(2, "reconcile run records (rc_runs) made once, not on every run", _runs),
@@ -203,6 +239,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "webhooks to brand servers: endpoints, the outbox, deliveries, attempts", outbox.migrate),
     Migration(8, "partners' portal: sign-in links, partner sessions, payout details, promo codes", _portal),
     Migration(9, "reconcile runs record the partition of the programs they published", _run_partitions),
+    Migration(10, "claims tagged with their kind: a sale id takes no refund's or promo code's", _claim_kinds),
 )
 LATEST = MIGRATIONS[-1].version
 

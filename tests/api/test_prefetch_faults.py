@@ -102,7 +102,7 @@ def test_reposts_beside_a_failing_prefetch_are_each_refused_and_the_server_resta
         )
         assert accepted == [(txn, 1) for txn in sorted(recorded)]
         claims = sql_rows(store, "SELECT key, count(*) FROM idempotency_keys GROUP BY 1 ORDER BY 1")
-        assert claims == [(txn, 1) for txn in sorted(recorded)]
+        assert claims == [(f"sale:{txn}", 1) for txn in sorted(recorded)]
         assert getattr(store, "set_aside", 0) == 0
         assert client.get("/readyz").status_code == 200
     # The server starts again on the same database, and still knows every sale.

@@ -56,8 +56,25 @@ class Stub:
         return self.table[host]
 
 
+# IPv6 forms of inside IPv4 addresses (NAT64 well-known and local-use prefixes, IPv4-compatible,
+# IPv4-mapped, IPv4-translated, 6to4, Teredo), each as a resolver might answer it.
+INSIDE_IN_IPV6 = [
+    "64:ff9b::a00:1",
+    "64:ff9b::a9fe:a9fe",
+    "64:ff9b:1::a00:1",
+    "::a00:1",
+    "::7f00:1",
+    "::ffff:a9fe:a9fe",
+    "::ffff:0:a00:1",
+    "2002:a00:1::1",
+    "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+]
+
+
 @pytest.mark.parametrize(
-    "addresses", [["10.0.0.1"], ["93.184.216.34", "10.0.0.1"], ["169.254.169.254"], ["::1"]]
+    "addresses",
+    [["10.0.0.1"], ["93.184.216.34", "10.0.0.1"], ["169.254.169.254"], ["::1"]]
+    + [["2606:2800:220:1:248:1893:25c8:1946", a] for a in INSIDE_IN_IPV6],
 )
 def test_a_name_resolving_to_a_private_address_is_refused_at_connect_time(
     settings: Settings, addresses: list[str]
@@ -72,7 +89,7 @@ def test_a_name_resolving_to_a_private_address_is_refused_at_connect_time(
     assert stub.asked == ["hooks.brand.test"]
     assert found["status"] == "pending" and found["response_status"] is None
     assert "private, loopback or link-local" in found["error"]
-    assert next(a for a in addresses if a not in ("93.184.216.34",)) in found["error"]
+    assert addresses[-1] in found["error"]
 
 
 def test_the_guard_refuses_before_connecting() -> None:
@@ -85,6 +102,35 @@ def test_the_guard_refuses_before_connecting() -> None:
     empty = transport.GuardedBackend(allow_private=False, resolver=Stub({"none.test": []}))
     with pytest.raises(httpcore.ConnectError):
         asyncio.run(empty.connect_tcp("none.test", 443))
+
+
+@pytest.mark.parametrize("address", INSIDE_IN_IPV6)
+def test_an_address_written_in_the_url_is_refused_when_saved_and_when_sent(
+    settings: Settings, address: str
+) -> None:
+    """Literally in the URL: refused when the endpoint is saved, and, for one saved while the
+    setting was on, again by the guard when it is sent (the address is its own resolution)."""
+    url = f"https://[{address}]:8443/tally"
+    with _app(settings, allow_private=False) as client:
+        world = make_world(client)
+        base = f"/api/v1/programs/{world.program_id}/webhook-endpoints"
+        r = client.post(base, json={"url": url, "events": ["ping"]}, headers=world.owner)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["fields"] == [
+            {"field": "url", "message": "must not reach a private, loopback or link-local address"}
+        ]
+    with pytest.raises(transport.AddressRefused, match=address):
+        asyncio.run(transport.GuardedBackend(allow_private=False).connect_tcp(address, 8443))
+    with _app(settings, allow_private=True) as client:
+        world = make_world(client)
+        endpoint_id = _ping(world, url)
+    with _app(settings, allow_private=False) as client:
+        world.client = client
+        store = client.app.state.tally.store  # type: ignore[attr-defined]
+        assert Deliverer(store, False).deliver_due() == 1
+        found = _last(world, endpoint_id)
+    assert found["status"] == "pending" and found["response_status"] is None
+    assert found["error"] == "url must not reach a private, loopback or link-local address"
 
 
 def test_the_connection_goes_to_the_address_that_was_checked(settings: Settings, receiver: Receiver) -> None:

@@ -117,7 +117,7 @@ def test_decisions_survive_a_restart_without_replaying_the_log(tmp_path: Path) -
     try:
         assert applied == []  # nothing replayed: the index was level with the log
         assert _decisions(reopened) == before
-        assert reopened.keys.claimed("p", "in_1") and not reopened.keys.claimed("p", "in_2")
+        assert reopened.keys.claimed("p", "sale:in_1") and not reopened.keys.claimed("p", "sale:in_2")
     finally:
         reopened.close()
 
@@ -362,7 +362,7 @@ def test_one_read_ahead_finds_every_table_in_the_file(tmp_path: Path) -> None:
             seen.clear()
         group = [
             Needs(
-                claims=(("p", "in_1"), ("p", "in_new")),
+                claims=(("p", "sale:in_1"), ("p", "sale:in_new")),
                 sales=(("p", "in_1"), ("p", "in_new")),
                 clicks=(("p", "clk_1"), ("p", "clk_none")),
                 bindings=(("p", "c1"), ("p", "c_none")),
@@ -372,7 +372,7 @@ def test_one_read_ahead_finds_every_table_in_the_file(tmp_path: Path) -> None:
             )
         ]
         expected = (
-            kx.claimed("p", "in_1"),
+            kx.claimed("p", "sale:in_1"),
             kx.sale("p", ["in_1"]),
             kx.click_partner("p", "clk_1"),
             kx.binding("p", "c1"),
@@ -389,7 +389,7 @@ def test_one_read_ahead_finds_every_table_in_the_file(tmp_path: Path) -> None:
         writer, kx._w = kx._w, _NoStatements(kx._w)  # type: ignore[assignment]
         try:
             found = (
-                kx.claimed("p", "in_1"),
+                kx.claimed("p", "sale:in_1"),
                 kx.sale("p", ["in_1"]),
                 kx.click_partner("p", "clk_1"),
                 kx.binding("p", "c1"),
@@ -398,7 +398,7 @@ def test_one_read_ahead_finds_every_table_in_the_file(tmp_path: Path) -> None:
                 kx.event_seen("evt_1"),
             )
             absent = (
-                kx.claimed("p", "in_new"),
+                kx.claimed("p", "sale:in_new"),
                 kx.sale("p", ["in_new"]),
                 kx.click_partner("p", "clk_none"),
                 kx.binding("p", "c_none"),

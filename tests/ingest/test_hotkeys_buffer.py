@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.domain.keys import EVENT_KEY_SPACE, claims_of
+from ingest.domain.keys import EVENT_KEY_SPACE, claims_of, refund_claim, sale_claim
 from ingest.storage.contract import Needs
 from ingest.storage.duckdb import keys as hotkeys
 from ingest.storage.duckdb.keys import KeyIndex
@@ -137,10 +137,10 @@ def _decisions(index: KeyIndex) -> dict[str, Any]:
             out[f"provisional {p} {c}"] = index.provisional_click(p, c)
         for k in SALE_IDS:
             out[f"sale {p} {k}"] = index.sale(p, [k])
-            out[f"claim {p} {k}"] = index.claimed(p, k)
+            out[f"claim {p} {k}"] = index.claimed(p, sale_claim(k))
         for r in REFUNDS:
             out[f"refund {p} {r}"] = index.refund_seen(p, r)
-            out[f"claim {p} refund:{r}"] = index.claimed(p, f"refund:{r}")
+            out[f"claim {p} refund {r}"] = index.claimed(p, refund_claim(r))
     for e in EVENTS:
         out[f"event {e}"] = index.event_seen(e)
         out[f"claim * {e}"] = index.claimed(EVENT_KEY_SPACE, e)

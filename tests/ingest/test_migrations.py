@@ -4,12 +4,15 @@ newer than this tally is refused, by `tally serve` in one line."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import psycopg
 import pytest
 from starlette.testclient import TestClient
 
@@ -17,8 +20,10 @@ from api.app import create_app
 from api.cli import main
 from api.settings import Settings
 from ingest.storage import migrations
+from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.store import DuckStore
 from tests.conftest import OP, OPERATOR_TOKEN, ROOT, WEBHOOK_SECRET, World, make_world
+from tests.helpers import ACCOUNT, deliver, journal_record, query, renewal_event, sale_row, sql_rows
 
 OLD_SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "schema-0.1.sql"
 
@@ -74,6 +79,17 @@ def _traffic(world: World) -> None:
     assert c.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
 
 
+# A claim as releases before schema version 10 made it: a sale's id untagged.
+UNTAGGED = "CASE WHEN key LIKE 'sale:%' THEN substr(key, 6) ELSE key END"
+
+
+def _tagged(contents: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
+    """`contents` of a database before schema version 10 as it is after: the claims of sales
+    (the rows of the test's traffic: sale `in_1` is seq 3, refund `re_1` seq 4) tagged."""
+    keys = [(p, f"sale:{k}" if seq == 3 else k, seq) for p, k, seq in contents["idempotency_keys"]]
+    return {**contents, "idempotency_keys": sorted(keys, key=repr)}
+
+
 def _old_release_database(settings: Settings, target: Path) -> World:
     """A database as tally 0.1 left it: its schema (tests/fixtures/schema-0.1.sql, no
     `schema_version`), holding the rows real traffic and a reconcile wrote (made by today's app,
@@ -101,6 +117,8 @@ def _old_release_database(settings: Settings, target: Path) -> World:
                         [table],
                     ).fetchall()
                 )
+                if table == "idempotency_keys":  # sale ids were claimed untagged (migration 10)
+                    columns = columns.replace('"key"', UNTAGGED)
                 old.execute(f'INSERT INTO main."{table}" SELECT {columns} FROM made."{table}"')
             else:  # the reconciler's own tables (rc_*): created by its runs, as they were
                 old.execute(f'CREATE TABLE main."{table}" AS SELECT * FROM made."{table}"')
@@ -151,9 +169,11 @@ def test_a_database_of_the_release_before_versions_keeps_every_row(
         f"pending {m.version}" for m in migrations.MIGRATIONS
     ]
     assert main(["migrate", "--database", str(old)]) == 0
-    assert _contents(old) == before
+    after = _contents(old)
+    assert after == _tagged(before)
+    assert [k for _, k, _ in after["idempotency_keys"]] == ["refund:re_1", "sale:in_1"]
     assert main(["migrate", "--database", str(old)]) == 0  # nothing left to do, nothing changed
-    assert _contents(old) == before
+    assert _contents(old) == after
 
     # served after the upgrade: the old key works, the old sale is still a duplicate
     upgraded = settings.model_copy(update={"database": str(old)})
@@ -175,7 +195,7 @@ def test_tally_serve_migrates_an_old_database_itself(settings: Settings, tmp_pat
         assert store.schema_version == migrations.LATEST
     finally:
         store.close()
-    assert _contents(old) == before
+    assert _contents(old) == _tagged(before)
 
 
 def _at(version: int, steps: list[str]) -> migrations.Migration:
@@ -332,3 +352,172 @@ def test_tally_migrate_on_postgresql_takes_the_same_list_and_refuses_a_newer_dat
     assert (
         f"schema version {migrations.LATEST + 1}, newer than this tally's {migrations.LATEST}" in serve.stderr
     )
+
+
+# -- schema version 10: claims tagged with their kind -----------------------------------------------
+UNTAG = (  # (what each statement does to `{table}`, whose other columns are `{rest}`)
+    "CREATE TEMP TABLE untagged AS SELECT program_id, key{rest} FROM {table} WHERE key LIKE 'sale:%'",
+    "DELETE FROM {table} WHERE key LIKE 'sale:%'",
+    "INSERT INTO {table} SELECT program_id, substr(key, 6){rest} FROM untagged",
+    "DROP TABLE untagged",
+)
+
+
+def _untag(run: Callable[[str], object], table: str, rest: str = "") -> None:
+    """`table`'s claims as releases before schema version 10 made them: sales' ids untagged
+    (deleted and inserted: `sale:x` and `sale:sale:x` become `x` and `sale:x`)."""
+    for sql in UNTAG:
+        run(sql.format(table=table, rest=rest))
+
+
+def _as_version_9(settings: Settings) -> None:
+    """Turn the (closed) database back into what the release before schema version 10 left:
+    its claims of sales untagged (`idempotency_keys`; PostgreSQL's `key_claims`; the embedded
+    key index, then of format 3), at schema version 9."""
+    if settings.database.startswith("postgresql"):
+        with psycopg.connect(settings.database) as pg:  # one transaction
+            _untag(lambda sql: pg.execute(sql.encode()), "idempotency_keys", ", raw_seq")
+            _untag(lambda sql: pg.execute(sql.encode()), "key_claims")
+            pg.execute(b"DELETE FROM schema_version WHERE version >= 10")
+        return
+    con = duckdb.connect(settings.database)
+    try:
+        _untag(con.execute, "idempotency_keys", ", raw_seq")
+        con.execute("DELETE FROM schema_version WHERE version >= 10")
+    finally:
+        con.close()
+    index = sqlite3.connect(f"{settings.database}.keys")
+    try:
+        assert index.execute("SELECT value FROM meta WHERE name = 'format'").fetchone() == ("4",)
+        _untag(index.execute, "claims")
+        index.execute("UPDATE meta SET value = '3' WHERE name = 'format'")
+        index.commit()
+    finally:
+        index.close()
+
+
+def _promo(world: World, code: str, promotion_code_id: str) -> int:
+    path = f"/api/v1/programs/{world.program_id}/partners/alice/promo-codes"
+    body = {"code": code, "promotion_code_id": promotion_code_id}
+    return world.client.post(path, json=body, headers=world.owner).status_code
+
+
+def _refund(world: World, refund_id: str, txn: str) -> int:
+    body = {"transaction_id": txn, "refund_id": refund_id, "amount": 10}
+    return world.client.post("/api/v1/track/refund", json=body, headers=world.key).status_code
+
+
+def test_claims_made_before_kinds_were_tagged_keep_their_meaning(settings: Settings) -> None:
+    """A log of the release before schema version 10 where sales took ids that were a refund's
+    and a promo code's claims (`refund:r77`, `promo_code:SPRING`), and ids that become each
+    other's when tagged (`x`, `sale:x`): after the upgrade (migration 10; the embedded key index
+    rebuilt from the log), refund r77 and promo code SPRING are taken, and every claim made
+    before refuses its duplicate as it did, across a restart."""
+    with TestClient(create_app(settings)) as client:
+        world = make_world(client, stripe_account_id=ACCOUNT)
+        for txn in ("refund:r77", "promo_code:SPRING", "promotion_code:promo_1", "x", "sale:x"):
+            assert world.sale(transaction_id=txn).status_code == 200, txn
+        assert _refund(world, "re_1", "x") == 200
+        assert _promo(world, "AUTUMN", "promo_2") == 201
+        assert (
+            deliver(client, renewal_event("evt_old_1", "in_processor")).json()["data"]["duplicate"] is False
+        )
+        program = world.program_id
+    _as_version_9(settings)
+    if not settings.database.startswith("postgresql"):
+        con = duckdb.connect(settings.database, read_only=True)
+        old = con.execute("SELECT key FROM idempotency_keys ORDER BY key").fetchall()
+        con.close()
+        assert [k for (k,) in old] == [
+            "evt_old_1",
+            "in_processor",
+            "promo_code:AUTUMN",
+            "promo_code:SPRING",
+            "promotion_code:promo_1",
+            "promotion_code:promo_2",
+            "refund:r77",
+            "refund:re_1",
+            "sale:x",
+            "x",
+        ]  # (as the release before left them: which is a sale's cannot be read from the key)
+    with TestClient(create_app(settings)) as client:
+        world.client = client
+        assert client.get("/readyz").json()["data"]["schema_version"] == migrations.LATEST
+        assert _refund(world, "r77", "refund:r77") == 200
+        assert _promo(world, "SPRING", "promo_1") == 201
+        for txn in (
+            "refund:r77",
+            "promo_code:SPRING",
+            "promotion_code:promo_1",
+            "x",
+            "sale:x",
+            "in_processor",
+        ):
+            r = world.sale(transaction_id=txn)
+            assert (r.status_code, r.json()["error"]["code"]) == (409, "duplicate_transaction"), txn
+        assert world.sale(transaction_id="y").status_code == 200
+        assert _refund(world, "re_1", "x") == 409
+        assert _promo(world, "AUTUMN", "promo_9") == 409 and _promo(world, "OTHER", "promo_2") == 409
+        assert deliver(client, renewal_event("evt_old_1", "in_processor")).json()["data"]["duplicate"] is True
+        assert query(client, "SELECT program_id, key FROM idempotency_keys ORDER BY key") == [
+            ("*", "evt_old_1"),
+            *[
+                (program, key)
+                for key in (
+                    "promo_code:AUTUMN",
+                    "promo_code:SPRING",
+                    "promotion_code:promo_1",
+                    "promotion_code:promo_2",
+                    "refund:r77",
+                    "refund:re_1",
+                    "sale:in_processor",
+                    "sale:promo_code:SPRING",
+                    "sale:promotion_code:promo_1",
+                    "sale:refund:r77",
+                    "sale:sale:x",
+                    "sale:x",
+                    "sale:y",
+                )
+            ],
+        ]
+    with TestClient(create_app(settings)) as client:  # restarted: the new claims hold too
+        world.client = client
+        assert _refund(world, "r77", "refund:r77") == 409
+        assert _promo(world, "SPRING", "promo_1") == 409
+        assert world.sale(transaction_id="y").status_code == 409
+        store = client.app.state.tally.store  # type: ignore[attr-defined]
+        assert getattr(store, "set_aside", 0) == 0  # (embedded: every batch copied in)
+
+
+@pytest.mark.embedded
+def test_a_journal_of_the_release_before_is_copied_in_with_its_claims_tagged(tmp_path: Path) -> None:
+    """Batches a release before schema version 10 journaled and did not copy (it was killed)
+    hold untagged claims: copied in after the upgrade, each is tagged by the kind of the row that
+    made it, so a refund of the id a sale took before is not refused by the table."""
+    db = tmp_path / "j.duckdb"
+    DuckStore(db).close()
+    journal = Journal(Path(f"{db}.journal"))
+    sale = {**sale_row(1), "transaction_id": "refund:r77"}
+    record = journal_record(1, [sale])
+    del record["tagged"]  # (as the release before journaled it)
+    record["keys"] = [["p", "refund:r77", 10]]
+    journal.append(record)
+    journal.close()
+    store = DuckStore(db)
+    try:
+        assert sql_rows(store, "SELECT program_id, key, raw_seq FROM idempotency_keys") == [
+            ("p", "sale:refund:r77", 10)
+        ]
+        assert store.keys.claimed("p", "sale:refund:r77") and not store.keys.claimed("p", "refund:r77")
+        tx = store.begin()
+        refund = {**sale_row(2), "kind": "refund", "event_id": "rfd_1", "refund_id": "r77"}
+        assert tx.claim_keys("p", ["refund:r77"], tx.append(refund)) == ["refund:r77"]
+        tx.commit()
+        store.flush()
+        assert store.set_aside == 0
+        assert sql_rows(store, "SELECT key FROM idempotency_keys ORDER BY key") == [
+            ("refund:r77",),
+            ("sale:refund:r77",),
+        ]
+    finally:
+        store.close()

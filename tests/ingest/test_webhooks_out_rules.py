@@ -106,6 +106,34 @@ def test_the_retry_schedule_backs_off_with_jitter_for_three_days() -> None:
         ("::ffff:10.0.0.1", False),  # IPv4-mapped
         ("::ffff:93.184.216.34", True),
         ("2002:0a00:0001::1", False),  # 6to4 of 10.0.0.1
+        ("2002:7f00:1::1", False),  # 6to4 of 127.0.0.1
+        ("2002:a9fe:a9fe::1", False),  # 6to4 of 169.254.169.254
+        ("2002:5db8:d822::1", True),  # 6to4 of 93.184.216.34
+        ("::ffff:127.0.0.1", False),
+        ("::ffff:169.254.169.254", False),
+        ("::ffff:100.64.0.1", False),
+        ("::ffff:224.0.0.1", False),
+        ("64:ff9b::10.0.0.1", False),  # NAT64 well-known prefix: judged by the IPv4 address
+        ("64:ff9b::a00:1", False),
+        ("64:ff9b::127.0.0.1", False),
+        ("64:ff9b::169.254.169.254", False),
+        ("64:ff9b::192.168.1.1", False),
+        ("64:ff9b::100.64.0.1", False),
+        ("64:ff9b::0.0.0.0", False),
+        ("64:ff9b::224.0.0.1", False),
+        ("64:ff9b::93.184.216.34", True),  # what DNS64 answers for a public IPv4-only name
+        ("64:ff9b:1::a00:1", False),  # NAT64 local-use prefix: refused whatever it carries
+        ("64:ff9b:1:5db8:d8:2200::", False),  # 93.184.216.34 in RFC 6052's /48 layout
+        ("64:ff9b:1:ffff::5db8:d822", False),
+        ("::10.0.0.1", False),  # IPv4-compatible (deprecated): refused whatever it carries
+        ("::127.0.0.1", False),
+        ("::169.254.169.254", False),
+        ("::93.184.216.34", False),
+        ("::ffff:0:10.0.0.1", False),  # IPv4-translated (SIIT): likewise
+        ("::ffff:0:93.184.216.34", False),
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", False),  # Teredo, client 10.0.0.1
+        ("2001:0:5db8:d822:8000:63bf:a247:27dd", False),  # Teredo, client 93.184.216.34
+        ("::", False),
         ("224.0.0.1", False),
         ("not an address", False),
     ],
@@ -134,4 +162,9 @@ def test_which_urls_an_endpoint_may_have() -> None:
     for url in refused:
         assert url_problem(url, False) is not None, url
     assert url_problem("http://127.0.0.1:8000/x", True) is None
+    assert url_problem("https://[64:ff9b::5db8:d822]/x", False) is None
+    for host in ("64:ff9b::a00:1", "64:ff9b:1::a00:1", "::a00:1", "::ffff:7f00:1", "2002:a00:1::1"):
+        problem = url_problem(f"https://[{host}]:8443/x", False)
+        assert problem == "must not reach a private, loopback or link-local address", host
+        assert url_problem(f"http://[{host}]:8443/x", True) is None
     assert url_problem("ftp://127.0.0.1/x", True) is not None

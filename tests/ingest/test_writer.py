@@ -107,4 +107,4 @@ def test_concurrent_duplicate_sales_exactly_one_wins(world: World) -> None:
     assert sql_rows(
         store, "SELECT outcome, count(*) FROM raw_events WHERE kind='sale' GROUP BY 1 ORDER BY 1"
     ) == [("accepted", 1), ("duplicate", 39)]
-    assert sql_rows(store, "SELECT count(*) FROM idempotency_keys WHERE key = 'in_race'") == [(1,)]
+    assert sql_rows(store, "SELECT count(*) FROM idempotency_keys WHERE key = 'sale:in_race'") == [(1,)]

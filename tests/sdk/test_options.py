@@ -91,7 +91,7 @@ def test_a_calls_own_retry_policy_wins_over_the_clients(world: World) -> None:
     with pytest.raises(ServerError):
         reader(app, sleeps, retries=3).track_lead(customer_external_id="u", retry=RetryPolicy(max_retries=0))
     assert (len(app.requests), sleeps) == (1, [])
-    app.faults = [app.error(down())] * 2
+    app.faults = [proxy(502)] * 2  # (no `Retry-After`: the policy's own backoff)
     result = reader(app, sleeps, retries=0).track_lead(
         customer_external_id="u", retry=RetryPolicy(max_retries=2, backoff=0.1)
     )
@@ -150,7 +150,7 @@ def test_the_logger_says_what_was_sent_and_each_retry_and_never_a_secret(
     assert [(r.levelname, r.getMessage()) for r in records if r.levelno == logging.INFO] == [
         (
             "INFO",
-            "retrying POST /api/v1/track/sale in 0.50 s after HTTP 503"
+            "retrying POST /api/v1/track/sale in 1.00 s after HTTP 503"  # its `Retry-After: 1`
             f" (attempt 2 of at most 3, request {rid})",
         )
     ]
@@ -240,4 +240,4 @@ def test_the_async_client_takes_the_same_options(world: World) -> None:
 
     asyncio.run(run())
     assert [r.extensions["timeout"]["read"] for r in app.requests] == [1.5, 1.5, 1.5, 3]
-    assert sleeps == [0.5, 1.0]
+    assert sleeps == [1.0, 1.0]  # the backoff, never shorter than the 503's `Retry-After: 1`

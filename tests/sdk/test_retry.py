@@ -58,7 +58,7 @@ def processed(world: World) -> list[tuple[str, int, str]]:
 
 @pytest.mark.parametrize(
     ("code", "sleep"),
-    [(429, 1.0), (502, 0.5), (503, 0.5), (504, 0.5)],  # the app's 429 always says Retry-After
+    [(429, 1.0), (502, 0.5), (503, 1.0), (504, 0.5)],  # the app's 429 and 503 always say Retry-After
 )
 def test_retryable_statuses_are_retried_then_succeed(world: World, code: int, sleep: float) -> None:
     app, sleeps = RealApp(world), Sleeps()
@@ -158,7 +158,7 @@ def test_retries_are_bounded_with_exponential_backoff(world: World) -> None:
     with pytest.raises(ServerError) as info:
         track(real_client(app, sleeps, retries=4))
     assert len(app.requests) == 5
-    assert sleeps == [0.5, 1.0, 2.0, 4.0]
+    assert sleeps == [1.0, 1.0, 2.0, 4.0]  # the backoff, never shorter than the 503's `Retry-After: 1`
     assert (info.value.status, info.value.code) == (503, "database_unavailable")
     assert processed(world) == []  # refused at the door: the sale can still be sent
     assert track(real_client(app)).data["transaction_id"] == "in_1"

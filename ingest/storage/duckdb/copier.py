@@ -30,6 +30,7 @@ import orjson
 import pyarrow as pa
 
 from ingest.domain.errors import DatabaseUnavailable
+from ingest.domain.keys import tagged_claim
 from ingest.storage.duckdb.faults import not_the_data
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.schema import RAW_EVENT_COLUMNS
@@ -119,6 +120,17 @@ def revive_rows(rows: list[list[Any]], schema: pa.Schema) -> list[tuple[Any, ...
     return out
 
 
+_SEQ, _KIND = RAW_SCHEMA.names.index("seq"), RAW_SCHEMA.names.index("kind")
+
+
+def _tag_claims(keys: list[tuple[Any, ...]], raw: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A batch's claims as this release makes them, for a batch journaled by a release before
+    claims were tagged with their kind (the database's were tagged by schema migration 10): each
+    by the kind of the batch's raw row that made it (ingest/domain/keys.py `tagged_claim`)."""
+    kinds = {row[_SEQ]: row[_KIND] for row in raw}
+    return [(program, tagged_claim(program, key, kinds.get(seq)), seq) for program, key, seq in keys]
+
+
 @dataclass
 class Batch:
     """One group commit's rows, as the journal holds them and the copier inserts them."""
@@ -190,6 +202,8 @@ class Copier:
                     self._write_aside(number, record, exc)
                     continue
                 raw, logs, keys, checks = parts
+                if not record.get("tagged"):  # journaled before claims were tagged with their kind
+                    keys = _tag_claims(keys, raw)
                 self.pending.append(Batch(raw, logs, keys, checks, number))
         before = self.set_aside
         self.flush()
@@ -211,6 +225,7 @@ class Copier:
                     "logs": batch.logs,
                     "keys": batch.keys,
                     "checks": batch.checks,
+                    "tagged": True,  # its claims are tagged with their kind (`_tag_claims`)
                 }
             )
             self.batch_no = batch.number = number

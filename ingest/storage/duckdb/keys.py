@@ -57,11 +57,13 @@ from ingest.storage.durable import fsync_path
 
 log = logging.getLogger("tally.store")
 
-FORMAT = "3"  # bump when the tables below change: an index of another format is rebuilt
+FORMAT = "4"  # bump when the tables below change: an index of another format is rebuilt
 # 2: claims are derived from the log when catching up or rebuilding (`claims_of`), as ingest made
 # them, so a claim alone decides a duplicate (an index rebuilt by format 1 had none)
 # 3: `invoice_payment.paid` links an invoice and its payment to one ledger, and a processor
 # refund of a sale not known yet keeps its amount under the charge's ids (`_observe_processor`)
+# 4: claims are tagged with their kind (`sale:<id>`), so no sale id takes a refund's or a promo
+# code's claim (an index of format 3 holds sale ids untagged)
 BUILD_CACHE_MB = 512  # page cache while rebuilding from the whole log (not while serving)
 
 _DDL = (

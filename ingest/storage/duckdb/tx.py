@@ -200,9 +200,9 @@ class DuckTx(KeyLookups):
         self.index.put_credential(replace(cred, flagged_at=flagged_at, rotation_deadline=deadline), self.undo)
 
     def claim_sale(
-        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
+        self, program_id: str, key: str, raw_seq: int, click_id: str | None, customer_key: str
     ) -> str | None:
-        if not self.claim_keys(program_id, [transaction_id], raw_seq):
+        if not self.claim_keys(program_id, [key], raw_seq):
             return None
         return sale_partner(self, program_id, click_id, customer_key)
 

@@ -98,10 +98,8 @@ def claim(cur: Cursor, program_id: str, keys: Sequence[str]) -> list[str]:
     return [k for k in keys if k in won]
 
 
-def claim_sale(
-    cur: Cursor, program_id: str, transaction_id: str, click_id: str | None, customer: str
-) -> str | None:
-    """`claim` of one sale id and, in the same statement, the partner of its click or else of
+def claim_sale(cur: Cursor, program_id: str, key: str, click_id: str | None, customer: str) -> str | None:
+    """`claim` of one sale's key and, in the same statement, the partner of its click or else of
     its customer's binding ('' for none); None when the id was taken."""
     row = cur.execute(
         b"WITH c AS (INSERT INTO key_claims (program_id, key) VALUES (%(p)s, %(k)s)"
@@ -110,7 +108,7 @@ def claim_sale(
         b"   (SELECT partner_code FROM key_clicks"
         b"    WHERE program_id = %(p)s AND click_id = %(click)s::varchar),"
         b"   (SELECT partner_code FROM key_bindings WHERE program_id = %(p)s AND customer = %(customer)s))",
-        {"p": program_id, "k": transaction_id, "click": click_id, "customer": customer},
+        {"p": program_id, "k": key, "click": click_id, "customer": customer},
     ).fetchone()
     if row is None or not row[0]:
         return None

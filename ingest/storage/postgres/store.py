@@ -26,8 +26,8 @@ dashboard session) binds every replica from that moment:
 - Faults: a connection that fails, or a database that cannot be reached, is
   `DatabaseUnavailable` (503, nothing acknowledged). While it lasts, lookups and writes fail at
   once instead of waiting (the event loop is never held up by an unreachable database) and a
-  probe thread retries every half second; the replica recovers by itself when the database
-  returns (`readiness()` says why it is not ready meanwhile).
+  probe thread retries every tenth of a second (conn.py `PROBE_SECONDS`); the replica recovers
+  by itself when the database returns (`readiness()` says why it is not ready meanwhile).
 
 The reconciler works in a DuckDB working copy of the log on this machine (`WorkingCopy`,
 ingest/storage/postgres/copy.py) fed through `PgLogSource` (source.py) and publishes its tables

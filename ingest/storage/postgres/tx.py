@@ -442,24 +442,22 @@ class PgTx:
         return claimed
 
     def claim_sale(
-        self, program_id: str, transaction_id: str, raw_seq: int, click_id: str | None, customer_key: str
+        self, program_id: str, key: str, raw_seq: int, click_id: str | None, customer_key: str
     ) -> str | None:
         """One statement: the claim and the partner lookup. Pending writes of earlier operations
         go out with it (a click or lead of this group is seen); this operation's own (its sale's
         ledger, which the lookup does not read) wait, so a refused claim leaves nothing sent."""
-        taken = self._take((program_id, transaction_id))
+        taken = self._take((program_id, key))
         if taken is not None:  # claimed ahead: the partner from what the group read
             if not taken:
                 return None
-            self._claims.append([program_id, transaction_id, raw_seq])
+            self._claims.append([program_id, key, raw_seq])
             return sale_partner(self, program_id, click_id, customer_key)
-        partner = keys.claim_sale(
-            self._read(upto=self._marked), program_id, transaction_id, click_id, customer_key
-        )
+        partner = keys.claim_sale(self._read(upto=self._marked), program_id, key, click_id, customer_key)
         if partner is not None:
             self._numbered += 1
             self._sent = self._numbered
-            self._claims.append([program_id, transaction_id, raw_seq])
+            self._claims.append([program_id, key, raw_seq])
         return partner
 
     def log(
