@@ -48,6 +48,7 @@ from reconcile import (
     entries,
     explain,
     fixes,
+    latecomers,
     layers,
     leads,
     manual,
@@ -188,7 +189,7 @@ def reconcile(
     )
     held = payouts.assign(lines, made, settled, acts, failed, keep_custody=True)
     return Result(
-        sales=_conform(current.sales, SALES_SCHEMA),
+        sales=_conform(latecomers.booked_in(current.sales, log, closed), SALES_SCHEMA),
         commissions=_conform(entries.history(held, acts, log), COMMISSIONS_SCHEMA),
         refunds=_conform(refund_rules.booked_in(current.refunds, log, closed), REFUNDS_SCHEMA),
         double_counts=_conform(current.double_counts, DOUBLE_COUNTS_SCHEMA),

@@ -206,6 +206,9 @@ SALES_SCHEMA: dict[str, pl.DataType] = {
     "refunded": INT,
     "occurred_at": UTC,
     "period": STR,
+    # the month its figures count in: `period`, or, for a sale logged after its month was
+    # closed, the month it was logged (reconcile/latecomers.py)
+    "booked_period": STR,
 }
 
 # Commission ledger lines (reconcile/ledger.py, reconcile/periods.py, reconcile/payouts.py).

@@ -2,7 +2,9 @@
 
 What each figure means (all integer minor units, one row per currency, currencies never summed):
 
-- Sales are the program's reconciled sales that *occurred* in the month (rc_sales.period). Test
+- Sales are the program's reconciled sales that *occurred* in the month (rc_sales.period), or,
+  for a sale logged after its month was closed, were logged in it (rc_sales.booked_period,
+  reconcile/latecomers.py): a closed month's figures never change. Test
   sales are left out of every figure and only counted (`test_sales_count`, `test_sales`).
   `gross_sales` is what customers paid (tax included), `tax` its tax part; each sale is either
   attributed (to a partner) or unattributed (with its one reason).
@@ -363,7 +365,7 @@ def from_result(
     mine = pl.col("program_id") == program_id
     sale_modes = result.sales.filter(mine).select("sale_id", "test_mode")
     refunds = (
-        result.refunds.filter(mine & (pl.col("period") == period))
+        result.refunds.filter(mine & (pl.col("booked_period") == period))
         .drop("test_mode", strict=False)
         .join(sale_modes, on="sale_id", how="left")
     )
@@ -371,7 +373,7 @@ def from_result(
         program_id=program_id,
         period=period,
         program_name=program_name,
-        sales=result.sales.filter(mine & (pl.col("period") == period)),
+        sales=result.sales.filter(mine & (pl.col("booked_period") == period)),
         commissions=result.commissions.filter(mine & (pl.col("period") == period)),
         refunds=refunds,
         double_counts=result.double_counts.filter(mine & (period_of(pl.col("occurred_at")) == period)),

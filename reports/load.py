@@ -97,11 +97,13 @@ def _finance_inputs(
     db: Reader, program_id: str, period: str
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     start, end = month_bounds(period)
+    # sales by the month they count in (a table published before `booked_period`: by `period`)
+    booked = "booked_period" if _has_column(db, "rc_sales", "booked_period") else "period"
     sales = _frame(
         db,
         "rc_sales",
         SALE_INPUT,
-        f"SELECT {', '.join(SALE_INPUT)} FROM rc_sales WHERE program_id = ? AND period = ?",
+        f"SELECT {', '.join(SALE_INPUT)} FROM rc_sales WHERE program_id = ? AND {booked} = ?",
         [program_id, period],
     )
     lines = _frame(
@@ -133,6 +135,14 @@ def _finance_inputs(
         [program_id, start, end],
     )
     return sales, lines, refunds, doubles
+
+
+def _has_column(db: Reader, table: str, column: str) -> bool:
+    row = db.one(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+        [table, column],
+    )
+    return bool(row and row[0])
 
 
 def double_counting(db: Reader, program_id: str, period: str | None = None) -> DoubleCountingReport:

@@ -1311,6 +1311,35 @@ def booked_refunds(rows: list[Row], refunds: list[Row]) -> list[Row]:
     return out
 
 
+def booked_sales(rows: list[Row], sales: list[Row]) -> list[Row]:
+    """Each sale's booked_period: its own month, unless that month was closed before the sale's
+    first record was logged; then the month that record was received in, at the earliest the
+    one after."""
+    closed = closes(rows)
+    ids = ("transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id")
+    records = [
+        r
+        for r in rows
+        if r["outcome"] == "accepted" and r["program_id"] is not None and r["kind"] in ("sale", "stripe")
+    ]
+    out = []
+    for sale in sales:
+        booked = sale["period"]
+        close_seq = closed.get((sale["program_id"], sale["period"]))
+        if close_seq is not None:
+            mine = {sale.get(f) for f in ids} - {None}
+            seen = [
+                r
+                for r in records
+                if r["program_id"] == sale["program_id"] and {r.get(f) for f in ids} & mine
+            ]
+            first_record = min(seen, key=lambda r: r["seq"]) if seen else None
+            if first_record is not None and first_record["seq"] > close_seq:
+                booked = max(period(first_record["received_at"]), next_month(sale["period"]))
+        out.append({**sale, "booked_period": booked})
+    return out
+
+
 def next_month(p: str) -> str:
     year, month = int(p[:4]), int(p[5:])
     return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
@@ -1959,7 +1988,7 @@ def reconcile_reference(
     apply_payouts(lines, batches, finance_actions(rows))
     line_history(lines, rows)
     return {
-        "sales": current["sales"],
+        "sales": booked_sales(rows, current["sales"]),
         "commissions": lines,
         "refunds": booked_refunds(rows, current["refunds"]),
         "double_counts": current["double_counts"],
