@@ -4,6 +4,8 @@ module imports another)."""
 
 from __future__ import annotations
 
+import json
+
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,6 +93,8 @@ def app_with(
             ids: dict[str, str] = {}
             for program in stream.programs.to_dicts():
                 body = {k: v for k, v in program.items() if k != "program_id"}
+                # per-currency settings travel in the frame as JSON text (reconcile/terms.py)
+                body["commission_flat"] = json.loads(body["commission_flat"])
                 r = client.post(
                     "/api/v1/programs", json={**body, "workspace_id": workspace, "name": "P"}, headers=owner
                 )
