@@ -122,7 +122,8 @@ class Balance(_Out):
 
 
 class PartnerOut(_Out):
-    """A partner as the owner's reads show it, with its payout details (null until set)."""
+    """A partner as the owner's reads show it, with its payout details (null until set) and
+    its balances."""
 
     partner_id: str
     program_id: str
@@ -134,6 +135,7 @@ class PartnerOut(_Out):
     payout_email: str | None
     payout_name: str | None
     payout_currency: str | None
+    balances: list[Balance]  # per currency: approved unpaid, pending, held (CONTRACT 15)
 
 
 class StatementEntry(_Out):

@@ -188,6 +188,7 @@ PARTNER_EXAMPLE = {
     "email": "alice@partner.test",
     "created_at": "2026-11-21T10:00:00Z",
     **dict.fromkeys(partners.PAYOUT_FIELDS),
+    "balances": [{"currency": "usd", "approved_unpaid": 4200, "pending": 1500, "held": 0}],
 }
 _MEMBER = "Any member of the program's workspace."
 _PER_CURRENCY = (
@@ -286,7 +287,7 @@ document(
             example={"code": "alice", "name": "Alice", "email": "alice@partner.test"},
             status=201,
             data=schemas.PartnerOut,
-            result=PARTNER_EXAMPLE,
+            result={**PARTNER_EXAMPLE, "balances": []},  # a new partner is owed nothing yet
             errors=(ProgramNotFound, NotFound, OwnerRequired, Conflict),
             writes=True,
         ),
