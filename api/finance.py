@@ -12,6 +12,7 @@ reconcile/bookings.py, reconcile/manual.py); reads are reports/'s.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import date
 from typing import Any
 
@@ -238,6 +239,34 @@ def _open_batches(db: Reader, program_id: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
+def _actions_of(db: Reader, program_id: str, transaction_id: str, lines: list[dict[str, Any]]) -> list[str]:
+    """The sale's finance actions in log order (hold, release, void). A line of a closed month
+    keeps its status whatever is done to it later (reconcile/bookings.py `compensations`), so the
+    sale's state is read from the log's actions, not from its lines' statuses alone."""
+    if not lines:
+        return []
+    sale_id = str(lines[0]["sale_id"])
+    rows = db.rows(
+        "SELECT body FROM raw_events WHERE program_id = ? AND kind = 'commission_action'"
+        " AND outcome = 'accepted' AND transaction_id = ? ORDER BY seq",
+        [program_id, transaction_id],
+    )
+    found: list[str] = []
+    for (body,) in rows:
+        parsed = json.loads(body) if isinstance(body, str) else body
+        if isinstance(parsed, dict) and parsed.get("sale_id") == sale_id:
+            found.append(str(parsed.get("action")))
+    return found
+
+
+def _acted_state(acts: list[str]) -> set[str]:
+    """`held` or `void` when the sale's actions leave it so (as reconcile/bookings.py folds them)."""
+    if "void" in acts:
+        return {"void"}
+    last = [a for a in acts if a in ("hold", "release")]
+    return {"held"} if last and last[-1] == "hold" else set()
+
+
 def _decide(
     st: State, program: Program, transaction_id: str, action: str, reason: str, actor: str
 ) -> dict[str, Any]:
@@ -245,11 +274,13 @@ def _decide(
     with st.store.reader() as db:
         lines = sale_lines(db, program.program_id, transaction_id)
         open_batches = _open_batches(db, program.program_id)
+        db_state = _actions_of(db, program.program_id, transaction_id, lines)
     if not lines:
         raise SaleNotFound(
             f"no commission lines for transaction {transaction_id} in program {program.program_id}"
         )
-    statuses = {str(line["status"]) for line in lines}
+    sale_id = str(lines[0]["sale_id"])
+    statuses = {str(line["status"]) for line in lines} | _acted_state(db_state)
     if action in ("hold", "void"):
         batched = [str(line["payout_id"]) for line in lines if line["payout_id"] is not None]
         in_open = [b for b in batched if b in open_batches]
@@ -271,7 +302,6 @@ def _decide(
         raise InvalidTransition(f"transaction {transaction_id} is already held")
     if action == "release" and "held" not in statuses:
         raise InvalidTransition(f"transaction {transaction_id} has no held line to release")
-    sale_id = str(lines[0]["sale_id"])
     return actions.commission_action_row(program, sale_id, transaction_id, action, reason, actor)
 
 

@@ -218,7 +218,7 @@ def overlay(
     lines = lines.with_columns(booked_seq=pl.lit(None, pl.Int64), booked_at=pl.lit(None, UTC))
     if not books.is_empty():
         lines = _with_books(lines, books, log, sales, now, closed)
-    return apply_actions(lines, acts, now)
+    return apply_actions(lines, acts, now, closed)
 
 
 def _with_books(
@@ -439,27 +439,148 @@ def causes(
     )
 
 
-def apply_actions(lines: pl.DataFrame, acts: pl.DataFrame, now: datetime) -> pl.DataFrame:
-    """Statuses after the finance actions: held / void sales' lines, released self-referrals."""
+FROZEN = "frozen_seq"  # (internal column) actions at or after this seq do not touch the line
+WORDS = {"hold": "held", "release": "released", "void": "void"}
+
+
+def apply_actions(
+    lines: pl.DataFrame, acts: pl.DataFrame, now: datetime, closed: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Statuses after the finance actions: held / void sales' lines, released self-referrals.
+
+    `closed` (program_id, period, close_seq; reconcile/periods.py `closes`): a booked approved
+    line whose month is closed never moves (CONTRACT 15). From the later of its booking and its
+    month's close (its `frozen_seq`, a column of the result, null for other lines) it keeps the
+    status the earlier actions gave it, and each later action that changes whether it is owed
+    books a line of its own (`compensations`): a hold or void of an owed line minus its values,
+    a release of a held one plus them, in the first month open when the action was logged.
+    Those lines are booked by the action itself and no action touches them (`frozen_seq` -1)."""
+    lines = _frozen(lines, closed)
     if acts.is_empty():
         return lines.with_columns(status_reason=pl.lit(None, pl.String), status_by=pl.lit(None, pl.String))
-    states = state_at(acts)
-    joined = lines.join(states, on=SALE, how="left")
-    return joined.with_columns(
-        status=pl.when(pl.col("hold_state") == "void")
-        .then(pl.lit("void"))
-        .when(pl.col("hold_state") == "held")
-        .then(pl.lit("held"))
-        .when(
-            (pl.col("hold_state") == "released")
-            & (pl.col("status") == "held")
-            & pl.col("booked_seq").is_null()
+    row = "__line"
+    indexed = lines.with_row_index(row)
+    applying = (
+        indexed.select(row, *SALE, FROZEN)
+        .join(acts, on=SALE)
+        .filter(pl.col(FROZEN).is_null() | (pl.col("action_seq") < pl.col(FROZEN)))
+    )
+    states = fold(applying, [row])
+    joined = indexed.join(states, on=row, how="left")
+    acted = (
+        joined.with_columns(
+            status=pl.when(pl.col("hold_state") == "void")
+            .then(pl.lit("void"))
+            .when(pl.col("hold_state") == "held")
+            .then(pl.lit("held"))
+            .when(
+                (pl.col("hold_state") == "released")
+                & (pl.col("status") == "held")
+                & pl.col("booked_seq").is_null()
+            )
+            .then(_clock(now, pl.col("available_at")))
+            .otherwise(pl.col("status")),
+            status_reason=pl.col("hold_reason"),
+            status_by=pl.col("hold_by"),
         )
-        .then(_clock(now, pl.col("available_at")))
-        .otherwise(pl.col("status")),
-        status_reason=pl.col("hold_reason"),
-        status_by=pl.col("hold_by"),
-    ).drop("hold_state", "hold_reason", "hold_by")
+        .sort(row)
+        .drop("hold_state", "hold_reason", "hold_by", row)
+    )
+    extra = compensations(acted, acts, closed, now)
+    if extra.is_empty():
+        return acted
+    return pl.concat([acted, extra.select(acted.columns)], how="vertical_relaxed")
+
+
+def _frozen(lines: pl.DataFrame, closed: pl.DataFrame | None) -> pl.DataFrame:
+    if FROZEN in lines.columns:
+        return lines
+    if closed is None or closed.is_empty() or lines.is_empty():
+        return lines.with_columns(pl.lit(None, pl.Int64).alias(FROZEN))
+    shut = closed.select("program_id", "period", "close_seq")
+    return (
+        lines.join(shut, on=["program_id", "period"], how="left")
+        .with_columns(
+            pl.when(pl.col("booked_seq").is_not_null() & pl.col("close_seq").is_not_null())
+            .then(pl.max_horizontal("booked_seq", "close_seq"))
+            .otherwise(pl.lit(None, pl.Int64))
+            .alias(FROZEN)
+        )
+        .drop("close_seq")
+    )
+
+
+def compensations(
+    lines: pl.DataFrame, acts: pl.DataFrame, closed: pl.DataFrame | None, now: datetime
+) -> pl.DataFrame:
+    """The lines finance's actions book for lines frozen by a close (`apply_actions`): kind
+    `adjustment`, `cause` the action's id, booked by it (`booked_seq` its seq, `booked_at` its
+    time), status `approved`, reason the action's (`held: fraud`, `released`, `void: ...`)."""
+    frozen = lines.filter(pl.col(FROZEN).is_not_null() & (pl.col(FROZEN) >= 0))
+    if frozen.is_empty() or acts.is_empty():
+        return lines.clear()
+    later = (
+        frozen.select(*SALE, FROZEN)
+        .unique()
+        .join(acts, on=SALE)
+        .filter(pl.col("action_seq") > pl.col(FROZEN))
+    )
+    if later.is_empty():
+        return lines.clear()
+    by_line: dict[tuple[str, str, int], list[dict[str, object]]] = {}
+    for act in later.sort("action_seq").iter_rows(named=True):
+        by_line.setdefault((act["program_id"], act["sale_id"], act[FROZEN]), []).append(act)
+    shut: dict[tuple[str, str], int] = {}
+    if closed is not None:
+        shut = {(p, m): q for p, m, q in closed.select("program_id", "period", "close_seq").iter_rows()}
+    out: list[dict[str, object]] = []
+    for line in frozen.iter_rows(named=True):
+        todo = by_line.get((line["program_id"], line["sale_id"], line[FROZEN]))
+        if not todo:
+            continue
+        state = "held" if line["status"] == "held" else "void" if line["status"] == "void" else "owed"
+        for act in todo:
+            action, sign = str(act["action"]), 0
+            if state == "owed" and action in ("hold", "void"):
+                sign = -1
+            elif state == "held" and action == "release":
+                sign = 1
+            if state != "void":
+                state = {"hold": "held", "release": "owed", "void": "void"}[action]
+            if not sign:
+                continue
+            seq, at = int(str(act["action_seq"])), act["acted_at"]
+            assert isinstance(at, datetime)
+
+            def closed_before(m: str, program: str = line["program_id"], seq: int = seq) -> bool:
+                return (program, m) in shut and shut[(program, m)] < seq
+
+            month = first_open(f"{at:%Y-%m}", closed_before)
+            start = datetime.fromisoformat(f"{month}-01T00:00:00+00:00")
+            dated = max(at, start)
+            word = WORDS[action]
+            out.append(
+                {
+                    **line,
+                    **{m: sign * int(line[m] or 0) for m in MONEY},
+                    "kind": "adjustment",
+                    "cause": act["action_id"],
+                    "adjusts": line["transaction_id"],
+                    "period": month,
+                    "status": "approved" if dated <= now else "pending",
+                    "self_referral": False,
+                    "available_at": dated,
+                    "dated_at": dated,
+                    "booked_seq": seq,
+                    "booked_at": at,
+                    "status_reason": f"{word}: {act['reason']}" if act["reason"] else word,
+                    "status_by": act["by"],
+                    FROZEN: -1,
+                }
+            )
+    if not out:
+        return lines.clear()
+    return pl.DataFrame(out, schema=lines.schema)
 
 
 def due(lines: pl.DataFrame) -> pl.DataFrame:

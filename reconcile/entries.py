@@ -33,6 +33,13 @@ from reconcile.schema import ENGINE
 
 SALE = ["program_id", "sale_id"]
 _RELEASES = ("payout_cancel", "payout_row_failed")
+FROZEN = "frozen_seq"  # reconcile/bookings.py: actions from this seq on do not touch the line
+
+
+def _heeds(seq: pl.Expr) -> pl.Expr:
+    """The actions a booked line heeds: after its booking, before it froze (a closed month's
+    line: a later action books a line of its own, reconcile/bookings.py `compensations`)."""
+    return (seq > pl.col("booked_seq")) & (pl.col("__until").is_null() | (seq < pl.col("__until")))
 
 
 def _stamp(at: datetime) -> str:
@@ -45,10 +52,12 @@ def history(lines: pl.DataFrame, acts: pl.DataFrame, log: pl.LazyFrame) -> pl.Da
     row = "__line"
     indexed = lines.with_row_index(row)
     booked = indexed.filter(pl.col("booked_seq").is_not_null() & (pl.col("amount") != 0))
+    until = pl.col(FROZEN) if FROZEN in lines.columns else pl.lit(None, pl.Int64)
+    booked = booked.with_columns(until.alias("__until"))
     acted = (
-        booked.select(row, *SALE, "booked_seq")
+        booked.select(row, *SALE, "booked_seq", "__until")
         .join(acts.select(*SALE, "action_seq"), on=SALE)
-        .filter(pl.col("action_seq") > pl.col("booked_seq"))
+        .filter(_heeds(pl.col("action_seq")))
         .select(row)
     )
     let_go = booked.filter(
@@ -59,7 +68,7 @@ def history(lines: pl.DataFrame, acts: pl.DataFrame, log: pl.LazyFrame) -> pl.Da
     ).select(row)
     wanted = pl.concat([acted, let_go]).unique()
     if wanted.is_empty():
-        return lines.drop("custody").with_columns(history=pl.lit(None, pl.String))
+        return lines.drop("custody", FROZEN, strict=False).with_columns(history=pl.lit(None, pl.String))
     mine = booked.join(wanted, on=row, how="semi")
     releases = {
         seq: (at, event_id)
@@ -76,7 +85,7 @@ def history(lines: pl.DataFrame, acts: pl.DataFrame, log: pl.LazyFrame) -> pl.Da
         found = _entries(line, by_sale.get((line["program_id"], line["sale_id"]), []), releases)
         texts.append(json.dumps(found, sort_keys=True) if found else None)
     made = mine.select(row).with_columns(history=pl.Series(texts, dtype=pl.String))
-    return indexed.join(made, on=row, how="left").sort(row).drop(row, "custody")
+    return indexed.join(made, on=row, how="left").sort(row).drop(row, "custody", FROZEN, strict=False)
 
 
 def _entries(
@@ -86,8 +95,9 @@ def _entries(
     booked, amount = int(line["booked_seq"]), int(line["amount"])
     spans = [(int(c["seq"]), c["release"], c["payout_id"]) for c in line["custody"] or []]
     points: dict[int, list[tuple[str, Any]]] = {}
+    until = line["__until"]
     for act in acts:
-        if act["action_seq"] > booked:
+        if act["action_seq"] > booked and (until is None or act["action_seq"] < until):
             points.setdefault(int(act["action_seq"]), []).append(("act", act))
     for start, release, payout_id in spans:
         points.setdefault(start, [])

@@ -375,8 +375,9 @@ def assign(
     snapshot_rows = pairs(made).select("program_id", "payout_id", "partner_code", "currency")
     legacy = made.filter(pl.col("snapshot").is_null()).select("program_id", "payout_id")
     lines_in = indexed.lazy().filter(pl.col("booked_seq").is_not_null() & (pl.col("amount") != 0))
+    frozen = [bookings.FROZEN] if bookings.FROZEN in indexed.columns else []
     every = lines_in.select(
-        row, "program_id", "sale_id", "partner_code", "currency", "booked_seq", "dated_at"
+        row, "program_id", "sale_id", "partner_code", "currency", "booked_seq", "dated_at", *frozen
     )
     taking = every.join(
         made.lazy().select("program_id", "payout_id", "seq", "cutoff"), on="program_id"
@@ -390,18 +391,18 @@ def assign(
         ]
     ).collect(engine=ENGINE)
     if acts is not None and not acts.is_empty() and not candidates.is_empty():
+        # a line frozen by a close (bookings.apply_actions) heeds only the actions before it froze
+        until = pl.col(bookings.FROZEN) if frozen else pl.lit(None, pl.Int64)
         stopped = (
-            candidates.select("program_id", "sale_id", "seq")
-            .unique()
+            candidates.select(row, "program_id", "sale_id", "seq", frozen=until)
             .join(acts, on=["program_id", "sale_id"])
-            .filter(pl.col("action_seq") < pl.col("seq"))
+            .filter(
+                (pl.col("action_seq") < pl.col("seq"))
+                & (pl.col("frozen").is_null() | (pl.col("action_seq") < pl.col("frozen")))
+            )
         )
-        at_batch = bookings.fold(stopped, ["program_id", "sale_id", "seq"]).filter(
-            pl.col("hold_state").is_in(["held", "void"])
-        )
-        candidates = candidates.join(
-            at_batch.select("program_id", "sale_id", "seq"), on=["program_id", "sale_id", "seq"], how="anti"
-        )
+        at_batch = bookings.fold(stopped, [row, "seq"]).filter(pl.col("hold_state").is_in(["held", "void"]))
+        candidates = candidates.join(at_batch.select(row, "seq"), on=[row, "seq"], how="anti")
     firsts = (
         own.join(indexed.select(row, "partner_code", "currency"), on=row)
         .join(made.select("program_id", "payout_id", "seq"), on=["program_id", "payout_id"])

@@ -202,15 +202,17 @@ def reconcile(
 def _manual_lines(
     log: pl.LazyFrame, closed: pl.DataFrame, acts: pl.DataFrame, now: datetime, columns: list[str]
 ) -> pl.DataFrame:
-    """The manual entries' lines (reconcile/manual.py), with finance's holds and voids applied;
-    the entry's reason and author stay where no action gives its own."""
-    found = manual.lines(log, closed, columns)
-    if found.is_empty() or acts.is_empty():
-        return found
-    acted = bookings.apply_actions(found.drop("status_reason", "status_by"), acts, now)
+    """The manual entries' lines (reconcile/manual.py), with finance's holds and voids applied
+    (closed months kept: `bookings.apply_actions`); the entry's reason and author stay where no
+    action gives its own."""
+    found = manual.lines(log, closed, [c for c in columns if c != bookings.FROZEN])
+    if found.is_empty():
+        return found.with_columns(pl.lit(None, pl.Int64).alias(bookings.FROZEN)).select(columns)
+    kept = found.rename({"status_reason": "__reason", "status_by": "__by"})
+    acted = bookings.apply_actions(kept, acts, now, closed)
     return acted.with_columns(
-        status_reason=pl.coalesce(acted.get_column("status_reason"), found.get_column("status_reason")),
-        status_by=pl.coalesce(acted.get_column("status_by"), found.get_column("status_by")),
+        status_reason=pl.coalesce("status_reason", "__reason"),
+        status_by=pl.coalesce("status_by", "__by"),
     ).select(columns)
 
 

@@ -482,3 +482,77 @@ def test_paypal_pays_huf_and_jpy_in_whole_units_and_refuses_what_it_cannot_pay(
     alice = statement(world, "alice", "?currency=huf")
     assert alice["closing_balance"] == 57 == balances(world, "alice")[0]["approved_unpaid"]
     assert [(e["kind"], e["amount"]) for e in alice["entries"]][-1] == ("payout", -123_400)
+
+
+# -- 3: closed months never move ---------------------------------------------------------------
+
+
+def _report(world: World, period: str) -> bytes:
+    r = world.client.get(path(world, f"/reports/finance?period={period}&format=csv"), headers=world.owner)
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+def _summary(world: World, period: str) -> dict[str, Any]:
+    r = world.client.get(path(world, f"/reports/finance?period={period}"), headers=world.owner)
+    assert r.status_code == 200, r.text
+    (usd,) = [s for s in r.json()["data"]["summary"] if s["currency"] == "usd"]
+    found: dict[str, Any] = usd
+    return found
+
+
+def test_a_hold_or_void_in_a_closed_month_books_an_adjustment_in_the_first_open_one(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """An approved, booked January line, January closed: holding the sale leaves January's report
+    byte for byte and books minus 30.00 in February (cause: the hold); releasing it books plus
+    30.00; voiding another booked January line books its minus for good. The statement and the
+    next batch pay exactly what is owed."""
+    world = program(client, "alice")
+    payee(world, "alice")
+    sale(world, "alice", "in_a", 10_000, "2026-01-05T10:00:00Z")  # 30.00
+    sale(world, "alice", "in_b", 5_000, "2026-01-06T10:00:00Z")  # 15.00
+    clock.move_to(at("2026-02-10T09:00:00Z"))  # 30 holding days over: approved and booked
+    reconcile_now(world)
+    assert statuses(world, "alice") == [("in_a", 3000, "approved", None), ("in_b", 1500, "approved", None)]
+    post(world, "/periods/2026-01/close")
+    january = _report(world, "2026-01")
+    assert (_summary(world, "2026-01")["commissions"], _summary(world, "2026-01")["held"]) == (4500, 0)
+
+    clock.move_to(at("2026-02-11T09:00:00Z"))
+    post(world, "/commissions/in_a/hold", {"reason": "customer disputes"})
+    post(world, "/commissions/in_b/void", {"reason": "fraud"})
+    assert _report(world, "2026-01") == january  # the closed month does not move
+    lines = [
+        (r["transaction_id"], r["kind"], r["period"], r["amount"], r["status"], r["status_reason"])
+        for r in get(world, "/commissions")
+    ]
+    assert sorted(lines) == [
+        ("in_a", "adjustment", "2026-02", -3000, "approved", "held: customer disputes"),
+        ("in_a", "commission", "2026-01", 3000, "approved", None),
+        ("in_b", "adjustment", "2026-02", -1500, "approved", "void: fraud"),
+        ("in_b", "commission", "2026-01", 1500, "approved", None),
+    ]
+    assert _summary(world, "2026-02")["adjustments"] == -4500
+    assert statement(world, "alice")["closing_balance"] == 0
+    # the sale's state is the log's: held once, released once, a void is final
+    post(world, "/commissions/in_a/hold", {"reason": "again"}, expected=409)
+    post(world, "/commissions/in_b/release", {"reason": "no"}, expected=409)
+
+    clock.move_to(at("2026-03-02T09:00:00Z"))
+    post(world, "/commissions/in_a/release", {"reason": "resolved"})
+    assert _report(world, "2026-01") == january
+    released = [r for r in get(world, "/commissions") if r["period"] == "2026-03"]
+    assert [(r["transaction_id"], r["kind"], r["amount"], r["status_reason"]) for r in released] == [
+        ("in_a", "adjustment", 3000, "released: resolved")
+    ]
+    entries = statement(world, "alice")["entries"]
+    assert [(e["kind"], e["amount"], e["balance"]) for e in entries] == [
+        ("commission", 1500, 1500),  # booked in one run: in the booking's order
+        ("commission", 3000, 4500),
+        ("adjustment", -3000, 1500),
+        ("adjustment", -1500, 0),
+        ("adjustment", 3000, 3000),
+    ]
+    batch = make_batch(world, "2026-03-31")
+    assert rows(batch) == [("alice", "usd", 3000, 5, "paypal")]

@@ -5,7 +5,6 @@ module imports another)."""
 from __future__ import annotations
 
 import json
-
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -1329,9 +1329,7 @@ def booked_sales(rows: list[Row], sales: list[Row]) -> list[Row]:
         if close_seq is not None:
             mine = {sale.get(f) for f in ids} - {None}
             seen = [
-                r
-                for r in records
-                if r["program_id"] == sale["program_id"] and {r.get(f) for f in ids} & mine
+                r for r in records if r["program_id"] == sale["program_id"] and {r.get(f) for f in ids} & mine
             ]
             first_record = min(seen, key=lambda r: r["seq"]) if seen else None
             if first_record is not None and first_record["seq"] > close_seq:
@@ -1649,7 +1647,8 @@ def manual_lines(rows: list[Row], now: datetime) -> list[Row]:
             "status_by": body.get("by"),
             "payout_id": None,
         }
-        state, reason, by = action_state(acts, line["program_id"], line["sale_id"])
+        line["frozen"] = frozen_at(line, closed)
+        state, reason, by = action_state(acts, line["program_id"], line["sale_id"], line["frozen"])
         if state is not None:
             line["status_reason"], line["status_by"] = (
                 coalesce(reason, line["status_reason"]),
@@ -1658,7 +1657,12 @@ def manual_lines(rows: list[Row], now: datetime) -> list[Row]:
         if state in ("held", "void"):
             line["status"] = state
         out.append(line)
-    return out
+    return [*out, *compensations(out, acts, closed, now)]
+
+
+def _before(seq: int, line: Row) -> int:
+    frozen = line.get("frozen")
+    return seq if frozen is None else min(seq, frozen)
 
 
 def apply_payouts(lines: list[Row], batches: list[Row], acts: list[Row]) -> None:
@@ -1682,7 +1686,7 @@ def apply_payouts(lines: list[Row], batches: list[Row], acts: list[Row]) -> None
                 and b["cutoff"] is not None
                 and line["dated_at"] < b["cutoff"]
                 and (b["pairs"] is None or (line["partner_code"], line["currency"]) in b["pairs"])
-                and action_state(acts, line["program_id"], line["sale_id"], b["seq"])[0]
+                and action_state(acts, line["program_id"], line["sale_id"], _before(b["seq"], line))[0]
                 not in ("held", "void")
             )
             if not takes:
@@ -1707,6 +1711,7 @@ def line_history(lines: list[Row], rows: list[Row]) -> None:
     words = {"hold": "held", "release": "released", "void": "void"}
     for line in lines:
         custody = line.pop("custody")
+        frozen = line.pop("frozen", None)
         line["history"] = None
         if line["booked_seq"] is None or line["amount"] == 0:
             continue
@@ -1716,6 +1721,7 @@ def line_history(lines: list[Row], rows: list[Row]) -> None:
             for a in acts
             if (a["program_id"], a["sale_id"]) == (line["program_id"], line["sale_id"])
             and a["seq"] > line["booked_seq"]
+            and (frozen is None or a["seq"] < frozen)
         ]
         seqs = sorted(
             {a["seq"] for a in mine} | {c[1] for c in custody} | {c[2] for c in custody if c[2] is not None}
@@ -1946,8 +1952,10 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
             )
         lines = [*free, *books, *changes]
     acts = finance_actions(rows)
+    closed = closes(rows)
     for line in lines:
-        state, reason, by = action_state(acts, line["program_id"], line["sale_id"])
+        line["frozen"] = frozen_at(line, closed)
+        state, reason, by = action_state(acts, line["program_id"], line["sale_id"], line["frozen"])
         line["status_reason"], line["status_by"] = reason, by
         if state == "void":
             line["status"] = "void"
@@ -1955,7 +1963,68 @@ def overlay(lines: list[Row], rows: list[Row], sales: list[Row], now: datetime) 
             line["status"] = "held"
         elif state == "released" and line["status"] == "held" and line["booked_seq"] is None:
             line["status"] = clock_status(now, line["available_at"])
-    return lines
+    return [*lines, *compensations(lines, acts, closed, now)]
+
+
+def frozen_at(line: Row, closed: dict[tuple[str, str], int]) -> int | None:
+    """A booked line of a closed month heeds no action logged after both its booking and the
+    close (CONTRACT 15: closed months never move)."""
+    close_seq = closed.get((line["program_id"], line["period"]))
+    if line["booked_seq"] is None or close_seq is None:
+        return None
+    return max(line["booked_seq"], close_seq)
+
+
+def compensations(
+    lines: list[Row], acts: list[Row], closed: dict[tuple[str, str], int], now: datetime
+) -> list[Row]:
+    """For each frozen line, each later action that changes whether it is owed books an
+    adjustment of its own (minus on a hold or void of an owed line, plus on a release of a held
+    one), dated when logged, in the first month open then, booked by the action itself."""
+    words = {"hold": "held", "release": "released", "void": "void"}
+    out = []
+    for line in lines:
+        frozen = line.get("frozen")
+        if frozen is None or frozen < 0:
+            continue
+        state = line["status"] if line["status"] in ("held", "void") else "owed"
+        for a in acts:
+            if (a["program_id"], a["sale_id"]) != (line["program_id"], line["sale_id"]) or a["seq"] <= frozen:
+                continue
+            sign = 0
+            if state == "owed" and a["action"] in ("hold", "void"):
+                sign = -1
+            elif state == "held" and a["action"] == "release":
+                sign = 1
+            if state != "void":
+                state = {"hold": "held", "release": "owed", "void": "void"}[a["action"]]
+            if not sign:
+                continue
+            month = period(a["at"])
+            while (line["program_id"], month) in closed and closed[(line["program_id"], month)] < a["seq"]:
+                month = next_month(month)
+            dated = max(a["at"], datetime.fromisoformat(f"{month}-01T00:00:00+00:00"))
+            word = words[a["action"]]
+            out.append(
+                {
+                    **line,
+                    **{m: sign * line[m] for m in BOOKING_MONEY},
+                    "kind": "adjustment",
+                    "cause": a["id"],
+                    "adjusts": line["transaction_id"],
+                    "period": month,
+                    "status": clock_status(now, dated),
+                    "self_referral": False,
+                    "available_at": dated,
+                    "dated_at": dated,
+                    "booked_seq": a["seq"],
+                    "booked_at": a["at"],
+                    "status_reason": f"{word}: {a['reason']}" if a.get("reason") else word,
+                    "status_by": a["by"],
+                    "frozen": -1,
+                }
+            )
+    return out
 
 
 def reconcile_reference(
