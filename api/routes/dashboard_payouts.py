@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from api import finance
-from api.auth import state
+from api.auth import account_program, state
 from api.http import validate
 from api.openapi import Param, document
 from api.pages import render
@@ -25,6 +25,7 @@ from api.state import read_tables
 from ingest import control
 from ingest.domain.clock import utcnow
 from ingest.domain.errors import (
+    BatchPaid,
     InvalidTransition,
     LinePaid,
     NotFound,
@@ -32,7 +33,7 @@ from ingest.domain.errors import (
     SaleNotFound,
     ValidationFailed,
 )
-from ingest.domain.inputs import CommissionActionIn, PayoutIn
+from ingest.domain.inputs import CommissionActionIn, PayoutCancelIn, PayoutIn, RowFailedIn
 from ingest.storage.contract import Reader
 from reports import payfiles, payouts
 from reports.money import minimum_text
@@ -129,6 +130,8 @@ async def payouts_page(request: Request) -> Response:
         made=request.query_params.get("made"),
         nothing=request.query_params.get("nothing"),
         paid=request.query_params.get("paid"),
+        cancelled=request.query_params.get("cancelled"),
+        failed=request.query_params.get("failed"),
     )
 
 
@@ -152,8 +155,61 @@ async def mark_paid(request: Request) -> Response:
     return RedirectResponse(program_url(program, f"/payouts?{query}#payout-{quote(payout_id, safe='')}"), 303)
 
 
+@page
+async def cancel_batch(request: Request) -> Response:
+    """Cancel an open batch (CONTRACT 15): its lines are due again; it stays listed."""
+    who, form = await posted(request)
+    program = owned_program(request, who)
+    payout_id = request.path_params["payout_id"]
+    inp = validate(PayoutCancelIn, {"reason": form.get("reason", "")})
+    await finance.cancel(state(request), program, payout_id, inp.reason, who.account.account_id)
+    query = urlencode({"cancelled": payout_id})
+    return RedirectResponse(program_url(program, f"/payouts?{query}#payout-{quote(payout_id, safe='')}"), 303)
+
+
+@page
+async def fail_row(request: Request) -> Response:
+    """Mark one row of a paid batch failed (its payment bounced): its lines are owed again."""
+    who, form = await posted(request)
+    program = owned_program(request, who)
+    payout_id, code = request.path_params["payout_id"], request.path_params["partner_code"]
+    currency = request.path_params["currency"]
+    inp = validate(RowFailedIn, {"reason": form.get("reason", "")})
+    actor = who.account.account_id
+    await finance.fail_row(state(request), program, payout_id, code, currency, inp.reason, actor)
+    query = urlencode({"failed": f"{code} {currency.upper()}"})
+    return RedirectResponse(program_url(program, f"/payouts?{query}#payout-{quote(payout_id, safe='')}"), 303)
+
+
+@page
+async def partner_page(request: Request) -> Response:
+    """A partner's page: payout details, balances per currency and the statement of each (any
+    member of the workspace, as the statement's API read)."""
+    who = viewer(request)
+    program = account_program(request, who.account)
+    st = state(request)
+    code = request.path_params["code"]
+    partner = next((p for p in st.store.partners(program.program_id) if p.code == code), None)
+    if partner is None:
+        raise NotFound(f"no partner {code} in program {program.program_id}")
+    found = (await finance.balances(st, program, [code])).get(code, [])
+    statements = [await finance.statement(st, program, code, b["currency"], None, None) for b in found]
+    return render(
+        "partner.html",
+        viewer=who,
+        program=control.program_view(st.store, program),
+        partner=partner,
+        details=st.store.payout_details(program.program_id).get(code),
+        balances=found,
+        statements=statements,
+    )
+
+
 # Why a batch cannot pay a partner, as the page says it (reports/payfiles.py `not_paid`).
 NOT_PAID = {
+    "currency_not_supported": (
+        "their payout details name another currency, or one their service cannot pay: nothing is converted"
+    ),
     "below_minimum": "below the payout minimum: carried to the next batch",
     "negative_balance": "owes a negative balance (a refund after payment): netted by the next batch",
     "no_payout_details": "no payout details: pay by hand, or send them a portal link to fill them in",
@@ -196,6 +252,9 @@ routes = [
     Route(PROGRAM + "/payouts", create_payout, methods=["POST"]),
     Route(PROGRAM + "/payouts/{payout_id}/paid", mark_paid, methods=["POST"]),
     Route(PROGRAM + "/payouts/{payout_id}/export", export, methods=["GET"]),
+    Route(PROGRAM + "/payouts/{payout_id}/cancel", cancel_batch, methods=["POST"]),
+    Route(PROGRAM + "/payouts/{payout_id}/rows/{partner_code}/{currency}/failed", fail_row, methods=["POST"]),
+    Route(PROGRAM + "/partners/{code}", partner_page, methods=["GET"]),
 ]
 
 document(
@@ -207,6 +266,19 @@ document(
             "Make a payout batch up to a date (owner)", form=True, errors=(ProgramNotFound, ValidationFailed)
         ),
         mark_paid: _page("Mark a payout batch paid (owner)", form=True, errors=(ProgramNotFound, NotFound)),
+        cancel_batch: _page(
+            "Cancel an open payout batch (owner)",
+            form=True,
+            errors=(ProgramNotFound, NotFound, BatchPaid, ValidationFailed),
+        ),
+        fail_row: _page(
+            "Mark one row of a paid payout batch failed (owner)",
+            form=True,
+            errors=(ProgramNotFound, NotFound, InvalidTransition, ValidationFailed),
+        ),
+        partner_page: _page(
+            "A partner: payout details, balances and statements", errors=(ProgramNotFound, NotFound)
+        ),
         act_on_commission: _page(
             "Hold, release or void a sale's commission lines (owner)",
             form=True,

@@ -37,7 +37,7 @@ from ingest.domain.errors import NotFound, TallyError, ValidationFailed
 from ingest.domain.inputs import PayoutDetailsIn
 from ingest.domain.tokens import token_hash
 from ingest.storage.contract import Reader
-from reports import charts, payouts
+from reports import charts, payouts, statements
 from reports import portal as numbers
 from reports.money import minimum_text
 
@@ -263,6 +263,34 @@ async def payouts_page(request: Request) -> Response:
 
 
 @page
+async def statement_page(request: Request) -> Response:
+    """The partner's statement in each currency they have lines in (CONTRACT 15: the same
+    statement the brand's API gives); `format=csv&currency=xxx` downloads one."""
+    who, member = await place(request)
+    program, partner = member.program, member.partner
+    store = state(request).store
+    owed = await read_tables(store, statements.balances, program.program_id, [partner.code])
+    currencies = [str(b["currency"]) for b in owed.get(partner.code, [])]
+    if request.query_params.get("format") == "csv":
+        currency = (request.query_params.get("currency") or "").lower()
+        if currency not in currencies:
+            raise NotFound(f"no statement in {currency or 'that currency'}")
+        found = await read_tables(store, statements.statement, program.program_id, partner.code, currency)
+        name = f"statement-{partner.code}-{currency}.csv"
+        return report_response(statements.to_csv(found), statements.CSV, name, "csv")
+    pid = program.program_id
+    shown = [await read_tables(store, statements.statement, pid, partner.code, c) for c in currencies]
+    return render(
+        "statement.html",
+        viewer=who,
+        program=program,
+        partner=partner,
+        base=base_of(member),
+        statements=shown,
+    )
+
+
+@page
 async def payout_lines(request: Request) -> Response:
     """The partner's lines one payout took, as CSV; 404 for a batch that took none of theirs."""
     _, member = await place(request)
@@ -332,6 +360,7 @@ routes = [
     Route(f"{PROGRAM}/commissions", commissions_page, methods=["GET"]),
     Route(f"{PROGRAM}/payouts", payouts_page, methods=["GET"]),
     Route(f"{PROGRAM}/payouts/{{payout_id}}", payout_lines, methods=["GET"]),
+    Route(f"{PROGRAM}/statement", statement_page, methods=["GET"]),
     Route(f"{PROGRAM}/payout-details", details_page, methods=["GET"]),
     Route(f"{PROGRAM}/payout-details", save_details, methods=["POST"]),
 ]
@@ -408,6 +437,16 @@ document(
         payouts_page: _portal(
             "The partner's payouts (html, or csv with `format=csv`)",
             params=(_PROGRAM_ID, Param("format", {"type": "string", "enum": ["html", "csv"]})),
+            content={**_PAGE, **_CSV},
+            errors=(NotFound,),
+        ),
+        statement_page: _portal(
+            "The partner's statement per currency (html, or csv of one currency with `format=csv`)",
+            params=(
+                _PROGRAM_ID,
+                Param("format", {"type": "string", "enum": ["html", "csv"]}),
+                Param("currency", {"type": "string", "pattern": "^[A-Za-z]{3}$"}, "csv: its currency"),
+            ),
             content={**_PAGE, **_CSV},
             errors=(NotFound,),
         ),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -556,3 +557,74 @@ def test_a_hold_or_void_in_a_closed_month_books_an_adjustment_in_the_first_open_
     ]
     batch = make_batch(world, "2026-03-31")
     assert rows(batch) == [("alice", "usd", 3000, 5, "paypal")]
+
+
+# -- the dashboard's and the portal's pages ----------------------------------------------------
+
+
+def test_the_dashboard_cancels_a_batch_fails_a_row_and_shows_the_statement_the_portal_shows_too(
+    client: TestClient, clock: time_machine.Traveller
+) -> None:
+    """Owners cancel an open batch and mark a paid row failed from the Payouts tab (CSRF-checked
+    forms); the partner's page and the partner's own portal show the same statement."""
+    from tests.api.test_portal_pages import link, sign_in
+    from tests.helpers import csrf_of, logged_in
+
+    world = program(client, "alice", "bob")
+    payee(world, "alice")
+    payee(world, "bob", method="wise")
+    sale(world, "alice", "in_a", 10_000, "2026-01-05T10:00:00Z")  # 30.00
+    sale(world, "bob", "in_b", 20_000, "2026-01-06T10:00:00Z")  # 60.00
+    clock.move_to(at("2026-02-10T09:00:00Z"))
+    reconcile_now(world)
+    batch = make_batch(world, "2026-01-31")
+    base = f"/dashboard/programs/{world.program_id}"
+    csrf = logged_in(client, world.account_token)
+    page = client.get(f"{base}/payouts")
+    assert page.status_code == 200 and f'action="{base}/payouts/{batch["payout_id"]}/cancel"' in page.text
+    refused = client.post(f"{base}/payouts/{batch['payout_id']}/cancel", data={"reason": "x"})
+    assert refused.status_code == 403  # no CSRF token: nothing happens
+    assert get(world, f"/payouts/{batch['payout_id']}")["status"] == "open"
+    r = client.post(
+        f"{base}/payouts/{batch['payout_id']}/cancel",
+        data={"reason": "made by mistake", "csrf_token": csrf},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    cancelled = get(world, f"/payouts/{batch['payout_id']}")
+    assert (cancelled["status"], cancelled["cancel_reason"]) == ("cancelled", "made by mistake")
+    assert 'id="cancelled"' in client.get(r.headers["location"]).text
+
+    again = make_batch(world, "2026-01-31")
+    post(world, f"/payouts/{again['payout_id']}/paid")
+    page = client.get(f"{base}/payouts").text
+    failing = f"{base}/payouts/{again['payout_id']}/rows/bob/usd/failed"
+    assert f'action="{failing}"' in page
+    r = client.post(failing, data={"reason": "account closed", "csrf_token": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    outcomes = {
+        row["partner_code"]: row["outcome"] for row in get(world, f"/payouts/{again['payout_id']}")["rows"]
+    }
+    assert outcomes == {"alice": "paid", "bob": "failed"}
+
+    # bob's page: owed 60.00 again; the statement says why, entry by entry
+    mine = client.get(f"{base}/partners/bob")
+    assert mine.status_code == 200, mine.text
+    assert 'id="statement-usd"' in mine.text and "account closed" in mine.text
+    closing = statement(world, "bob")["closing_balance"]
+    assert closing == 6000
+    shown = re.search(r'class="closing">([^<]+)<', mine.text)
+    assert shown is not None and shown.group(1) == "60.00 USD"
+    assert client.get(f"{base}/partners/nobody").status_code == 404
+    assert csrf_of(mine.text)  # the page is a dashboard page like the others
+
+    # the portal: bob sees the same statement, and its CSV
+    sign_in(client, link(world, "bob"))
+    own = client.get(f"/partner/programs/{world.program_id}/statement")
+    assert own.status_code == 200, own.text
+    shown = re.search(r'class="closing">([^<]+)<', own.text)
+    assert shown is not None and shown.group(1) == "60.00 USD"
+    assert own.text.count('statement-entries"') == 1 and "in_a" not in own.text  # bob's entries only
+    rows_csv = client.get(f"/partner/programs/{world.program_id}/statement?format=csv&currency=usd")
+    assert rows_csv.status_code == 200 and rows_csv.headers["content-type"].startswith("text/csv")
+    assert list(csv.DictReader(io.StringIO(rows_csv.text)))[-1]["balance"] == "6000"
