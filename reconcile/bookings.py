@@ -527,6 +527,7 @@ def compensations(
     )
     if later.is_empty():
         return lines.clear()
+    frozen = frozen.join(later.select(*SALE, FROZEN).unique(), on=[*SALE, FROZEN], how="semi")
     by_line: dict[tuple[str, str, int], list[dict[str, object]]] = {}
     for act in later.sort("action_seq").iter_rows(named=True):
         by_line.setdefault((act["program_id"], act["sale_id"], act[FROZEN]), []).append(act)
