@@ -1329,9 +1329,7 @@ def booked_sales(rows: list[Row], sales: list[Row]) -> list[Row]:
         if close_seq is not None:
             mine = {sale.get(f) for f in ids} - {None}
             seen = [
-                r
-                for r in records
-                if r["program_id"] == sale["program_id"] and {r.get(f) for f in ids} & mine
+                r for r in records if r["program_id"] == sale["program_id"] and {r.get(f) for f in ids} & mine
             ]
             first_record = min(seen, key=lambda r: r["seq"]) if seen else None
             if first_record is not None and first_record["seq"] > close_seq:
