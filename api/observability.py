@@ -43,6 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reconcile.run import derived
+
 if TYPE_CHECKING:
     from api.settings import Settings
     from api.state import State
@@ -327,6 +329,31 @@ class _StoreCollector(Collector):
         return list(families)
 
 
+class _DerivedFiles(Collector):
+    """`tally_derived_file_rejected_total`: derived files beside the database (the row store,
+    mirror segments) the reconciler did not believe and set aside, counted by
+    reconcile/run/derived.py in this process."""
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "tally_derived_file_rejected",
+            "Derived files beside the database (the row store, column mirror segments) that failed "
+            "their checks, set aside in <database>.rejected/ and rebuilt from the log, since the "
+            "process started, by file.",
+            labels=["file"],
+        )
+
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> list[Metric]:
+        family = self._family()
+        for kind, count in sorted(derived.rejected().items()):
+            family.add_metric([kind], count)
+        return [family]
+
+
 class _RequestStats(Collector):
     """`tally_http_requests_total` and `tally_http_request_duration_seconds`, kept in plain dicts.
     Requests are observed on the event loop and `/metrics` is collected there too (its endpoint
@@ -457,6 +484,7 @@ class Observer:
         )
         self.unroutable: int | None = None
         reg.register(_StoreCollector(state, self))
+        reg.register(_DerivedFiles())
 
     def started(self, backend: str, engine: str) -> None:
         """Label `tally_build_info` once the store is open: `backend` duckdb or postgresql."""

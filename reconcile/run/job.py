@@ -496,7 +496,7 @@ def run(
                     reader, control, fingerprint, now, report, TABLES, store, rows, limit=CHUNK_EVENTS
                 )
             )
-            mirror = Mirror.open(reader)
+            mirror = Mirror.open(reader, verify=patch is None)  # a full run reads its segments
             if patch is None:
                 counts = _reconcile_all(con, reader, run_id, now, report, control, mirror, store)
             else:

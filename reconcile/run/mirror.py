@@ -20,7 +20,13 @@ Why a copy can be trusted:
   `upto_seq`, rows, format) in the same transaction as its results. A run that fails leaves a
   file no registry row names; the next full run deletes it;
 - only a chain of registered segments starting at seq 0 is used, each checked against its file
-  (present, readable, the registered row count); the chain stops at the first that is not.
+  (present, readable, the registered row count); the chain stops at the first that is not;
+- a full run (the only one that reads the segments' rows) first checks each segment's bytes
+  against the BLAKE2b digest its registry row holds (taken as the file was written): a segment
+  damaged, altered (even into other valid rows: an amount changed) or of another database fails
+  it, is set aside (reconcile/run/derived.py: renamed, logged, counted), and the chain stops
+  there; the run reads the rows after it from the log and writes them anew. Hashing a segment
+  costs a fraction of reading it (two at a time, `VERIFY_THREADS`);
   A database copied elsewhere, or restored, finds no files or its own; a change to what the
   reconciler reads changes `FORMAT`, which retires every segment of the old one;
 - tests/reconcile/test_mirror.py checks the job gives exactly the pure pipeline's tables with
@@ -38,6 +44,7 @@ import contextlib
 import hashlib
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +55,7 @@ import polars.selectors as cs
 from ingest.pause import pause
 from ingest.progress import Progress
 from ingest.storage.durable import fsync_path
+from reconcile.run import derived
 from reconcile.run.source import (
     ENGINEER_KINDS,
     raw_chunk,
@@ -64,7 +72,7 @@ SEGMENT_ROWS = 1_000_000
 MIN_ROWS = 250_000
 ROW_GROUP = 50_000
 # Bump the version when segments must be rewritten for another reason than the columns read.
-FORMAT = hashlib.sha256(f"2|{sorted(READ_COLUMNS.items())}|{sorted(RAW_SCHEMA)}".encode()).hexdigest()[:16]
+FORMAT = hashlib.sha256(f"3|{sorted(READ_COLUMNS.items())}|{sorted(RAW_SCHEMA)}".encode()).hexdigest()[:16]
 SUFFIX = ".parquet"
 # The rows of a part of a program read from DuckDB: its seqs (registered as `_rc_keep`) and the
 # program-wide engineer actions.
@@ -75,7 +83,13 @@ REGISTRY_DDL = """CREATE TABLE IF NOT EXISTS rc_mirror (
     format VARCHAR NOT NULL,
     after_seq BIGINT NOT NULL,
     upto_seq BIGINT NOT NULL,
-    rows BIGINT NOT NULL)"""
+    rows BIGINT NOT NULL,
+    digest VARCHAR)"""
+# A registry an older release made (format 2, no digests) gains the column.
+DIGEST_COLUMN = "ALTER TABLE rc_mirror ADD COLUMN IF NOT EXISTS digest VARCHAR"
+# Segments are hashed this many at a time (hashlib lets go of the interpreter lock).
+VERIFY_THREADS = 2
+_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,7 @@ class Segment:
     after: int
     upto: int
     rows: int
+    digest: str | None = None  # BLAKE2b of the file's bytes (`digest`)
 
 
 def directory(con: duckdb.DuckDBPyConnection) -> Path | None:
@@ -99,17 +114,32 @@ def directory(con: duckdb.DuckDBPyConnection) -> Path | None:
 
 def _registered(con: duckdb.DuckDBPyConnection) -> list[Segment]:
     ((exists,),) = con.execute(
-        "SELECT count(*) FROM information_schema.tables"
-        " WHERE table_schema = 'main' AND table_name = 'rc_mirror'"
+        "SELECT count(*) FROM information_schema.columns"
+        " WHERE table_schema = 'main' AND table_name = 'rc_mirror' AND column_name = 'digest'"
     ).fetchall()
-    if not exists:
+    if not exists:  # no registry, or an older release's (another format)
         return []
     rows = con.execute(
-        "SELECT segment, after_seq, upto_seq, rows FROM rc_mirror"
+        "SELECT segment, after_seq, upto_seq, rows, digest FROM rc_mirror"
         " WHERE format = ? ORDER BY after_seq, upto_seq",
         [FORMAT],
     ).fetchall()
-    return [Segment(str(name), int(after), int(upto), int(count)) for name, after, upto, count in rows]
+    return [
+        Segment(str(name), int(after), int(upto), int(count), None if sum_ is None else str(sum_))
+        for name, after, upto, count, sum_ in rows
+    ]
+
+
+def digest(path: Path) -> str | None:
+    """BLAKE2b of the bytes of the file at `path`, in hex; None when it cannot be read."""
+    summed = hashlib.blake2b()
+    try:
+        with path.open("rb") as file:
+            while block := file.read(_READ_BYTES):
+                summed.update(block)
+    except OSError:
+        return None
+    return summed.hexdigest()
 
 
 def _intact(path: Path, rows: int) -> bool:
@@ -126,13 +156,18 @@ def _utc(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.with_columns(cs.datetime().dt.convert_time_zone("UTC"))
 
 
-def _write(path: Path, rows: pl.DataFrame) -> None:
-    """Write `rows` to `path` so that the name only ever holds a complete, flushed file."""
+def _write(path: Path, rows: pl.DataFrame) -> str:
+    """Write `rows` to `path` so that the name only ever holds a complete, flushed file; its
+    digest, of the bytes written."""
     partial = path.with_name(f"{path.name}.partial")
     rows.write_parquet(partial, compression="lz4", statistics=True, row_group_size=ROW_GROUP)
     fsync_path(partial)
+    summed = digest(partial)
+    if summed is None:
+        raise OSError(f"mirror segment {partial} cannot be read back")
     partial.rename(path)
     fsync_path(path.parent, directory=True)
+    return summed
 
 
 @dataclass
@@ -146,18 +181,33 @@ class Mirror:
     retired: list[Segment] = field(default_factory=list)
 
     @classmethod
-    def open(cls, reader: duckdb.DuckDBPyConnection) -> Mirror:
+    def open(cls, reader: duckdb.DuckDBPyConnection, verify: bool = False) -> Mirror:
         """The chain of intact registered segments from seq 0 (the others are retired: `prune`
-        deletes them once the run has committed). Files no registry row names (left by a
-        failed run) are deleted."""
+        deletes them once the run has committed). `verify` (a run that will read the
+        segments' rows): each segment's bytes are checked against its digest too. A segment
+        file that fails a check is set aside (reconcile/run/derived.py). Files no registry row
+        names (left by a failed run) are deleted."""
         root = directory(reader)
         if root is None:
             return cls(None)
         registered = _registered(reader)
+        sums: list[str | None] = []
+        if verify and registered:
+            with ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="rc-verify") as pool:
+                sums = list(pool.map(digest, [root / segment.name for segment in registered]))
         chain: list[Segment] = []
-        for segment in registered:
+        for index, segment in enumerate(registered):
             end = chain[-1].upto if chain else 0
-            if segment.after != end or not _intact(root / segment.name, segment.rows):
+            if segment.after != end:
+                break
+            path = root / segment.name
+            if verify:
+                why = None if sums[index] == segment.digest else "its bytes differ from their digest"
+            else:
+                why = None if _intact(path, segment.rows) else "Parquet cannot read it as written"
+            if why is not None:
+                if path.is_file():
+                    derived.set_aside("mirror", root.with_suffix(""), [path], why)
                 break
             chain.append(segment)
         if root.is_dir():
@@ -197,8 +247,9 @@ class Mirror:
             ).fetchall()
             upto = int(last[0][0]) if last else high_water
             rows = read_rows(reader, "seq > ? AND seq <= ?", [after, upto])
-            segment = Segment(f"{uuid.uuid4().hex}{SUFFIX}", after, upto, rows.height)
-            _write(self.root / segment.name, _utc(rows).sort("program_id", "seq", nulls_last=True))
+            name = f"{uuid.uuid4().hex}{SUFFIX}"
+            summed = _write(self.root / name, _utc(rows).sort("program_id", "seq", nulls_last=True))
+            segment = Segment(name, after, upto, rows.height, summed)
             del rows
             self.segments.append(segment)
             self.written.append(segment)
@@ -259,12 +310,14 @@ class Mirror:
         if self.root is None:
             return
         con.execute(REGISTRY_DDL)
+        con.execute(DIGEST_COLUMN)
         keep = [segment.name for segment in self.segments]
         con.execute("DELETE FROM rc_mirror WHERE NOT list_contains(?::VARCHAR[], segment)", [keep])
         for segment in self.written:
             con.execute(
-                "INSERT INTO rc_mirror VALUES (?, ?, ?, ?, ?)",
-                [segment.name, FORMAT, segment.after, segment.upto, segment.rows],
+                "INSERT INTO rc_mirror (segment, format, after_seq, upto_seq, rows, digest)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [segment.name, FORMAT, segment.after, segment.upto, segment.rows, segment.digest],
             )
 
     def prune(self) -> None:

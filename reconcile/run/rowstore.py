@@ -8,15 +8,16 @@ reading 5,700 rows. Here each of those rows is one B-tree lookup, whatever the l
 
 Layout (`<database>.rows`, SQLite in WAL mode):
 
-- `rows(seq INTEGER PRIMARY KEY, data TEXT)`: every row the component store covers
+- `rows(seq INTEGER PRIMARY KEY, data TEXT, mac BLOB)`: every row the component store covers
   (components.COVERED: routed, not an engineer action), as `source.read_linked` gives it, in
   JSON: its non-null columns under short keys (their index in `COLUMNS`), times as
-  microseconds since the epoch;
+  microseconds since the epoch; `mac`, its keyed checksum (`_Sealer`: BLAKE2b of seq and data,
+  keyed by a random key the database holds and the file never does);
 - `meta(token)`: a random name the file was made with.
 
 Which rows can be trusted is written in the database, not in the file: `rc_row_state(format,
-token, upto_seq)`, written in the run's final transaction (`apply`) like the component store's
-state. The rows with `seq <= upto_seq` of the file named `token` are the log's:
+token, upto_seq, secret)`, written in the run's final transaction (`apply`) like the component
+store's state. The rows with `seq <= upto_seq` of the file named `token` are the log's:
 
 - the raw log is append-only and ingest commits rows in `seq` order, so rows up to a run's
   high water are the same in every later snapshot (the column mirror relies on the same);
@@ -28,7 +29,12 @@ state. The rows with `seq <= upto_seq` of the file named `token` are the log's:
   full or incremental, that finds it so);
 - a row asked for and not found (a file cut short by a power loss after the database
   committed) makes `read` answer None: the run reads the log instead, and the file is made anew
-  by the next run.
+  by the next run;
+- every row read is checked against its `mac` before it is believed: a row damaged or altered
+  (even into another valid row: an amount changed, a row moved to another seq) fails it, as does
+  a file SQLite finds corrupt. A file that fails is set aside (reconcile/run/derived.py: renamed,
+  logged, counted), the run reads the log, and the file is made anew. The same happens to a file
+  there that the database does not name (another database's, or one that failed before).
 
 An in-memory database has no row store; incremental runs then scan the log, as before.
 """
@@ -38,9 +44,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import secrets
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +58,7 @@ import polars as pl
 from ingest.pause import pause
 from ingest.progress import Progress
 from ingest.storage.durable import fsync_path
-from reconcile.run import mirror
+from reconcile.run import derived, mirror
 from reconcile.run.source import LEDGER_KINDS, LINKED_COLUMNS, LINKED_GROUPS, read_linked
 from reconcile.schema import ENGINE, RAW_SCHEMA
 
@@ -61,12 +68,19 @@ COLUMNS: tuple[str, ...] = LINKED_COLUMNS
 KEYS = {name: format(index, "x") for index, name in enumerate(COLUMNS)}
 TIMES = tuple(name for name in COLUMNS if isinstance(RAW_SCHEMA[name], pl.Datetime))
 # Bump the first field when the encoding changes for another reason than the columns.
-FORMAT = hashlib.sha256(f"1|{[(c, str(RAW_SCHEMA[c])) for c in COLUMNS]}".encode()).hexdigest()[:16]
+FORMAT = hashlib.sha256(f"2|{[(c, str(RAW_SCHEMA[c])) for c in COLUMNS]}".encode()).hexdigest()[:16]
 SUFFIX = ".rows"
 STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS rc_row_state"
-    " (format VARCHAR NOT NULL, token VARCHAR NOT NULL, upto_seq BIGINT NOT NULL)"
+    " (format VARCHAR NOT NULL, token VARCHAR NOT NULL, upto_seq BIGINT NOT NULL, secret VARCHAR)"
 )
+# A database whose state table an older release made (format 1, no key) gains the column.
+STATE_COLUMN = "ALTER TABLE rc_row_state ADD COLUMN IF NOT EXISTS secret VARCHAR"
+# A row's checksum: BLAKE2b keyed by the file's key, of 16 bytes (2^-128 for a forged row).
+MAC_BYTES = 16
+_PERSON = b"tally.rows"
+# SQLite's result codes for a file that is not (or no longer) a sound database.
+_CORRUPT = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB (extended codes keep the low byte)
 # The rows of a catch-up are read from the log this many seqs at a time, and inserted this many
 # rows at a time (a batch's rows, JSON and Python strings are what a build holds in memory).
 BATCH_SEQS = 250_000
@@ -104,7 +118,14 @@ def brought_up(
     try:
         store = RowStore.open(reader, high_water)
         if store is not None:
-            store.catch_up(reader, high_water, report)
+            try:
+                store.catch_up(reader, high_water, report)
+            except sqlite3.DatabaseError as exc:
+                if store.fresh or not _corrupt(exc):
+                    raise
+                store.reject(f"SQLite finds it {exc.sqlite_errorname}")
+                store = RowStore.make(store.path)
+                store.catch_up(reader, high_water, report)
     except (sqlite3.Error, OSError) as exc:
         log.warning("row store %s not usable (%s): this run reads the log", path_of(reader), exc)
         if store is not None:
@@ -119,18 +140,66 @@ def path_of(con: duckdb.DuckDBPyConnection) -> Path | None:
     return None if folder is None else folder.with_suffix(SUFFIX)
 
 
-def _state(reader: duckdb.DuckDBPyConnection) -> tuple[str, int] | None:
-    """(token, upto_seq) of the row store the database trusts, in this format."""
-    ((exists,),) = reader.execute(
-        "SELECT count(*) FROM information_schema.tables"
-        " WHERE table_schema = 'main' AND table_name = 'rc_row_state'"
-    ).fetchall()
-    if not exists:
+def _corrupt(exc: sqlite3.Error) -> bool:
+    """Whether SQLite says the file itself is damaged (not the disk full, a lock, ...)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _CORRUPT
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What the database says of its row store: the file named `token` holds the log's covered
+    rows up to `upto`, each sealed with `key` (`Sealer`)."""
+
+    token: str
+    upto: int
+    key: bytes
+
+
+def _state(reader: duckdb.DuckDBPyConnection) -> Trust | None:
+    """The row store the database trusts, in this format."""
+    columns = {
+        str(name)
+        for (name,) in reader.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'main' AND table_name = 'rc_row_state'"
+        ).fetchall()
+    }
+    if "secret" not in columns:  # none, or an older release's (format 1)
         return None
-    rows = reader.execute("SELECT format, token, upto_seq FROM rc_row_state").fetchall()
-    if len(rows) != 1 or rows[0][0] != FORMAT:
+    rows = reader.execute("SELECT format, token, upto_seq, secret FROM rc_row_state").fetchall()
+    if len(rows) != 1 or rows[0][0] != FORMAT or rows[0][3] is None:
         return None
-    return str(rows[0][1]), int(rows[0][2])
+    try:
+        key = bytes.fromhex(str(rows[0][3]))
+    except ValueError:
+        return None
+    return Trust(str(rows[0][1]), int(rows[0][2]), key)
+
+
+class Sealer:
+    """A row's checksum in the file: BLAKE2b of its seq and its data, keyed by the file's key
+    (held by the database, never by the file), so that no change to a row, nor a row moved to
+    another seq, nor a row of another file, passes for one of this file's."""
+
+    def __init__(self, key: bytes) -> None:
+        self._keyed = hashlib.blake2b(key=key, digest_size=MAC_BYTES, person=_PERSON)
+
+    def seal(self, seq: int, data: str) -> bytes:
+        mac = self._keyed.copy()
+        mac.update(seq.to_bytes(8, "big", signed=True))
+        mac.update(data.encode())
+        return mac.digest()
+
+    def seal_all(self, seqs: Iterable[int], data: Iterable[str]) -> list[bytes]:
+        keyed = self._keyed
+        macs = []
+        for seq, text in zip(seqs, data, strict=True):
+            mac = keyed.copy()
+            mac.update(seq.to_bytes(8, "big", signed=True))
+            mac.update(text.encode())
+            macs.append(mac.digest())
+        return macs
 
 
 def encode(rows: pl.DataFrame) -> pl.DataFrame:
@@ -181,6 +250,7 @@ class RowStore:
     lite: sqlite3.Connection
     token: str
     upto: int
+    key: bytes
     # Made by this run: filled without a journal (nothing to roll back to; a run that does not
     # finish leaves a file no database trusts), then journaled (`catch_up`).
     fresh: bool = False
@@ -193,31 +263,39 @@ class RowStore:
         if path is None:
             return None
         state = _state(reader)
-        if state is not None and state[1] <= high_water:
+        if state is not None and state.upto <= high_water:
             store = cls._connect(path, state)
             if store is not None:
                 return store
-        return cls._make(path)
+        return cls.make(path)
 
     @classmethod
-    def _connect(cls, path: Path, state: tuple[str, int]) -> RowStore | None:
-        if not path.is_file():
+    def _connect(cls, path: Path, state: Trust) -> RowStore | None:
+        """The file the database trusts, open; None when there is none, or when the file there
+        is not it (another database's, one SQLite cannot read): that one is set aside."""
+        if not path.exists():
             return None
         lite: sqlite3.Connection | None = None
+        why = "not a file"
         try:
-            lite = _connection(path)
-            rows = lite.execute("SELECT token FROM meta").fetchall()
-            if len(rows) == 1 and rows[0][0] == state[0]:
-                return cls(path, lite, state[0], state[1])
-        except sqlite3.Error:
-            pass
+            if path.is_file():
+                lite = _connection(path)
+                rows = lite.execute("SELECT token FROM meta").fetchall()
+                if len(rows) == 1 and rows[0][0] == state.token:
+                    return cls(path, lite, state.token, state.upto, state.key)
+                why = "it is another database's (another token)"
+        except sqlite3.Error as exc:
+            why = f"SQLite cannot read it ({exc.sqlite_errorname})"
         if lite is not None:
             lite.close()
+        if path.is_file():
+            derived.set_aside("rows", path.with_suffix(""), _files(path), why)
         return None
 
     @classmethod
-    def _make(cls, path: Path) -> RowStore:
-        for stale in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+    def make(cls, path: Path) -> RowStore:
+        """A new, empty file at `path` (whatever was there deleted: no database trusts it)."""
+        for stale in _files(path):
             stale.unlink(missing_ok=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         lite = sqlite3.connect(path, check_same_thread=False)
@@ -225,10 +303,17 @@ class RowStore:
         lite.execute("PRAGMA synchronous=OFF")
         token = uuid.uuid4().hex
         with lite:
-            lite.execute("CREATE TABLE rows (seq INTEGER PRIMARY KEY, data TEXT NOT NULL)")
+            lite.execute("CREATE TABLE rows (seq INTEGER PRIMARY KEY, data TEXT NOT NULL, mac BLOB NOT NULL)")
             lite.execute("CREATE TABLE meta (token TEXT NOT NULL)")
             lite.execute("INSERT INTO meta VALUES (?)", [token])
-        return cls(path, lite, token, 0, fresh=True)
+        return cls(path, lite, token, 0, secrets.token_bytes(32), fresh=True)
+
+    def reject(self, why: str) -> None:
+        """The file is not to be believed: closed, set aside (reconcile/run/derived.py), never
+        trusted again (`apply` writes a state no file has)."""
+        self.upto = -1
+        self.close()
+        derived.set_aside("rows", self.path.with_suffix(""), _files(self.path), why)
 
     def catch_up(self, reader: duckdb.DuckDBPyConnection, upto: int, report: Progress | None = None) -> None:
         """Add every covered row with `self.upto < seq <= upto` (read through `reader`'s
@@ -266,12 +351,15 @@ class RowStore:
             self.fresh = False
 
     def _insert(self, encoded: pl.DataFrame) -> None:
+        sealer = Sealer(self.key)
         with self.lite:
             for start in range(0, encoded.height, INSERT_ROWS):
                 some = encoded.slice(start, INSERT_ROWS)
+                seqs = some.get_column("seq").to_list()
+                data = some.get_column("data").to_list()
                 self.lite.executemany(
-                    "INSERT OR REPLACE INTO rows VALUES (?, ?)",
-                    zip(some.get_column("seq").to_list(), some.get_column("data").to_list(), strict=True),
+                    "INSERT OR REPLACE INTO rows VALUES (?, ?, ?)",
+                    zip(seqs, data, sealer.seal_all(seqs, data), strict=True),
                 )
 
     def suits(self, rows: int) -> bool:
@@ -279,34 +367,58 @@ class RowStore:
         return rows <= max(self.upto, 0) * SHARE
 
     def read(self, reader: duckdb.DuckDBPyConnection, seqs: pl.Series) -> pl.DataFrame | None:
-        """The rows of `seqs` (all covered, none after `upto`) as `read_linked` gives them;
-        None when one is not in the file (it is then made anew by the next run)."""
+        """The rows of `seqs` (all covered, none after `upto`) as `read_linked` gives them,
+        each checked against its checksum; None when one is not in the file, fails its
+        checksum, or the file cannot be read: the file is then set aside (`reject`) and made
+        anew by the next run, and the caller reads the log."""
         like = read_linked(reader, "seq < 0")  # the columns and types, from no row
         wanted = seqs.cast(pl.Int64).unique().sort().to_list()
-        found: list[tuple[int, str]] = []
+        if wanted and wanted[-1] > self.upto:
+            self.upto = -1  # never trusted again: `apply` writes a state no file has
+            return None
+        found: list[tuple[int, str, bytes]] = []
         try:
             for start in range(0, len(wanted), LOOKUP_KEYS):
                 keys = wanted[start : start + LOOKUP_KEYS]
                 found += self.lite.execute(
-                    f"SELECT seq, data FROM rows WHERE seq IN ({', '.join('?' * len(keys))})", keys
+                    f"SELECT seq, data, mac FROM rows WHERE seq IN ({', '.join('?' * len(keys))})", keys
                 ).fetchall()
-        except sqlite3.Error:
-            found = []
-        if len(found) != len(wanted) or (wanted and wanted[-1] > self.upto):
-            self.upto = -1  # never trusted again: `apply` writes a state no file has
+        except sqlite3.Error as exc:
+            self.reject(f"SQLite cannot read it ({exc.sqlite_errorname})")
             return None
-        return decode([s for s, _ in found], [d for _, d in found], like)
+        if len(found) != len(wanted):
+            self.reject(f"{len(wanted) - len(found)} of the {len(wanted)} rows asked for are missing")
+            return None
+        seals = Sealer(self.key).seal_all([s for s, _, _ in found], [d for _, d, _ in found])
+        failed = sum(seal != mac for seal, (_, _, mac) in zip(seals, found, strict=True))
+        if failed:
+            self.reject(f"{failed} of the {len(wanted)} rows read fail their checksum")
+            return None
+        try:
+            return decode([s for s, _, _ in found], [d for _, d, _ in found], like)
+        except pl.exceptions.PolarsError as exc:  # sealed by this code: never, short of a bug
+            self.reject(f"its rows cannot be decoded ({exc.__class__.__name__})")
+            return None
 
     def apply(self, con: duckdb.DuckDBPyConnection) -> None:
         """Inside the run's final transaction: the database trusts the file up to `upto`."""
         con.execute(STATE_DDL)
+        con.execute(STATE_COLUMN)
         con.execute("DELETE FROM rc_row_state")
         if self.upto >= 0:
-            con.execute("INSERT INTO rc_row_state VALUES (?, ?, ?)", [FORMAT, self.token, self.upto])
+            con.execute(
+                "INSERT INTO rc_row_state (format, token, upto_seq, secret) VALUES (?, ?, ?, ?)",
+                [FORMAT, self.token, self.upto, self.key.hex()],
+            )
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self.lite.close()
+
+
+def _files(path: Path) -> list[Path]:
+    """The row store at `path` and SQLite's companions of it."""
+    return [path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")]
 
 
 def _connection(path: Path) -> sqlite3.Connection:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import io
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from ingest import writer as writer_module
 from ingest.storage.duckdb.journal import Journal
 from ingest.storage.duckdb.store import DuckStore
 from ingest.stripe import sign
+from reconcile.run import rowstore
 from tests.conftest import OP, ROOT, WEBHOOK_SECRET, World, bearer
 from tests.helpers import journal_record, sale_row
 
@@ -286,3 +289,31 @@ def test_every_metric_served_is_documented(client: TestClient) -> None:
     for family in text_string_to_metric_families(client.get("/metrics", headers=OP).text):
         served.add(family.name + ("_total" if family.type == "counter" else ""))
     assert served <= documented, sorted(served - documented)
+
+
+def test_a_row_store_altered_into_valid_rows_is_counted_and_changes_no_figure(
+    world: World, settings: Settings, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48, item 3: the sale's amount changed in the row store beside the database (its
+    checksum left as it was): reconcile answers 200, the sale keeps its amount, the file is
+    counted in tally_derived_file_rejected_total."""
+    monkeypatch.setattr(rowstore, "SHARE", 1)  # the store serves every closure of this small log
+    assert world.sale(transaction_id="in_r1", amount=1000).status_code == 200
+    assert world.client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    database = settings.database if backend == "duckdb" else f"{settings.engine_dir}/reconcile.duckdb"
+    with closing(sqlite3.connect(f"{database}{rowstore.SUFFIX}")) as lite, lite:
+        amount = rowstore.KEYS["amount"]
+        for seq, data in lite.execute("SELECT seq, data FROM rows").fetchall():
+            row = json.loads(data)
+            if amount in row:
+                lite.execute(
+                    "UPDATE rows SET data = ? WHERE seq = ?", [json.dumps({**row, amount: 999_000}), seq]
+                )
+    before = value(scrape(world.client), "tally_derived_file_rejected_total", file="rows")
+    assert world.sale(transaction_id="in_r2", amount=500).status_code == 200  # the same customer
+    r = world.client.post("/api/v1/operator/reconcile", headers=OP)
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["mode"] == "incremental"
+    rows = world.client.get(f"/api/v1/programs/{world.program_id}/sales", headers=world.owner).json()["data"]
+    assert sorted((row["transaction_id"], row["amount"]) for row in rows) == [("in_r1", 1000), ("in_r2", 500)]
+    assert value(scrape(world.client), "tally_derived_file_rejected_total", file="rows") == before + 1

@@ -190,8 +190,8 @@ def test_rows_after_what_the_database_trusts_are_replaced(tmp_path: Path) -> Non
     from an older copy may have other rows at those seqs: the next run deletes them first."""
     con, _ = _two_runs(tmp_path)
     with sqlite3.connect(_path(con)) as lite:
-        lite.execute('INSERT INTO rows VALUES (19, \'{"3":"click","4":"prog_other"}\')')
-        lite.execute('INSERT INTO rows VALUES (999, \'{"3":"click"}\')')
+        lite.execute('INSERT INTO rows VALUES (19, \'{"3":"click","4":"prog_other"}\', x\'00\')')
+        lite.execute("INSERT INTO rows VALUES (999, '{\"3\":\"click\"}', x'00')")
     assert job.run(con, at(days=40)).mode == "incremental"
     assert_same_as_full_run(con, at(days=40))
     got = _read_back(con, _covered(con))
