@@ -7,6 +7,10 @@ carries `X-Request-Id`), logs the exception once through `api.errors.server_erro
 contract's 500 envelope; it never re-raises, so the connection stays usable. When the response had
 already started there is nothing honest left to send: the exception is logged and uvicorn closes
 the connection, the response being incomplete.
+
+It also refuses, before any route sees it, a URL whose path or query holds a NUL (`%00`): no
+backend can store or look up such an id (PostgreSQL text cannot hold U+0000), so it is the
+contract's `422 validation_error`, never a 500 from a read that would pass it on (issue 48).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import logging
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import server_error
+from api.errors import error_response, server_error
+from ingest.domain.bounds import UNSTORABLE
+from ingest.domain.errors import ValidationFailed
 
 log = logging.getLogger("tally.api")
 
@@ -30,6 +36,13 @@ class FailsafeMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if "\x00" in scope["path"] or b"%00" in scope.get("query_string", b""):
+            where = "path" if "\x00" in scope["path"] else "query"
+            error = ValidationFailed(
+                f"the URL's {where} {UNSTORABLE}", fields=[{"field": where, "message": UNSTORABLE}]
+            )
+            await error_response(Request(scope, receive), error)(scope, receive, send)
             return
         started = False
 

@@ -20,13 +20,20 @@ class MailFailed(Exception):
     """Raised by `send` when the mail server cannot be reached or refuses the message."""
 
 
+def _one_line(value: str) -> str:
+    """`value` fit for a header: every control character (CR and LF above all, which would end
+    the header and start another) made a space. Names are refused with them at input (bounds.py);
+    this keeps the mail path safe for any stored before that rule."""
+    return "".join(" " if ord(c) < 0x20 or ord(c) == 0x7F else c for c in value)
+
+
 def portal_link_message(
     sender: str, to: str, partner_name: str, program_name: str, url: str, expires_at: datetime
 ) -> EmailMessage:
     message = EmailMessage()
     message["From"] = sender
-    message["To"] = formataddr((partner_name, to))
-    message["Subject"] = f"Your partner dashboard for {program_name}"
+    message["To"] = formataddr((_one_line(partner_name), _one_line(to)))
+    message["Subject"] = f"Your partner dashboard for {_one_line(program_name)}"
     message["Message-ID"] = make_msgid(domain=sender.rsplit("@", 1)[-1])
     until = expires_at.strftime("%Y-%m-%d %H:%M UTC")
     message.set_content(

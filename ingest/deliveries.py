@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ingest.domain.bounds import UNSTORABLE, unstorable
 from ingest.domain.errors import InvalidJson, InvalidSignature, TallyError, ValidationFailed
 from ingest.domain.events import KNOWN_EVENTS
 from ingest.domain.keys import EVENT_KEY_SPACE, PROCESSOR_ID_FIELDS, processor_sale_keys, sale_claims
@@ -112,7 +113,12 @@ async def receive(
         text = delivery.body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidJson("webhook body is not UTF-8 text") from None
-    fields, problems = read(parse_event(delivery.body))
+    event = parse_event(delivery.body)
+    if unstorable(event):  # a NUL (`\u0000`) anywhere: no backend can store it (issue 48)
+        raise ValidationFailed(
+            f"webhook body {UNSTORABLE}", fields=[{"field": "body", "message": UNSTORABLE}]
+        )
+    fields, problems = read(event)
     program = route(store, fields)
     event_id = fields["event_id"]
     if problems:

@@ -71,14 +71,16 @@ async def portal_link(request: Request) -> Response:
     token, link = await asyncio.to_thread(partners.new_portal_link, st.store, program, partner, actor)
     url = f"{st.settings.base_url}{PORTAL_SIGN_IN}{token}"
     if inp.send and server is not None and partner.email is not None:
-        message = mail.portal_link_message(
-            st.settings.mail_from, partner.email, partner.name, program.name, url, link.expires_at
-        )
-        try:
+        try:  # building the message may fail too: whatever fails, nobody got the link, so void it
+            message = mail.portal_link_message(
+                st.settings.mail_from, partner.email, partner.name, program.name, url, link.expires_at
+            )
             await asyncio.to_thread(mail.send, server, message)
-        except mail.MailFailed as exc:
-            await asyncio.to_thread(partners.use_portal_link, st.store, token)  # nobody got it: void it
-            raise ServiceUnavailable(f"{exc}; no link was sent, try again") from None
+        except BaseException as exc:
+            await asyncio.to_thread(partners.use_portal_link, st.store, token)
+            if isinstance(exc, mail.MailFailed):
+                raise ServiceUnavailable(f"{exc}; no link was sent, try again") from None
+            raise
     return ok(request, {"url": url, "expires_at": link.expires_at, "sent": inp.send}, 201)
 
 

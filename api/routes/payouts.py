@@ -122,7 +122,8 @@ async def void_commission(request: Request) -> Response:
     return await _act_on_commission(request, "void")
 
 
-_ACTION_PATH = "/api/v1/programs/{program_id}/commissions/{transaction_id}"
+# `:path`: a transaction id may hold `/` (sent as %2F, which the server decodes before routing).
+_ACTION_PATH = "/api/v1/programs/{program_id}/commissions/{transaction_id:path}"
 routes = [
     Route(f"{_ACTION_PATH}/hold", hold_commission, methods=["POST"]),
     Route(f"{_ACTION_PATH}/release", release_commission, methods=["POST"]),

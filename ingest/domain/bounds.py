@@ -11,6 +11,14 @@ reader (`ingest/stripe.py`) all use the constants and types below.
 - Times: RFC 3339 strings with an offset (never a number of seconds), from
   1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z once converted to UTC (a day short of year
   9999's end, so any UTC offset can still show it); normalised to UTC.
+- Characters every backend can store (issue 48): no string anywhere in a request body holds NUL
+  (PostgreSQL text cannot) or a lone surrogate (not a character); ids, names, emails, codes and
+  addresses hold no C0 control character (U+0000..U+001F) nor DEL: a CR/LF in a name must never
+  reach a mail header. Free text (a reason, a description) keeps tab, newline and carriage return.
+  An id is never only dots: `.` and `..` are path steps, so no id can be one (every id reaches a
+  URL as one percent-encoded segment; `/` and any other character are allowed in it).
+- Payout emails: not starting with `=`, `+`, `-` or `@` (a spreadsheet would read a formula, and
+  the payout files would have to carry a different address).
 - Ids, strings and emails: at most 255 characters, and an id is never whitespace only. A
   click's `url` and `referrer` keep 2048: real landing and referrer URLs (UTM parameters, ad
   click ids) often pass 255, and refusing them would lose the click.
@@ -102,6 +110,69 @@ def _not_blank(value: str) -> str:
     return value
 
 
+# Characters every backend can store ---------------------------------------------------------
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+_FREE_TEXT_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tab, LF and CR kept
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+UNSTORABLE = "must not contain NUL (U+0000) or a lone surrogate"
+CONTROL = "must not contain control characters (U+0000 to U+001F, U+007F)"
+FREE_TEXT_CONTROL = "must not contain control characters other than tab and newline"
+
+
+def unstorable(value: Any) -> bool:
+    """Whether any string in `value` (a string, or lists and dicts of them, keys included) holds
+    a character no backend can store: NUL or a lone surrogate. Iterative (deep JSON)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item or (not item.isascii() and _SURROGATE.search(item)):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def storable(value: Any) -> Any:
+    """`value` unless it holds a string no backend can store (the rule of every request model,
+    whatever its fields' types); raises the validation error otherwise."""
+    if unstorable(value):
+        raise PydanticCustomError("unstorable_character", UNSTORABLE)
+    return value
+
+
+def one_line(value: str) -> str:
+    """An id, a name, an email, a code or an address: no control character at all."""
+    if _CONTROLS.search(value):
+        raise PydanticCustomError("control_character", CONTROL)
+    return value
+
+
+def free_text(value: str) -> str:
+    """Free text (a reason, a description): tab, newline and carriage return, no other control."""
+    if _FREE_TEXT_CONTROLS.search(value):
+        raise PydanticCustomError("control_character", FREE_TEXT_CONTROL)
+    return value
+
+
+def _not_dots(value: str) -> str:
+    if not value.strip("."):
+        raise PydanticCustomError("dots_id", "must not be only dots ('.' and '..' are path steps)")
+    return value
+
+
+_FORMULA_START = ("=", "+", "-", "@")
+
+
+def _no_formula_start(value: str) -> str:
+    if value.startswith(_FORMULA_START):
+        raise PydanticCustomError("formula_start", "must not start with =, +, - or @")
+    return value
+
+
 def _day(value: date) -> date:
     if not MIN_YEAR <= value.year <= MAX_YEAR:
         raise PydanticCustomError("date_out_of_range", f"must be a date in {YEAR_RANGE}")
@@ -114,11 +185,22 @@ Id = Annotated[
     str,
     Field(min_length=1, max_length=MAX_ID, json_schema_extra={"pattern": r"\S"}),
     AfterValidator(_not_blank),
+    AfterValidator(one_line),
+    AfterValidator(_not_dots),
 ]
-Text = Annotated[str, Field(max_length=MAX_TEXT)]
-Name = Annotated[str, Field(min_length=1, max_length=200)]
-Url = Annotated[str, Field(max_length=MAX_URL)]
-Email = Annotated[str, Field(min_length=3, max_length=MAX_EMAIL, pattern=r"^[^@\s]+@[^@\s]+$")]
+Text = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(free_text)]  # free text
+Line = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(one_line)]  # one line (a person's name)
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(one_line)]
+Url = Annotated[str, Field(max_length=MAX_URL), AfterValidator(one_line)]
+Email = Annotated[
+    str,
+    Field(min_length=3, max_length=MAX_EMAIL, pattern=r"^[^@\s]+@[^@\s]+$"),
+    AfterValidator(one_line),
+]
+# A partner's payout email goes into PayPal and Wise files a spreadsheet may open (issue 48).
+PayoutEmail = Annotated[Email, AfterValidator(_no_formula_start)]
+# A finance action's, a cancel's or a manual entry's reason.
+Reason = Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S"), AfterValidator(free_text)]
 Moment = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(_moment)]
 Day = Annotated[date, BeforeValidator(_date_text), AfterValidator(_day)]
 
@@ -207,7 +289,7 @@ def _web_address(value: str) -> str:
 
 
 # The brand's site, where partners' referral links point (`?aff=<code>`, CONTRACT 14).
-WebsiteUrl = Annotated[str, Field(max_length=MAX_URL), AfterValidator(_web_address)]
+WebsiteUrl = Annotated[str, Field(max_length=MAX_URL), AfterValidator(one_line), AfterValidator(_web_address)]
 # Each bounded integer setting and its (low, high): `ProgramSettings.from_stored` clamps to them
 # (each amount of a per-currency object too).
 SETTING_RANGES: dict[str, tuple[int, int]] = {

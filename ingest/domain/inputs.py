@@ -32,13 +32,17 @@ from ingest.domain.bounds import (
     FlatCommission,
     HoldingDays,
     Id,
+    Line,
     Moment,
     Name,
+    PayoutEmail,
     PayoutMinimum,
+    Reason,
     RecurringMonths,
     Text,
     Url,
     WebsiteUrl,
+    storable,
 )
 from ingest.domain.records import ProgramSettings
 
@@ -47,13 +51,13 @@ _CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def _currency(value: str) -> str:
-    if not _CURRENCY.match(value):
+    if not _CURRENCY.fullmatch(value):
         raise ValueError("must be a 3-letter ISO currency code")
     return value.lower()
 
 
 def _code(value: str) -> str:
-    if not _CODE.match(value):
+    if not _CODE.fullmatch(value):
         raise ValueError("must be 1-64 letters, digits, '_', '.' or '-'")
     return value
 
@@ -69,6 +73,12 @@ def _alias(*names: str) -> Any:
 class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        """Every field, whatever its type (`additional_data` too): no NUL, no lone surrogate."""
+        return storable(value)
+
 
 class ClickIn(Strict):
     program_id: Id
@@ -83,7 +93,7 @@ class LeadIn(Strict):
     )
     email: Email | None = None
     click_id: Id | None = _alias("click_id", "clickId")
-    name: Text | None = None
+    name: Line | None = None
     program_id: Id | None = None
 
 
@@ -166,19 +176,19 @@ _PAYEE = re.compile(r"^[^=+\-@\x00-\x1f\x7f][^\x00-\x1f\x7f]{0,139}$")
 
 
 def _promo(value: str) -> str:
-    if not _PROMO_CODE.match(value):
+    if not _PROMO_CODE.fullmatch(value):
         raise ValueError("must be 1-100 letters, digits, '_' or '-' (the code customers type)")
     return value
 
 
 def _promotion_code_id(value: str) -> str:
-    if not _PROMOTION_CODE_ID.match(value):
+    if not _PROMOTION_CODE_ID.fullmatch(value):
         raise ValueError("must be the processor's promotion code id, promo_...")
     return value
 
 
 def _payee(value: str) -> str:
-    if not _PAYEE.match(value.strip()):
+    if not _PAYEE.fullmatch(value.strip()):
         raise ValueError("must be 1-140 characters, not starting with =, +, - or @, no control characters")
     return value.strip()
 
@@ -203,7 +213,7 @@ class PartnerPatch(Strict):
     must name a method, an account email, a name and a currency."""
 
     payout_method: PayoutMethodIn | None = None
-    payout_email: Email | None = None
+    payout_email: PayoutEmail | None = None
     payout_name: PayeeName | None = None
     payout_currency: Currency | None = None
 
@@ -212,7 +222,7 @@ class PayoutDetailsIn(Strict):
     """Payout details complete (the portal's form, or a PartnerPatch merged with what was set)."""
 
     payout_method: PayoutMethodIn
-    payout_email: Email
+    payout_email: PayoutEmail
     payout_name: PayeeName
     payout_currency: Currency
 
@@ -265,19 +275,19 @@ class MetadataFixesIn(Strict):
 class CommissionActionIn(Strict):
     """A finance action's reason (shown in explain, the commissions list and reports)."""
 
-    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+    reason: Reason
 
 
 class PayoutCancelIn(Strict):
     """Why an open payout batch is cancelled (kept in the log and on the batch)."""
 
-    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+    reason: Reason
 
 
 class RowFailedIn(Strict):
     """Why one row of a paid payout batch failed (a bounced payment, a closed account...)."""
 
-    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+    reason: Reason
 
 
 class ManualEntryIn(Strict):
@@ -286,7 +296,7 @@ class ManualEntryIn(Strict):
 
     amount: StrictInt = Field(ge=-MAX_AMOUNT, le=MAX_AMOUNT)
     currency: Currency
-    reason: str = Field(min_length=1, max_length=500, pattern=r"\S")
+    reason: Reason
 
     @field_validator("amount")
     @classmethod

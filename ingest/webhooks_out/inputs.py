@@ -4,11 +4,11 @@ needs the server's `TALLY_WEBHOOKS_ALLOW_PRIVATE` (ingest/webhooks_out/endpoints
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from ingest.domain.bounds import MAX_TEXT, MAX_URL
+from ingest.domain.bounds import MAX_TEXT, MAX_URL, free_text, one_line, storable
 
 EventType = Literal[
     "sale.created",
@@ -32,12 +32,17 @@ def _unique(values: list[str]) -> list[str]:
 
 
 Events = Annotated[list[EventType], Field(min_length=1, max_length=11), AfterValidator(_unique)]
-EndpointUrl = Annotated[str, Field(min_length=1, max_length=MAX_URL)]
-Description = Annotated[str, Field(max_length=MAX_TEXT)]
+EndpointUrl = Annotated[str, Field(min_length=1, max_length=MAX_URL), AfterValidator(one_line)]
+Description = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(free_text)]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return storable(value)
 
 
 class EndpointIn(_Strict):

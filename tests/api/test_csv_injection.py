@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from reports.csvcells import neutralise
 from tests.conftest import OP, World, make_world
+from tests.helpers import payee
 
 PROGRAM_NAME = "=SUM(1+1)*cmd|' /C calc'!A0"
 PARTNER_NAME = "@cmd|' /C calc'!A0"
@@ -69,6 +70,7 @@ def shop(client: TestClient, clock: time_machine.Traveller) -> World:
         headers=world.owner,
     )
     assert r.status_code == 201, r.text
+    payee(world, "mallory")  # a batch pays only partners with payout details (issue 49)
     pid = world.program_id
     click = client.post("/api/v1/track/click", json={"program_id": pid, "partner_code": "mallory"})
     lead = {"customer_external_id": "cust_1", "click_id": click.json()["data"]["click_id"]}
@@ -106,3 +108,20 @@ def test_every_csv_export_neutralises_formulas(shop: World, export: str) -> None
         [clawback] = [dict(zip(table[0], row, strict=True)) for row in table[1:]]
         assert clawback["kind"] == "clawback" and clawback["amount"].startswith("-")
         assert Decimal(clawback["amount"]) < 0
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@"])
+def test_a_payout_email_starting_like_a_formula_is_refused(world: World, start: str) -> None:
+    """Issue 48, item 8: an email cannot start so, and the PayPal and Wise files would have to
+    carry a different (`'`-prefixed) address; refused at input. (Partner and program names that
+    start so stay accepted: their cells are neutralised, above.)"""
+    path = f"/api/v1/programs/{world.program_id}/partners/alice"
+    body = {"payout_method": "paypal", "payout_name": "Alice", "payout_currency": "usd"}
+    r = world.client.patch(
+        path, json={**body, "payout_email": f"{start}cmd@paypal.test"}, headers=world.owner
+    )
+    assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error"), r.text
+    assert r.json()["error"]["fields"][0]["field"] == "payout_email"
+    inside = "a.cmd@paypal.test" if start == "@" else f"a{start}cmd@paypal.test"  # (one @ only)
+    r = world.client.patch(path, json={**body, "payout_email": inside}, headers=world.owner)
+    assert r.status_code == 200, r.text

@@ -90,6 +90,11 @@ def test_every_json_endpoint_refuses_a_lone_surrogate(world: World) -> None:
         "transaction_id": "tx_1",
         "endpoint_id": "we_1",
         "code": world.partner_code,
+        "partner_code": world.partner_code,
+        "payout_id": "po_1",
+        "currency": "usd",
+        "period": "2024-01",
+        "delivery_id": "wd_1",
     }
     before = _stored(client)
     tried = []

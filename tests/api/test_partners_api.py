@@ -21,6 +21,7 @@ import time_machine
 from aiosmtpd.controller import Controller
 from starlette.testclient import TestClient
 
+from api import mail
 from api.app import create_app
 from api.settings import Settings
 from tests.conftest import OP, World, bearer, make_world
@@ -199,6 +200,74 @@ def test_a_mail_server_that_is_down_voids_the_link(settings: Settings) -> None:
         ok = client.post(partner_path(world, "/portal-link"), headers=world.owner)
         assert ok.status_code == 201  # without `send`, a link is made as ever
         assert sql_rows(store, "SELECT count(*) FROM portal_links") == [(1,)]
+
+
+def _mailing(settings: Settings, port: int) -> Settings:
+    return settings.model_copy(
+        update={
+            "smtp_url": type(settings.smtp_url)(f"smtp://127.0.0.1:{port}"),
+            "mail_from": "partners@brand.test",
+        }
+    )
+
+
+INJECTED = "Brand\r\nBcc: thief@evil.test"
+
+
+def test_a_name_with_cr_or_lf_is_refused_and_the_link_is_mailed(
+    settings: Settings, smtp: tuple[Inbox, int]
+) -> None:
+    """Issue 48, item 7: CR/LF in a program or partner name (a header injection, and a 500 with
+    the link left valid when "send sign-in link" was pressed) is refused at input."""
+    inbox, port = smtp
+    with TestClient(create_app(_mailing(settings, port))) as client:
+        world = make_world(client)
+        for path, body in (
+            (f"/api/v1/programs/{world.program_id}", {"name": INJECTED}),
+            (partner_path(world), {"payout_name": INJECTED}),
+            (f"/api/v1/programs/{world.program_id}/partners", {"code": "bob", "name": INJECTED}),
+        ):
+            method = client.post if path.endswith("/partners") else client.patch
+            r = method(path, json=body, headers=world.owner)
+            assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error"), (path, r.text)
+        r = client.post(partner_path(world, "/portal-link"), json={"send": True}, headers=world.owner)
+        assert r.status_code == 201, r.text
+        (message,) = inbox.messages
+        assert inbox.envelopes == [("partners@brand.test", ["alice@partner.test"])]
+        assert message["Subject"] == "Your partner dashboard for Brand partners"
+
+
+def test_a_name_stored_with_cr_lf_never_reaches_a_header() -> None:
+    """A name stored before the rule: the message is still one header per line, no Bcc."""
+    message = mail.portal_link_message(
+        "p@brand.test",
+        "alice@partner.test",
+        "Al\r\nBcc: a@evil.test",
+        INJECTED,
+        "http://x/",
+        datetime.now(UTC),
+    )
+    headers = message.as_bytes().split(b"\n\n", 1)[0].splitlines()
+    assert not [h for h in headers if h.lower().startswith(b"bcc")]
+    assert message["Subject"] == "Your partner dashboard for Brand  Bcc: thief@evil.test"
+    assert message.get_all("Bcc") is None
+
+
+def test_any_failure_to_send_voids_the_link(
+    settings: Settings, smtp: tuple[Inbox, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, port = smtp
+
+    def broken(*args: Any) -> Any:
+        raise ValueError("Header values may not contain linefeed or carriage return characters")
+
+    monkeypatch.setattr(mail, "portal_link_message", broken)
+    with TestClient(create_app(_mailing(settings, port)), raise_server_exceptions=False) as client:
+        world = make_world(client)
+        r = client.post(partner_path(world, "/portal-link"), json={"send": True}, headers=world.owner)
+        assert r.status_code == 500
+        store = client.app.state.tally.store  # type: ignore[attr-defined]
+        assert sql_rows(store, "SELECT count(*) FROM portal_links") == [(0,)]
 
 
 # -- promo codes ----------------------------------------------------------------------------------
