@@ -103,13 +103,23 @@ def test_hold_release_void(client: TestClient, clock: time_machine.Traveller) ->
     voided = act(world, "tx_1", "void")["data"]
     assert [x["status"] for x in voided["lines"]] == ["void"]
     act(world, "tx_1", "release", 409)
-    r = client.post(
-        f"/api/v1/programs/{world.program_id}/commissions/tx_2/void",
-        json={"reason": "x"},
-        headers=world.owner,
-    )
-    assert r.status_code == 409 and r.json()["error"]["code"] == "line_paid", r.text
+
+    def void_tx_2() -> dict[str, Any]:
+        r = client.post(
+            f"/api/v1/programs/{world.program_id}/commissions/tx_2/void",
+            json={"reason": "x"},
+            headers=world.owner,
+        )
+        assert r.status_code == 409, r.text
+        error: dict[str, Any] = r.json()["error"]
+        return error
+
+    # tx_2's line is in the open batch: cancel the batch first (issue 49); once paid, never
+    refused = void_tx_2()
+    assert (refused["code"], refused["payout_id"]) == ("line_in_batch", batch["payout_id"]), refused
     assert make_batch(world, "2026-10-31", 200)["payout_id"] == batch["payout_id"]
+    pay(world, batch["payout_id"])
+    assert void_tx_2()["code"] == "line_paid"
     r = client.post(
         f"/api/v1/programs/{world.program_id}/commissions/tx_9/hold",
         json={"reason": "x"},
