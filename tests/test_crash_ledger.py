@@ -21,7 +21,8 @@ UP_TO = "2099-12-31"
 
 
 def _seed(db: Path) -> tuple[dict[str, str], str]:
-    """A program (0 holding days) with partners alice and bob and 40 attributed sales."""
+    """A program (0 holding days) with partners alice and bob (with payout details) and 40
+    attributed sales."""
     server = start_server(db)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:
@@ -37,6 +38,14 @@ def _seed(db: Path) -> tuple[dict[str, str], str]:
             }
             for code in ("alice", "bob"):
                 c.post(f"/api/v1/programs/{pid}/partners", json={"code": code, "name": code}, headers=owner)
+                details = {  # a batch pays only partners with payout details
+                    "payout_method": "paypal",
+                    "payout_email": f"{code}@paypal.test",
+                    "payout_name": code.title(),
+                    "payout_currency": "usd",
+                }
+                r = c.patch(f"/api/v1/programs/{pid}/partners/{code}", json=details, headers=owner)
+                assert r.status_code == 200, r.text
                 click = c.post("/api/v1/track/click", json={"program_id": pid, "partner_code": code})
                 lead = {"customer_external_id": f"cust_{code}", "click_id": click.json()["data"]["click_id"]}
                 assert c.post("/api/v1/track/lead", json=lead, headers=key).status_code == 200

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from reports.money import exponent, units
 from tests.conftest import OP, World, make_world
-from tests.helpers import logged_in
+from tests.helpers import logged_in, payee
 
 FRACTION = re.compile(r"-?[0-9]+\.[0-9]+")
 MINOR = re.compile(r"-?[0-9]+")
@@ -67,6 +67,7 @@ def shop(client: TestClient, clock: time_machine.Traveller) -> World:
     assert world.sale(transaction_id="in_usd", amount=10_005).status_code == 409
     clock.move_to(datetime.fromisoformat("2026-02-10T09:00:00+00:00"))
     assert client.post("/api/v1/operator/reconcile", headers=OP).status_code == 200
+    payee(world, "alice")  # paid in usd: the jpy and kwd lines wait, not_paid
     r = client.post(f"/api/v1/programs/{pid}/payouts", json={"up_to": "2026-01-31"}, headers=world.owner)
     assert r.status_code == 201, r.text
     refund = {"transaction_id": "in_usd", "refund_id": "re_1", "amount": 5_000}

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.settings import load_settings
 from tests.conftest import OP, OPERATOR_TOKEN, World, make_world
-from tests.helpers import logged_in, program_path
+from tests.helpers import logged_in, payee, program_path
 
 
 # -- an empty month is not a green "Reconciled" ---------------------------------------------------
@@ -160,6 +160,7 @@ def test_the_api_filters_sales_by_partner_and_currency(world: World) -> None:
 def test_the_payouts_tab_names_people_and_refuses_a_batch_when_nothing_is_due(client: TestClient) -> None:
     with time_machine.travel(datetime(2026, 1, 5, 9, 0, tzinfo=UTC), tick=True) as clock:
         world = make_world(client, holding_days=0)
+        payee(world, "alice")  # a batch pays only partners with payout details
         token = logged_in(client, world.account_token)
         page = client.get(program_path(world, "/payouts")).text
         assert re.search(r'<button type="submit" id="make-batch-button" disabled', page)

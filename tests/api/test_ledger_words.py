@@ -15,7 +15,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
-from tests.helpers import logged_in, program_path
+from tests.helpers import logged_in, payee, program_path
 
 
 def at(text: str) -> datetime:
@@ -29,11 +29,12 @@ def clock() -> Iterator[time_machine.Traveller]:
 
 
 def shop(client: TestClient) -> World:
-    """30 %, 30 holding days; customer cust_1 came through alice's link."""
+    """30 %, 30 holding days; customer cust_1 came through alice's link; alice has payout details."""
     world = make_world(client)
     click = client.post("/api/v1/track/click", json={"program_id": world.program_id, "partner_code": "alice"})
     lead = {"customer_external_id": "cust_1", "click_id": click.json()["data"]["click_id"]}
     assert client.post("/api/v1/track/lead", json=lead, headers=world.key).status_code == 200
+    payee(world, "alice")  # a batch pays only partners with payout details
     return world
 
 

@@ -1,7 +1,8 @@
-"""CONTRACT 14, paying: a program's `payout_minimum` carries a partner's balance below it to the
-next batch (nothing booked changes: the lines stay in the batch that took them), and a batch comes
-as the files PayPal Payouts and Wise batch payments import, one row per partner whose payout
-method is that service, everyone the batch cannot pay listed apart with the reason.
+"""CONTRACT 14 and 15, paying: a partner whose balance is below the program's `payout_minimum`
+gets no row (their lines stay approved and unpaid, in no batch, until a later batch pays them),
+and a batch comes as the files PayPal Payouts and Wise batch payments import, one row per partner
+whose payout method is that service, everyone the batch cannot pay listed apart with the reason
+(below the minimum, no payout details, a currency their details do not take).
 
 The files are checked against the services' published templates:
 
@@ -31,7 +32,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
-from tests.helpers import logged_in
+from tests.helpers import logged_in, payee
 
 WISE_HEADER = [
     "name",
@@ -115,40 +116,34 @@ def test_a_balance_below_the_minimum_waits_for_a_later_batch(
         == 5_000
     )
     partner(world, "bob")
+    payee(world, "alice")  # a batch pays only partners with payout details
+    payee(world, "bob")
     referred_sale(world, "alice", "tx_1", 10_000)  # 30.00 commission: below 50.00
     referred_sale(world, "bob", "tx_2", 30_000)  # 90.00
     clock.move_to(at("2026-01-20T09:00:00Z"))
     first = make_batch(world, "2026-01-31")
     assert first["payout_minimum"] == 5_000
-    assert rows_of(first) == {("alice", "usd"): (0, 0, 3_000), ("bob", "usd"): (9_000, 0, 0)}
-    assert [(n["partner_code"], n["balance"], n["reason"]) for n in first["not_paid"]] == [
-        ("alice", 3_000, "below_minimum"),
-        ("bob", 9_000, "no_payout_details"),
+    assert rows_of(first) == {("bob", "usd"): (9_000, 0, 0)}  # alice gets no row (issue 49)
+    assert [(n["partner_code"], n["balance"], n["lines"], n["reason"]) for n in first["not_paid"]] == [
+        ("alice", 3_000, 1, "below_minimum"),
     ]
     r = client.post(
         f"/api/v1/programs/{world.program_id}/payouts/{first['payout_id']}/paid", headers=world.owner
     )
     assert r.status_code == 200
-    # nothing booked changes: alice's line stays in the batch that took it (now paid with it)
+    # only money sent is paid: alice's line stays approved, unpaid and in no batch
     lines = client.get(f"/api/v1/programs/{world.program_id}/commissions", headers=world.owner).json()["data"]
     assert {(line["transaction_id"], line["payout_id"], line["status"]) for line in lines} == {
-        ("tx_1", first["payout_id"], "paid"),
+        ("tx_1", None, "approved"),
         ("tx_2", first["payout_id"], "paid"),
     }
 
     referred_sale(world, "alice", "tx_3", 10_000)
     clock.move_to(at("2026-02-20T09:00:00Z"))
     second = make_batch(world, "2026-02-28")
-    assert rows_of(second) == {("alice", "usd"): (6_000, 3_000, 0)}  # 30.00 now + 30.00 carried in
-    assert second["not_paid"] == [
-        {
-            "partner_code": "alice",
-            "partner_name": "Alice",
-            "currency": "usd",
-            "balance": 6_000,
-            "reason": "no_payout_details",
-        }
-    ]
+    assert rows_of(second) == {("alice", "usd"): (6_000, 0, 0)}  # 30.00 now + the 30.00 still owed
+    assert [(r["partner_code"], r["lines"]) for r in second["rows"]] == [("alice", 2)]
+    assert second["not_paid"] == []
     # a batch keeps the minimum it was made with, whatever the program says later
     r = client.patch(f"/api/v1/programs/{world.program_id}", json={"payout_minimum": 0}, headers=world.owner)
     assert r.status_code == 200
@@ -200,7 +195,8 @@ def test_paypal_and_wise_files_follow_the_published_templates(
         payout_name="Long",
         payout_currency="usd",
     )
-    referred_sale(world, "alice", "tx_a", 10_000)
+    referred_sale(world, "alice", "tx_a", 10_000)  # usd: alice is paid in eur, never converted
+    referred_sale(world, "alice", "tx_a_eur", 10_000, "eur")
     referred_sale(world, "bob", "tx_b", 12_345)
     referred_sale(world, "wendy", "tx_w", 1_000)
     referred_sale(world, "carol", "tx_c", 20_000)
@@ -222,15 +218,17 @@ def test_paypal_and_wise_files_follow_the_published_templates(
         ["bob@paypal.test", "37.04", "USD", "bob", note, "PAYPAL"],  # 30 % of 123.45 = 37.035 -> 37.04
     ]
     assert all(len(r) == 6 and r[5] == "PAYPAL" for r in rows)
-    assert paypal.headers["x-tally-not-paid"] == "carol:usd:no_payout_details"
+    assert paypal.headers["x-tally-not-paid"] == (
+        "alice:usd:currency_not_supported,carol:usd:no_payout_details"
+    )
 
     wise = download(world, payout_id, "wise")
     assert wise.status_code == 200 and f"payout-{payout_id}-wise.csv" in wise.headers["content-disposition"]
     table = list(csv.reader(io.StringIO(wise.content.decode())))
     assert table[0] == WISE_HEADER
     assert table[1:] == [
-        # paid in USD, received in EUR: the source amount is fixed, Wise converts
-        ["Alice Example", "alice@wise.test", "Payout 1", "PERSON", "source", "30.00", "USD", "EUR"],
+        # each paid in the lines' currency, the amount the partner gets (no silent conversion)
+        ["Alice Example", "alice@wise.test", "Payout 1", "PERSON", "target", "30.00", "EUR", "EUR"],
         ["Wendy W", "wendy@wise.test", "Payout 1", "PERSON", "target", "3.00", "USD", "USD"],
     ]
     assert all(len(row[2]) <= 18 for row in table[1:])
@@ -240,12 +238,21 @@ def test_paypal_and_wise_files_follow_the_published_templates(
     ).json()["data"]
     assert listed["not_paid"] == [
         {
+            "partner_code": "alice",
+            "partner_name": "Alice",
+            "currency": "usd",
+            "balance": 3_000,
+            "lines": 1,
+            "reason": "currency_not_supported",
+        },
+        {
             "partner_code": "carol",
             "partner_name": "Carol",
             "currency": "usd",
             "balance": 6_000,
+            "lines": 1,
             "reason": "no_payout_details",
-        }
+        },
     ]
 
 
@@ -267,11 +274,24 @@ def test_paypal_takes_one_currency_per_file(client: TestClient, clock: time_mach
         payout_name="Eve",
         payout_currency="eur",
     )
+    partner(
+        world,
+        "yuki",
+        payout_method="paypal",
+        payout_email="yuki@paypal.test",
+        payout_name="Yuki",
+        payout_currency="jpy",
+    )
     referred_sale(world, "bob", "tx_1", 10_000, "usd")
     referred_sale(world, "eve", "tx_2", 10_000, "eur")
-    referred_sale(world, "eve", "tx_3", 1_000, "jpy")
+    referred_sale(world, "eve", "tx_3", 1_000, "jpy")  # eve is paid in eur: not in yen
+    referred_sale(world, "yuki", "tx_4", 1_000, "jpy")
     clock.move_to(at("2026-01-20T09:00:00Z"))
-    payout_id = make_batch(world, "2026-01-31")["payout_id"]
+    batch = make_batch(world, "2026-01-31")
+    payout_id = batch["payout_id"]
+    assert [(n["partner_code"], n["currency"], n["reason"]) for n in batch["not_paid"]] == [
+        ("eve", "jpy", "currency_not_supported")
+    ]
     r = download(world, payout_id, "paypal")
     assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error")
     assert r.json()["error"]["fields"] == [{"field": "currency", "message": "one of eur, jpy, usd"}]
@@ -280,7 +300,9 @@ def test_paypal_takes_one_currency_per_file(client: TestClient, clock: time_mach
         ["eve@paypal.test", "30.00", "EUR", "eve", "Brand partners: commissions, payout 1", "PAYPAL"]
     ]
     jpy = download(world, payout_id, "paypal", "jpy")
-    assert next(iter(csv.reader(io.StringIO(jpy.content.decode()))))[1] == "300"  # yen have no decimals
+    assert list(csv.reader(io.StringIO(jpy.content.decode()))) == [  # yen have no decimals
+        ["yuki@paypal.test", "300", "JPY", "yuki", "Brand partners: commissions, payout 1", "PAYPAL"]
+    ]
     assert download(world, payout_id, "paypal", "gbp").content == b""  # no PayPal row in GBP
     assert download(world, payout_id, "paypal", "dollars").status_code == 422
     assert download(world, "po_nope", "wise").status_code == 404

@@ -17,6 +17,7 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, bearer, make_world
+from tests.helpers import payee
 
 SIGN_IN = re.compile(r"/partner/sign-in/(ptl_[A-Za-z0-9]+)")
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -81,8 +82,9 @@ def referred(world: World, code: str, tx: str, amount: int, email: str) -> None:
 @pytest.fixture
 def brand(client: TestClient, clock: time_machine.Traveller) -> World:
     """Program "Brand partners" (site https://brand.test, no holding days) with alice and bob,
-    each with a referred sale, a promo code of alice's, a refund, a held sale of bob's, a paid
-    batch; and a second program of the brand where alice (same email) is `alice2`."""
+    each with a referred sale, a promo code of alice's, a refund, a held sale of bob's, payout
+    details (paypal, usd) and an open batch paying both; and a second program of the brand where
+    alice (same email) is `alice2`."""
     world = make_world(client, holding_days=0, website_url="https://brand.test/welcome?lang=en")
     add_partner(world, "bob", "bob@partner.test")
     referred(world, "alice", "tx_alice", 10_000, "customer-a@shop.test")
@@ -102,6 +104,8 @@ def brand(client: TestClient, clock: time_machine.Traveller) -> World:
     )
     assert r.status_code == 200, r.text
     clock.move_to(at("2026-01-20T09:00:00Z"))
+    payee(world, "alice")  # a batch pays only partners with payout details
+    payee(world, "bob")
     r = client.post(
         f"/api/v1/programs/{world.program_id}/payouts", json={"up_to": "2026-01-31"}, headers=world.owner
     )
@@ -191,6 +195,7 @@ def test_a_partner_never_sees_another_partners_rows(brand: World, client: TestCl
     for secret in (
         "tx_bob",
         "bob@partner.test",
+        "bob@paypal.test",
         "Bob",
         "customer-a@shop.test",
         "secret_key_",

@@ -22,6 +22,7 @@ from starlette.testclient import TestClient
 
 from api.outbound.worker import Deliverer
 from tests.conftest import OP, World, make_world
+from tests.helpers import payee
 from tests.receiver import Receiver
 
 ALL = [
@@ -104,7 +105,8 @@ def _every_event_type(world: World) -> None:
     lead = {"customer_external_id": "c2", "click_id": _click(world, "bob")}
     assert c.post("/api/v1/track/lead", json=lead, headers=world.key).status_code == 200
     _reconcile(c)
-    # finance: void in_2, pay alice
+    # finance: void in_2, pay alice (a batch pays only partners with payout details)
+    payee(world, "alice")
     r = c.post(
         f"/api/v1/programs/{world.program_id}/commissions/in_2/void", json={"reason": "fraud"}, headers=owner
     )

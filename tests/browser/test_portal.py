@@ -16,6 +16,7 @@ import pytest
 from tests.browser.cdp import Page
 from tests.browser.measure import WIDTHS, assert_fits, click_and_wait, text_of, window
 from tests.conftest import OP, LiveServer, bearer, make_world, start_server
+from tests.helpers import payee
 
 LONG_PARTNER = "a-partner-code-of-quite-some-length"
 SIGN_IN = re.compile(r"/partner/sign-in/(ptl_[A-Za-z0-9]+)$")
@@ -88,6 +89,8 @@ def brand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brand]:
                 f"/api/v1/programs/{pid}/commissions/tx_1/hold", json={"reason": "fraud check"}, headers=owner
             )
             assert r.status_code == 200, r.text
+            payee(world, "alice")  # a batch pays only partners with payout details (in their currency)
+            payee(world, LONG_PARTNER)
             batch = http.post(f"/api/v1/programs/{pid}/payouts", json={"up_to": "9999-12-31"}, headers=owner)
             assert batch.status_code == 201, batch.text
 
@@ -115,6 +118,7 @@ def brand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brand]:
             foreign = program("Another brand", other["workspace_id"], bearer(other["token"]))
             # a batch of the long partner's eur line only: alice has nothing in it
             _sale(http, world.key, pid, "tx_long_only", LONG_PARTNER, 1_000, "eur")
+            payee(world, LONG_PARTNER, currency="eur")
             long_batch = http.post(
                 f"/api/v1/programs/{pid}/payouts", json={"up_to": "9999-12-31"}, headers=owner
             )
