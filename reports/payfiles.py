@@ -19,9 +19,9 @@ fits), note to recipient (optional, at most 400 characters), recipient wallet (`
 Wise batch payments, the "Send by email" template (Wise Help Centre, "What's a batch payment
 template?" and "How do I fill in my batch template?"): a CSV with the header row
 `name,recipientEmail,paymentReference,receiverType,amountCurrency,amount,sourceCurrency,targetCurrency`;
-`receiverType` PERSON; `amountCurrency` `target` (the partner gets exactly the amount) when the
-partner is paid in the batch's currency, else `source` (the amount leaves in the batch's currency
-and Wise converts it into the partner's); amounts are plain decimal numbers.
+`receiverType` PERSON; `amountCurrency` always `target` (the partner gets exactly the amount, in
+the currency of their lines): nothing is ever converted, and a partner whose payout currency is
+another one gets no row (`currency_not_supported`, CONTRACT 15); amounts are plain decimal numbers.
 
 Neither file has a byte order mark (the services read the first cell as an email or a column
 name); every cell goes through reports/csvcells.py's formula guard, and payees' names never start

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ingest.domain.clock import rfc3339
 from ingest.storage.contract import Reader
 from reports import csvcells, payouts
 from reports.money import NO_CURRENCY, units
@@ -194,8 +195,9 @@ def to_csv(found: dict[str, Any]) -> bytes:
     currency = found["currency"] or NO_CURRENCY
 
     def cells(entry: dict[str, Any]) -> list[str]:
+        at = entry.get("booked_at")
         return [
-            csvcells.value(entry.get("booked_at")),
+            rfc3339(at) if isinstance(at, datetime) else csvcells.value(at),  # as the JSON gives it
             entry["kind"],
             str(entry["amount"]),
             csvcells.value(entry.get("transaction_id")),
@@ -207,19 +209,22 @@ def to_csv(found: dict[str, Any]) -> bytes:
             str(units(entry["balance"], currency)),
         ]
 
+    entries = found["entries"]
+    # without `from` / `to`, the opening row is dated at the first entry and the closing row at
+    # the last (the balances as of then); empty only for a statement with no entry
     opening = {
-        "booked_at": found["from"],
+        "booked_at": found["from"] or (entries[0]["booked_at"] if entries else None),
         "kind": "opening_balance",
         "amount": 0,
         "balance": found["opening_balance"],
     }
     closing = {
-        "booked_at": found["to"],
+        "booked_at": found["to"] or (entries[-1]["booked_at"] if entries else None),
         "kind": "closing_balance",
         "amount": 0,
         "balance": found["closing_balance"],
     }
-    rows: Iterable[list[str]] = (cells(e) for e in [opening, *found["entries"], closing])
+    rows: Iterable[list[str]] = (cells(e) for e in [opening, *entries, closing])
     return csvcells.document(CSV_COLUMNS, rows)
 
 

@@ -36,18 +36,23 @@ class Demo:
     api_key: str = ""
 
     def post(
-        self, path: str, body: Any, token: str | None = None, expect: tuple[int, ...] = (200, 201)
+        self,
+        path: str,
+        body: Any,
+        token: str | None = None,
+        expect: tuple[int, ...] = (200, 201),
+        method: str = "POST",
     ) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        r = self.client.post(self.url + path, json=body, headers=headers)
+        r = self.client.request(method, self.url + path, json=body, headers=headers)
         for _ in range(BUSY_TRIES):  # the scheduled run holds the lock: nothing was done yet
             wait = busy_wait(r)
             if wait is None:
                 break
             time.sleep(wait)
-            r = self.client.post(self.url + path, json=body, headers=headers)
+            r = self.client.request(method, self.url + path, json=body, headers=headers)
         if r.status_code not in expect:
-            raise CliError(f"demo: POST {path} -> {r.status_code} {r.text[:200]}")
+            raise CliError(f"demo: {method} {path} -> {r.status_code} {r.text[:200]}")
         return r.json().get("data") if r.content else None
 
     def webhook(self, event: dict[str, Any]) -> None:
@@ -149,11 +154,23 @@ def _setup(demo: Demo, state: Path) -> dict[str, Any]:
         owner,
     )
     key = demo.post(f"/api/v1/programs/{program['program_id']}/api-key", None, owner)["api_key"]
-    for code, name in (("alice", "Alice Partner"), ("bob", "Bob Partner")):
+    for code, name, method in (("alice", "Alice Partner", "paypal"), ("bob", "Bob Partner", "wise")):
         demo.post(
             f"/api/v1/programs/{program['program_id']}/partners",
             {"code": code, "name": name, "email": f"{code}@partners.test"},
             owner,
+        )
+        # how each is paid (a batch pays only partners with payout details: CONTRACT 15)
+        demo.post(
+            f"/api/v1/programs/{program['program_id']}/partners/{code}",
+            {
+                "payout_method": method,
+                "payout_email": f"{code}@partners.test",
+                "payout_name": name,
+                "payout_currency": "usd",
+            },
+            owner,
+            method="PATCH",
         )
     saved = {
         "url": demo.url,

@@ -188,6 +188,7 @@ def test_every_timestamp_in_the_api_outputs_is_rfc3339_for_extreme_inputs(client
         out.csv(f"{program}/payouts/{listed['payout_id']}?format=csv", owner)
     out.json("GET", f"{program}/partners/alice", owner)
     out.json("GET", f"{program}/partners/alice/statement?currency=usd", owner)
+    out.csv(f"{program}/partners/alice/statement?currency=usd&format=csv", owner)
     out.json("GET", "/api/agent/v1/programs", bearer(agent_key(client, world)))
     # -- the walk ---------------------------------------------------------------------------------
     bad = [problem for where, body in out.seen for problem in bad_times(where, body)]
