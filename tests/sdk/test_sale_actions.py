@@ -176,13 +176,12 @@ def test_each_id_is_one_encoded_path_segment(live_server: LiveServer, books: Boo
     """What goes on the wire: the id quoted with `safe=''`, so no `/`, `?`, `#` or `..` segment
     of it is path or query syntax; and the refusals a caller can meet."""
     requests: list[httpx.Request] = []
-    transport = httpx.HTTPTransport()
     pid = books.world.program_id
 
-    class Recording(httpx.BaseTransport):
+    class Recording(httpx.HTTPTransport):  # httpx's own (real HTTP), closed with the client
         def handle_request(self, request: httpx.Request) -> httpx.Response:
             requests.append(request)
-            return transport.handle_request(request)
+            return super().handle_request(request)
 
     with Tally(
         base_url=live_server.url,
