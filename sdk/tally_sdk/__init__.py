@@ -1,5 +1,6 @@
 """Tally's Python server SDK: track sales, leads and refunds from a brand's server, and read
-sales, commissions, payouts, partners (with their balances and statements) and programs back.
+sales, commissions, payouts, partners (with their balances and statements) and programs back;
+explain a sale, and (a workspace owner) hold, release or void it.
 
     from tally_sdk import Tally
     tally = Tally()  # SERVICE_API_KEY, TALLY_ACCOUNT_TOKEN (and TALLY_BASE_URL) from the environment
@@ -7,6 +8,7 @@ sales, commissions, payouts, partners (with their balances and statements) and p
     for line in tally.list_commissions("prog_...", period="2026-01"):  # every page, as needed
         ...
     statement = tally.get_statement("prog_...", "alice", currency="usd").data
+    tally.hold_sale("prog_...", "in_123", reason="dispute opened")  # an owner's; explain_sale reads it
 
 `AsyncTally` has the same methods, awaited. Every call takes `timeout=` and `retry=` for itself.
 Errors are `TallyAPIError` subclasses keyed on the API's `error.code`, carrying the raw answer;
@@ -43,7 +45,9 @@ from tally_sdk.responses import (
     ApiWarning,
     Balance,
     CommissionRow,
+    ExplainStep,
     LeadData,
+    LedgerLine,
     NotPaid,
     PartnerData,
     PayoutBatch,
@@ -53,6 +57,9 @@ from tally_sdk.responses import (
     RefundData,
     RowFailure,
     SaleData,
+    SaleExplanation,
+    SaleLine,
+    SaleLines,
     SaleRow,
     SaleTestModeData,
     Statement,
@@ -76,8 +83,10 @@ __all__ = [
     "ConflictError",
     "ConnectionFailed",
     "DuplicateError",
+    "ExplainStep",
     "InvalidResponseError",
     "LeadData",
+    "LedgerLine",
     "NotFoundError",
     "NotPaid",
     "Page",
@@ -93,6 +102,9 @@ __all__ = [
     "RetryPolicy",
     "RowFailure",
     "SaleData",
+    "SaleExplanation",
+    "SaleLine",
+    "SaleLines",
     "SaleRow",
     "SaleTestModeData",
     "ServerError",

@@ -2,7 +2,9 @@
 
 Each function checks its arguments before anything is sent (`ValidationError`, `status is None`)
 and returns a `Listing` (`Listing.call(offset)` is the call for the page starting at `offset`),
-or, for a read of one object (a partner, a statement), its `Call`.
+or, for a read of one object (a partner, a statement, a sale explained), its `Call`; so does
+`sale_action`, an owner's hold, release or void of a sale (a `POST` with the same token).
+Every id in a path is one segment, encoded with `quote(value, safe="")` (`_segment`).
 Sales and commissions are paged by the API (`limit`, at most 1000, and `offset`, in a fixed
 order: sales by `occurred_at` then `sale_id`, commission lines by period, date and key); the
 programs, partners and payout batches of a program come in one answer.
@@ -128,6 +130,28 @@ def commissions(
     elif period is not None:
         params["period"] = _text("period", period)
     return Listing(f"{_program(program_id)}/commissions", params, _page_size(page_size))
+
+
+def explain(program_id: str, transaction_id: str) -> Call:
+    """`GET /api/v1/programs/{id}/sales/{transaction_id}/explain`: one reconciled sale, its
+    attribution step by step and its lines. The id is one encoded path segment (`/`, `%`, `?`,
+    `#`, spaces and any character travel as themselves, never as path syntax)."""
+    return _read(f"{_program(program_id)}/sales/{_segment('transaction_id', transaction_id)}/explain")
+
+
+SALE_ACTIONS = ("hold", "release", "void")
+
+
+def sale_action(program_id: str, transaction_id: str, action: str, reason: str) -> Call:
+    """`POST /api/v1/programs/{id}/commissions/{transaction_id}/{action}` (a workspace owner's):
+    hold, release or void the sale's unpaid lines, with `reason` (kept in the log and shown in
+    explain). Not idempotent (holding a held sale is 409 `invalid_transition`), so it is retried
+    only when the server surely did not take it."""
+    if action not in SALE_ACTIONS:
+        raise _invalid("action", f"must be one of {', '.join(SALE_ACTIONS)}, got {action!r}")
+    path = f"{_program(program_id)}/commissions/{_segment('transaction_id', transaction_id)}/{action}"
+    body = {"reason": _text("reason", reason)}
+    return Call(path, body, idempotent=False, method="POST", credential="account", expects="object")
 
 
 def _read(path: str, params: dict[str, str] | None = None) -> Call:

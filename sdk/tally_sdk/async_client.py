@@ -30,6 +30,8 @@ from tally_sdk.responses import (
     ProgramData,
     RefundData,
     SaleData,
+    SaleExplanation,
+    SaleLines,
     SaleRow,
     SaleTestModeData,
     Statement,
@@ -208,6 +210,60 @@ class AsyncTally(Settings):
         call = _reads.statement(program_id, code, currency=currency, start=start, end=end)
         return await self._call(call, timeout, retry)
 
+    # -- one sale: explain it; hold, release or void its lines (a workspace owner's) ---------------
+    async def explain_sale(
+        self,
+        program_id: str,
+        transaction_id: str,
+        *,
+        timeout: Timeout = None,
+        retry: RetryPolicy | None = None,
+    ) -> TrackResult[SaleExplanation]:
+        """How the sale `transaction_id` was attributed, step by step, and its commission lines
+        with their bookings (`NotFoundError` `sale_not_found` before a reconcile run has seen it).
+        Any id the ingest accepted works: it travels as one encoded path segment."""
+        return await self._call(_reads.explain(program_id, transaction_id), timeout, retry)
+
+    async def hold_sale(
+        self,
+        program_id: str,
+        transaction_id: str,
+        *,
+        reason: str,
+        timeout: Timeout = None,
+        retry: RetryPolicy | None = None,
+    ) -> TrackResult[SaleLines]:
+        """Hold the sale's unpaid commission lines (never approved or batched while held), for
+        `reason`; a workspace owner's token. `ConflictError` when a line is in an open batch
+        (`line_in_batch`), paid (`line_paid`) or already held (`invalid_transition`)."""
+        return await self._act(program_id, transaction_id, "hold", reason, timeout, retry)
+
+    async def release_sale(
+        self,
+        program_id: str,
+        transaction_id: str,
+        *,
+        reason: str,
+        timeout: Timeout = None,
+        retry: RetryPolicy | None = None,
+    ) -> TrackResult[SaleLines]:
+        """Release a held sale, for `reason`: its lines become pending, then approved after the
+        holding period; a workspace owner's token."""
+        return await self._act(program_id, transaction_id, "release", reason, timeout, retry)
+
+    async def void_sale(
+        self,
+        program_id: str,
+        transaction_id: str,
+        *,
+        reason: str,
+        timeout: Timeout = None,
+        retry: RetryPolicy | None = None,
+    ) -> TrackResult[SaleLines]:
+        """Void the sale's unpaid commission lines, for `reason`: never payable, the platform
+        fee void too; a workspace owner's token (`ConflictError` as for `hold_sale`)."""
+        return await self._act(program_id, transaction_id, "void", reason, timeout, retry)
+
     def list_programs(
         self, *, timeout: Timeout = None, retry: RetryPolicy | None = None
     ) -> AsyncPager[ProgramData]:
@@ -225,6 +281,19 @@ class AsyncTally(Settings):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+    async def _act(
+        self,
+        program_id: str,
+        transaction_id: str,
+        action: str,
+        reason: str,
+        timeout: Timeout,
+        retry: RetryPolicy | None,
+    ) -> TrackResult[SaleLines]:
+        return await self._call(
+            _reads.sale_action(program_id, transaction_id, action, reason), timeout, retry
+        )
 
     def _sender(
         self, timeout: Timeout, retry: RetryPolicy | None

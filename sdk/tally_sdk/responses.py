@@ -5,8 +5,10 @@ in the contract's section 4): `track_sale` -> `SaleData`, `track_test_sale` -> `
 `track_lead` -> `LeadData`, `track_refund` -> `RefundData`. The reads' rows (section 7) are
 `SaleRow`, `CommissionRow`, `PayoutBatch` (with `PayoutRow`, `PayoutTotal`, `NotPaid`),
 `PartnerData` (with `Balance`s) and `ProgramData`; a statement is a `Statement` (section 15, with
-`StatementEntry`s). They are `TypedDict`s, so a newer server may add keys without breaking a brand
-server; the keys listed here are always present.
+`StatementEntry`s). `explain_sale` answers a `SaleExplanation` (with `ExplainStep`s and
+`LedgerLine`s), `hold_sale` / `release_sale` / `void_sale` a `SaleLines` (with `SaleLine`s).
+They are `TypedDict`s, so a newer server may add keys without breaking a brand server; the keys
+listed here are always present.
 """
 
 # No `from __future__ import annotations` here: `NotRequired` must be seen when the class is made,
@@ -279,3 +281,81 @@ class ProgramData(TypedDict):
     api_key_rotation_deadline: str | None
     created_at: str
     updated_at: str
+
+
+# -- one sale explained, and a finance action on it (an owner's) -----------------------------------
+class ExplainStep(TypedDict):
+    """One row of the attribution ladder as the reconciler climbed it for the sale: the five
+    rules in order, then `rule` = `result` (and `commission` for a sale a flat rule by currency
+    pays nothing)."""
+
+    step: int
+    rule: str  # click, promo_code, email, processor_customer, customer_key, result, commission
+    looked_up: str | None  # what the rule looked for (`svc_click_id=...`); None: nothing, or not tried
+    found: str | None  # what the lookup found, in words
+    # matched, not_found, no_data, not_tried, skipped; on the `result` row attributed or
+    # unattributed; on the `commission` row no_flat_amount_for_currency
+    result: str
+
+
+class LedgerLine(TypedDict):
+    """One of a sale's commission lines in `explain_sale`, with the booking that holds it."""
+
+    partner_code: str | None
+    kind: Literal["commission", "adjustment", "clawback"]
+    cause: str | None  # the raw event or action id that caused an adjustment or clawback
+    adjusts: str | None
+    period: str
+    currency: str | None
+    amount: int
+    reversed: int
+    platform_fee: int
+    refunded: int
+    status: LineStatus
+    status_reason: str | None  # why the sale's last finance action (hold, release, void) was taken
+    status_by: str | None  # who took it
+    payout_id: str | None
+    dated_at: str | None
+    booking_id: str | None  # the raw-log row that booked the line (None while pending)
+    booked_at: str | None
+
+
+class SaleExplanation(TypedDict):
+    """`explain_sale`: the reconciled sale, the attribution ladder step by step, the answer in
+    words, and the sale's commission lines with their bookings."""
+
+    sale: SaleRow
+    steps: list[ExplainStep]
+    answer: str  # "attributed to alice by rule click", "not attributed: click_not_found"
+    lines: list[LedgerLine]
+
+
+class SaleLine(TypedDict):
+    """One of a sale's commission lines after a finance action (`hold_sale`, `release_sale`,
+    `void_sale`)."""
+
+    sale_id: str
+    transaction_id: str | None
+    partner_code: str | None
+    kind: Literal["commission", "adjustment", "clawback"]
+    cause: str | None
+    period: str
+    currency: str | None
+    amount: int
+    reversed: int
+    platform_fee: int
+    refunded: int
+    status: LineStatus
+    status_reason: str | None  # the action's reason
+    status_by: str | None  # the owner's account id
+    payout_id: str | None
+    booked: bool
+    available_at: str | None
+    dated_at: str | None
+
+
+class SaleLines(TypedDict):
+    """The answer to a finance action: the sale's transaction id and its lines after it."""
+
+    transaction_id: str
+    lines: list[SaleLine]

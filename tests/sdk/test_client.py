@@ -37,7 +37,7 @@ def test_track_sale_sends_documented_camelcase_shape(world: World) -> None:
     assert str(request.url) == f"{APP_URL}/api/v1/track/sale"
     assert request.headers["authorization"] == f"Bearer {world.api_key}"
     assert request.headers["content-type"] == "application/json"
-    assert request.headers["user-agent"] == "tally-python/0.3.0"
+    assert request.headers["user-agent"] == "tally-python/0.4.0"
     assert len(request.headers["x-request-id"]) == 32
     assert app.bodies[0] == {
         "customerExternalId": "user_42",
