@@ -79,6 +79,39 @@ ENGINEER = (
     "commission_action",
     "promo_code",
 )
+
+
+# Rows whose log position the books show (reconcile/bookings.py, payouts.py, manual.py): no
+# data row crosses one when a test rearranges arrivals (`between_fixed`).
+FIXED = (
+    "booking",
+    "period_close",
+    "manual_entry",
+    "payout_batch",
+    "payout_paid",
+    "payout_cancel",
+    "payout_row_failed",
+    "commission_action",
+)
+
+
+def between_fixed(rows: list[dict[str, Any]], order: list[int]) -> list[dict[str, Any]]:
+    """`rows` in `order`, except that no row crosses a booking, a period close or an act whose
+    log position the books show (a manual entry books itself there, a batch, its payment, cancel
+    or failed row and a finance action are dated by it in rc_payouts and in lines' histories):
+    what a booking booked and what a closed month holds are the log before them ("later" is the
+    log's order), so rows only move among those between two."""
+    segment, seen = [], 0.0
+    for r in rows:
+        if r["kind"] in FIXED:
+            segment.append(seen + 0.5)
+            seen += 1
+        else:
+            segment.append(seen)
+    place = {i: n for n, i in enumerate(order)}
+    return [rows[i] for i in sorted(range(len(rows)), key=lambda i: (segment[i], place[i]))]
+
+
 # Promotion codes: processor ids a checkout names, codes customers type (any case), and the
 # assignments that give either to a partner (now and then a second one of a code: the first wins).
 PROMOTION_CODE_IDS = ("promo_1", "promo_2", "promo_3")

@@ -19,19 +19,9 @@ from reports import payfiles, payouts, statements
 from tests.reconcile import builders as b
 from tests.reconcile.builders import PROGRAM
 from tests.reconcile.compare import assert_results_equal, checked
-from tests.reconcile.streams import ENGINEER, Stream, ledger_streams, profile
+from tests.reconcile.streams import ENGINEER, Stream, between_fixed, ledger_streams, profile
 
 PROFILE = profile(20, ci=80)
-FIXED = (
-    "booking",
-    "period_close",
-    "manual_entry",
-    "payout_batch",
-    "payout_paid",
-    "payout_cancel",
-    "payout_row_failed",
-    "commission_action",
-)
 LINE = ("sale_id", "partner_code", "kind", "cause", "period")
 MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 
@@ -50,28 +40,9 @@ def test_ledger_is_the_same_whatever_the_arrival_order(stream: Stream, data: st.
     order = data.draw(st.permutations(range(len(stream.rows))))
     first = reconcile(stream.frame(), stream.programs, stream.partners, stream.now)
     engineer = iter([r for r in stream.rows if r["kind"] in ENGINEER])
-    rearrived = [
-        next(engineer) if r["kind"] in ENGINEER else r for r in _between_bookings(stream.rows, order)
-    ]
+    rearrived = [next(engineer) if r["kind"] in ENGINEER else r for r in between_fixed(stream.rows, order)]
     second = reconcile(b.frame(rearrived), stream.programs, stream.partners, stream.now)
     assert_results_equal(first, second)
-
-
-def _between_bookings(rows: list[dict[str, Any]], order: list[int]) -> list[dict[str, Any]]:
-    """`rows` in `order`, except that no row crosses a booking, a period close or an act whose
-    log position the books show (a manual entry books itself there, a batch, its payment, cancel
-    or failed row and a finance action are dated by it in rc_payouts and in lines' histories):
-    what a booking booked and what a closed month holds are the log before them ("later" is the
-    log's order), so rows only move among those between two."""
-    segment, seen = [], 0.0
-    for r in rows:
-        if r["kind"] in FIXED:
-            segment.append(seen + 0.5)
-            seen += 1
-        else:
-            segment.append(seen)
-    place = {i: n for n, i in enumerate(order)}
-    return [rows[i] for i in sorted(range(len(rows)), key=lambda i: (segment[i], place[i]))]
 
 
 def _later_changes(stream: Stream, data: st.DataObject, at: Any) -> list[dict[str, Any]]:

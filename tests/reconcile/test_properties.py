@@ -11,7 +11,7 @@ from polars.testing import assert_frame_equal
 from reconcile.pipeline import reconcile
 from tests.reconcile import builders as b
 from tests.reconcile.compare import assert_results_equal, checked
-from tests.reconcile.streams import ENGINEER, Stream, profile, streams
+from tests.reconcile.streams import ENGINEER, Stream, between_fixed, profile, streams
 
 PROFILE = profile(25, ci=200)
 
@@ -24,8 +24,10 @@ def test_real_reconciler_agrees_with_the_reference(stream: Stream) -> None:
 
 def _rearrived(rows: list[dict[str, Any]], order: list[int]) -> list[dict[str, Any]]:
     """The same events arriving in `order`; engineer actions keep their own relative order
-    (for them the order of arrival is the truth), everything else may move freely."""
-    shuffled = [rows[i] for i in order]
+    (for them the order of arrival is the truth), and no data row crosses one whose log position
+    the books show (a batch, its payment, a booking, an act: streams.py `between_fixed`);
+    everything else may move freely."""
+    shuffled = between_fixed(rows, order)  # nothing crosses a booking, a batch or an act
     engineer = iter([r for r in rows if r["kind"] in ENGINEER])
     return [next(engineer) if r["kind"] in ENGINEER else r for r in shuffled]
 
