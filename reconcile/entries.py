@@ -12,6 +12,10 @@ later acts change that, each at its own log position, and each change is an entr
 - a batch letting the line go (its cancel, or its row's failure: reconcile/payouts.py) while the
   sale is held or void: minus the amount (the line was owed while the batch held it).
 
+A booked line of a closed month heeds no action logged after both its booking and the close
+(its `frozen_seq`, reconcile/bookings.py): such an action books a line of its own instead
+(`compensations`), which is the statement's entry for it.
+
 So no entry is ever edited: a statement as of any log position is the entries up to it, and the
 closing balance equals the approved lines no paid batch holds (what the next batch would pay,
 before the minimum). Acts while a batch holds the line change nothing (the API refuses them:
