@@ -18,9 +18,14 @@ from __future__ import annotations
 import logging
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response, server_error
+from api.openapi import doc_of
+from api.pages import error_page
+from api.routes.portal import error_page as portal_page
 from ingest.domain.bounds import UNSTORABLE
 from ingest.domain.errors import ValidationFailed
 
@@ -42,7 +47,10 @@ class FailsafeMiddleware:
             error = ValidationFailed(
                 f"the URL's {where} {UNSTORABLE}", fields=[{"field": where, "message": UNSTORABLE}]
             )
-            await error_response(Request(scope, receive), error)(scope, receive, send)
+            if _html_errors(scope):  # a page answers its refusals as a page, as documented
+                await _error_page(scope, error)(scope, receive, send)
+            else:
+                await error_response(Request(scope, receive), error)(scope, receive, send)
             return
         started = False
 
@@ -60,3 +68,22 @@ class FailsafeMiddleware:
             response = await server_error(Request(scope, receive), exc)
             if not started:
                 await response(scope, receive, send)
+
+
+def _html_errors(scope: Scope) -> bool:
+    """Whether the route `scope` reaches documents its errors as HTML pages (api/openapi.py)."""
+    router = getattr(scope.get("app"), "router", None)
+    for route in getattr(router, "routes", []):
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            endpoint = getattr(route, "endpoint", None)
+            doc = doc_of(endpoint) if endpoint is not None else None
+            return doc is not None and doc.html_errors
+    return False
+
+
+def _error_page(scope: Scope, error: ValidationFailed) -> Response:
+    """The dashboard's or the portal's error page for `error`."""
+    if str(scope["path"]).startswith("/partner"):
+        return portal_page(error.status, error.code, error.message)
+    return error_page(error.status, error.code, error.message)

@@ -108,7 +108,8 @@ BODY_ERRORS: tuple[type[E.TallyError], ...] = (
     E.ValidationFailed,
 )
 # Any operation: an unknown method on a known path, and a write the database cannot take.
-COMMON_ERRORS: tuple[type[E.TallyError], ...] = (E.MethodNotAllowed,)
+# Every operation: a method it does not take; a NUL in its URL (api/failsafe.py).
+COMMON_ERRORS: tuple[type[E.TallyError], ...] = (E.MethodNotAllowed, E.ValidationFailed)
 WRITE_ERRORS: tuple[type[E.TallyError], ...] = (E.DatabaseUnavailable,)
 
 JSON = "application/json"

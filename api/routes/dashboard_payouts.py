@@ -247,7 +247,7 @@ async def act_on_commission(request: Request) -> Response:
 
 
 routes = [
-    Route(PROGRAM + "/commissions/{transaction_id:path}", act_on_commission, methods=["POST"]),
+    Route(PROGRAM + "/commissions/{transaction_id:id}", act_on_commission, methods=["POST"]),
     Route(PROGRAM + "/payouts", payouts_page, methods=["GET"]),
     Route(PROGRAM + "/payouts", create_payout, methods=["POST"]),
     Route(PROGRAM + "/payouts/{payout_id}/paid", mark_paid, methods=["POST"]),

@@ -135,7 +135,7 @@ async def explain(request: Request) -> Response:
 routes = [
     Route(PROGRAM + "/log", tracking_log, methods=["GET"]),
     Route(PROGRAM + "/sales", sales, methods=["GET"]),
-    Route(PROGRAM + "/sales/{transaction_id:path}", explain, methods=["GET"]),
+    Route(PROGRAM + "/sales/{transaction_id:id}", explain, methods=["GET"]),
 ]
 
 document(

@@ -123,7 +123,7 @@ async def void_commission(request: Request) -> Response:
 
 
 # `:path`: a transaction id may hold `/` (sent as %2F, which the server decodes before routing).
-_ACTION_PATH = "/api/v1/programs/{program_id}/commissions/{transaction_id:path}"
+_ACTION_PATH = "/api/v1/programs/{program_id}/commissions/{transaction_id:id}"
 routes = [
     Route(f"{_ACTION_PATH}/hold", hold_commission, methods=["POST"]),
     Route(f"{_ACTION_PATH}/release", release_commission, methods=["POST"]),

@@ -208,7 +208,7 @@ async def get_double_counting_report(request: Request) -> Response:
 
 routes = [
     Route("/api/v1/programs/{program_id}/sales", list_sales, methods=["GET"]),
-    Route("/api/v1/programs/{program_id}/sales/{transaction_id:path}/explain", explain_sale, methods=["GET"]),
+    Route("/api/v1/programs/{program_id}/sales/{transaction_id:id}/explain", explain_sale, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/commissions", list_commissions, methods=["GET"]),
     Route("/api/v1/programs/{program_id}/reports/finance", get_finance_report, methods=["GET"]),
     Route(

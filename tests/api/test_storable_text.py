@@ -344,3 +344,24 @@ READS: list[Callable[[World], str]] = [
 def test_a_nul_in_a_path_or_query_is_a_validation_error(connected: World, read: int) -> None:
     r = connected.client.get(READS[read](connected), headers=connected.owner)
     assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error"), r.text
+
+
+def test_a_refusal_before_routing_answers_as_its_route_documents(world: World) -> None:
+    """A NUL in a page's query is the dashboard's (or portal's) HTML error page, in the API's
+    the JSON envelope; an id no route could hold (a newline) still reaches its page's handler
+    and gets the page's own 404, never the API's JSON "no such path"."""
+    from tests.helpers import logged_in
+
+    base = f"/dashboard/programs/{world.program_id}"
+    csrf = logged_in(world.client, world.account_token)
+    page = world.client.get(f"{base}/payouts?x=%00")
+    assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
+    assert "validation_error" in page.text
+    api = world.client.get(f"/api/v1/programs/{world.program_id}/commissions?x=%00", headers=world.owner)
+    assert api.status_code == 422 and api.json()["error"]["code"] == "validation_error"
+    portal = world.client.get(f"/partner/programs/{world.program_id}/statement?x=%00")
+    assert portal.status_code == 422 and portal.headers["content-type"].startswith("text/html")
+    odd = world.client.post(
+        f"{base}/commissions/y%0Az", data={"action": "hold", "reason": "r", "csrf_token": csrf}
+    )
+    assert odd.status_code == 404 and odd.headers["content-type"].startswith("text/html"), odd.text
