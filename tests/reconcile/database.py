@@ -57,7 +57,10 @@ def stream_database(con: duckdb.DuckDBPyConnection, stream: Stream) -> None:
     """The raw log and control plane in `con`, with the programs and partners of `stream`."""
     migrations.apply(con)
     for program in stream.programs.to_dicts():
-        settings_json = json.dumps({k: v for k, v in program.items() if k != "program_id"})
+        settings = {k: v for k, v in program.items() if k != "program_id"}
+        # per-currency settings travel in the frame as JSON text (reconcile/terms.py)
+        settings["commission_flat"] = json.loads(settings["commission_flat"])
+        settings_json = json.dumps(settings)
         con.execute(
             "INSERT INTO programs VALUES (?, 'ws', 'n', ?, ?, ?)",
             [program["program_id"], settings_json, b.T0, b.T0],
