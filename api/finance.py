@@ -73,7 +73,9 @@ async def make_batch(st: State, program: Program, up_to: date, actor: str) -> tu
     """(made, batch): a new batch paying every partner due up to `up_to`; when it would pay no
     one, (False, the newest live batch with this cut-off, or an empty one naming who is not paid
     and why)."""
-    row = await asyncio.to_thread(st.reconciler.act, lambda: _new_batch(st, program, up_to, actor))
+    row = await asyncio.to_thread(
+        st.reconciler.act, lambda: _new_batch(st, program, up_to, actor), program.program_id
+    )
     pid = program.program_id
     partners, details = partners_of(st, pid), details_of(st, pid)
     if row is None:
@@ -122,7 +124,9 @@ def _payment(st: State, program: Program, payout_id: str, actor: str) -> dict[st
 
 async def settle(st: State, program: Program, payout_id: str, actor: str) -> dict[str, Any]:
     """Mark a batch paid (once: again changes nothing)."""
-    await asyncio.to_thread(st.reconciler.act, lambda: _payment(st, program, payout_id, actor))
+    await asyncio.to_thread(
+        st.reconciler.act, lambda: _payment(st, program, payout_id, actor), program.program_id
+    )
     return await batch_view(st, program, payout_id)
 
 
@@ -140,7 +144,9 @@ def _cancel(st: State, program: Program, payout_id: str, reason: str, actor: str
 
 async def cancel(st: State, program: Program, payout_id: str, reason: str, actor: str) -> dict[str, Any]:
     """Cancel an open batch (again: no change): its lines are due again; it stays listed."""
-    await asyncio.to_thread(st.reconciler.act, lambda: _cancel(st, program, payout_id, reason, actor))
+    await asyncio.to_thread(
+        st.reconciler.act, lambda: _cancel(st, program, payout_id, reason, actor), program.program_id
+    )
     return await batch_view(st, program, payout_id)
 
 
@@ -170,7 +176,9 @@ async def fail_row(
 ) -> dict[str, Any]:
     """Mark one row of a paid batch failed (again: no change): its lines are due again."""
     await asyncio.to_thread(
-        st.reconciler.act, lambda: _failure(st, program, payout_id, code, currency.lower(), reason, actor)
+        st.reconciler.act,
+        lambda: _failure(st, program, payout_id, code, currency.lower(), reason, actor),
+        program.program_id,
     )
     return await batch_view(st, program, payout_id)
 
@@ -311,7 +319,9 @@ async def act_on_commission(
     """Append a finance action decided on fresh tables (under the run lock), reconcile, and
     give the sale's lines after it."""
     await asyncio.to_thread(
-        st.reconciler.act, lambda: _decide(st, program, transaction_id, action, reason, actor)
+        st.reconciler.act,
+        lambda: _decide(st, program, transaction_id, action, reason, actor),
+        program.program_id,
     )
     return await read_tables(st.store, sale_lines, program.program_id, transaction_id)
 
@@ -322,7 +332,7 @@ async def add_manual_entry(
 ) -> dict[str, Any]:
     """Book a manual entry for `partner` (approved at once); its line as reconciled."""
     row = actions.manual_entry_row(program, partner.code, amount, currency, reason, actor)
-    await asyncio.to_thread(st.reconciler.act, lambda: row)
+    await asyncio.to_thread(st.reconciler.act, lambda: row, program.program_id)
     found = await read_tables(st.store, sale_lines, program.program_id, row["event_id"])
     if not found:
         raise RuntimeError(f"manual entry {row['event_id']} was appended and reconciled but has no line")

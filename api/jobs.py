@@ -14,9 +14,11 @@ On a shared database with `TALLY_RECONCILE_PARTITIONS` above 1 the programs are 
 that many partitions (ingest/storage/partitions.py), each with a lease of its own
 (`reconcile/<n>-of-<parts>`): a scheduled run takes every partition it can without waiting,
 starting at one that depends on the process, and reconciles them one after the other, so that
-replicas share the work; a run asked for (the operator's, a period close, an engineer action)
-takes them all. A partition's run pulls, reconciles, books and publishes that partition's
-programs only.
+replicas share the work; the operator's run and a backfill take them all; a period close and
+an action on one program's money (`act`: payout batches, their payment, cancel and failed rows,
+finance actions, manual entries) take their program's only, so other partitions' programs go on
+meanwhile (each partition has a lock of its own in the process too). A partition's run pulls,
+reconciles, books and publishes that partition's programs only.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ingest.pause import pause
 from ingest.progress import Progress
 from ingest.storage import lockfile
 from ingest.storage.contract import Store, Tx
-from ingest.storage.partitions import Scope, scopes
+from ingest.storage.partitions import Scope, part_of, scopes
 from ingest.writer import Writer
 from reconcile import backfill, unroutable
 from reconcile.backfill import BackfillDiff
@@ -80,6 +82,7 @@ def combined(summaries: Sequence[reconcile.run.RunSummary]) -> reconcile.run.Run
         high_water_seq=max(s.high_water_seq for s in summaries),
         mode="full" if any(s.mode == "full" for s in summaries) else last.mode,
         unroutable=max(s.unroutable for s in summaries),
+        unbooked_closes=tuple(sorted({p for s in summaries for p in s.unbooked_closes})),
     )
 
 
@@ -103,11 +106,11 @@ class Reconciler:
         self._observer = observer
         self._writer = writer
         self._interval = interval_seconds
-        self._lock = threading.Lock()
         self._holder = f"{lockfile.identity()}:{uuid.uuid4().hex[:8]}"
         self._scopes = scopes(store.partitions)
-        self._held: list[Scope | None] = []  # the leases the run in progress holds
-        self._renewed = 0.0
+        # One lock per partition: an action on one program holds its partition only, so the
+        # programs of other partitions are not kept waiting (one partition: one lock for all).
+        self._locks = {scope: threading.Lock() for scope in self._scopes}
         self._last_seconds = 1.0  # how long the last run took: the Retry-After of a busy answer
         self._scheduler: BackgroundScheduler | None = None
         # Done after every run, the run lock still held, with the run's tables published: the
@@ -133,28 +136,36 @@ class Reconciler:
             self._scheduler.shutdown(wait=True)
             self._scheduler = None
 
+    def scope_of(self, program_id: str) -> Scope | None:
+        """The partition `program_id` is reconciled in (None: a single one)."""
+        parts = len(self._scopes)
+        return self._scopes[0] if parts == 1 else Scope(part_of(program_id, parts), parts)
+
     @contextmanager
     def _run_lock(self, wanted: Sequence[Scope | None] | None = None) -> Iterator[list[Scope | None]]:
-        """This process's lock, then the database's `reconcile` lease (in partitions, every
-        partition's, or those `wanted`), all taken without waiting: `ReconcileRunning` at
-        once when a run (here or in another process) holds one. The scopes held, in order."""
-        if not self._lock.acquire(blocking=False):
-            raise self._busy("a reconcile run is in progress")
+        """This process's locks, then the database's `reconcile` leases, of every partition (or
+        of those `wanted`), all taken without waiting: `ReconcileRunning` at once when a run
+        (here or in another process) holds one. The scopes held, in order."""
+        chosen = list(self._scopes if wanted is None else wanted)
+        locked: list[threading.Lock] = []
         held: list[Scope | None] = []
         try:
+            for scope in chosen:
+                lock = self._locks[scope]
+                if not lock.acquire(blocking=False):
+                    raise self._busy("a reconcile run is in progress")
+                locked.append(lock)
             self._check_agreed()
-            for scope in self._scopes if wanted is None else wanted:
+            for scope in chosen:
                 if not self._store.acquire_lease(lease_name(scope), self._holder, utcnow(), LEASE_TTL):
                     raise self._busy("another process is running a reconcile")
                 held.append(scope)
-            self._held = held
-            self._renewed = time.monotonic()
             yield list(held)
         finally:
-            self._held = []
             for scope in held:
                 self._store.release_lease(lease_name(scope), self._holder)
-            self._lock.release()
+            for lock in locked:
+                lock.release()
 
     def _check_agreed(self) -> None:
         """`ReconcileRunning` (saying what to do) when this replica's partitions are not the
@@ -187,17 +198,19 @@ class Reconciler:
     def check_free(self) -> None:
         """`ReconcileRunning` when a run of this process holds the lock now (a cheap check before
         a streamed answer starts; the run itself still takes the lock)."""
-        if self._lock.locked():
+        if any(lock.locked() for lock in self._locks.values()):
             raise self._busy("a reconcile run is in progress")
 
-    def _renewing(self, on_progress: Progress | None) -> Progress:
-        """`on_progress`, renewing the lease on the way when a third of its time has passed."""
+    def _renewing(self, on_progress: Progress | None, held: Sequence[Scope | None]) -> Progress:
+        """`on_progress`, renewing the leases `held` on the way when a third of their time has
+        passed."""
+        renewed = [time.monotonic()]
 
         def progress(stage: str, done: int, total: int) -> None:
-            if time.monotonic() - self._renewed > LEASE_TTL.total_seconds() / 3:
-                for scope in self._held:
+            if time.monotonic() - renewed[0] > LEASE_TTL.total_seconds() / 3:
+                for scope in held:
                     self._store.acquire_lease(lease_name(scope), self._holder, utcnow(), LEASE_TTL)
-                self._renewed = time.monotonic()
+                renewed[0] = time.monotonic()
             if on_progress:
                 on_progress(stage, done, total)
 
@@ -211,15 +224,20 @@ class Reconciler:
         except Exception:  # a failed run leaves the previous results in place; the next run retries
             log.exception("scheduled reconcile failed")
 
-    def run(self, on_progress: Progress | None = None, before: Callable[[], object] | None = None) -> Any:
-        """One run now; `ReconcileRunning` at once when a run holds the lock, `DatabaseUnavailable`
-        when the database cannot take its writes (disk full...), the previous results staying in
-        place. `before`: done first under the lock (a period close's append), so that it is
-        never done when the run cannot be."""
-        with self._run_lock() as held:
+    def run(
+        self,
+        on_progress: Progress | None = None,
+        before: Callable[[], object] | None = None,
+        program_id: str | None = None,
+    ) -> Any:
+        """One run now (of every partition, or of `program_id`'s only); `ReconcileRunning` at
+        once when a run holds the lock, `DatabaseUnavailable` when the database cannot take its
+        writes (disk full...), the previous results staying in place. `before`: done first under
+        the lock (a period close's append), so that it is never done when the run cannot be."""
+        with self._run_lock(None if program_id is None else [self.scope_of(program_id)]) as held:
             if before is not None:
                 before()
-            return self._run_held(self._renewing(on_progress), held)
+            return self._run_held(self._renewing(on_progress, held), held)
 
     def run_free(self, on_progress: Progress | None = None) -> reconcile.run.RunSummary:
         """In partitions (the scheduled runs): each partition no other process is running, one
@@ -231,8 +249,8 @@ class Reconciler:
         summaries = []
         for scope in self._order():
             try:
-                with self._run_lock([scope]):
-                    summaries.append(self._run_partition(self._renewing(on_progress), scope))
+                with self._run_lock([scope]) as held:
+                    summaries.append(self._run_partition(self._renewing(on_progress, held), scope))
             except ReconcileRunning:
                 continue  # another process runs it (or this one does: an operator's run)
         if not summaries:
@@ -252,7 +270,7 @@ class Reconciler:
 
     def _run_partition(self, report: Progress, scope: Scope | None) -> reconcile.run.RunSummary:
         summary = self._run_once(report, scope)
-        if self._book(summary.high_water_seq, report, scope):
+        if self._book(summary, report, scope):
             summary = self._run_once(report, scope)
         return summary
 
@@ -291,28 +309,48 @@ class Reconciler:
         self._ran(summary, time.perf_counter() - started, scope)
         return summary
 
-    def _book(self, as_of: int, report: Progress, scope: Scope | None = None) -> int:
+    def _book(self, summary: reconcile.run.RunSummary, report: Progress, scope: Scope | None = None) -> int:
         """Append the bookings of every line (of the programs of partition `scope`) shown
-        approved that no booking holds yet (as of the run's high water `as_of`); the number of
-        sales booked."""
+        approved that no booking holds yet (as of the run's high water), and those of the period
+        closes no booking holds yet (reconcile/periods.py); the number of rows appended."""
         with self._store.reader() as db:
             if not db.table_exists("rc_commissions"):
                 return 0
             lines = db.dicts(actions.DUE_LINES_SQL)
         if scope is not None:
             lines = [line for line in lines if scope.owns(str(line["program_id"]))]
-        rows = actions.booking_rows(lines, as_of)
+        rows = actions.booking_rows(lines, summary.high_water_seq)
         for start in range(0, len(rows), BOOKING_GROUP):
             report("booking approved lines", start, len(rows))
             self._writer.run_sync(_appending(rows[start : start + BOOKING_GROUP]), flush=True)
+        return len(rows) + self._book_closes(summary.unbooked_closes, report, scope)
+
+    def _book_closes(self, programs: Sequence[str], report: Progress, scope: Scope | None) -> int:
+        """Book the period closes of `programs` that no booking holds yet: once, their snapshots
+        valued on the log and appended (a booking's rows, then its marker: cut short, it is
+        never read back, and the next run books the close again)."""
+        if scope is not None:
+            programs = [program for program in programs if scope.owns(program)]
+        if not programs:
+            return 0
+        report("booking period closes", 0, len(programs))
+        changes = reconcile.run.close_bookings(self._store, programs, utcnow(), scope)
+        rows = actions.close_booking_rows(changes.to_dicts())
+        for start in range(0, len(rows), BOOKING_GROUP):
+            report("booking period closes", start, len(rows))
+            self._writer.run_sync(_appending(rows[start : start + BOOKING_GROUP]), flush=True)
+        log.info("booked %d period close rows of %d programs", len(rows), len(programs))
         return len(rows)
 
-    def act(self, decide: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
-        """An engineer action decided on up-to-date tables, one at a time: under the run lock,
+    def act(
+        self, decide: Callable[[], dict[str, Any] | None], program_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """An engineer action decided on up-to-date tables, one at a time: under the run lock
+        (of `program_id`'s partition only, when given: the programs of the others go on),
         reconcile; `decide()` (reading the fresh tables) gives the raw-log row to append, or
         None; an appended row is reconciled at once. The row appended, or None."""
-        with self._run_lock() as held:
-            report = self._renewing(None)
+        with self._run_lock(None if program_id is None else [self.scope_of(program_id)]) as held:
+            report = self._renewing(None, held)
             self._run_held(report, held)
             row = decide()
             if row is None:
@@ -377,5 +415,5 @@ class Reconciler:
             result = backfill.preview(raw, programs, partners, backfill_row, utcnow(), picked)
             if apply:
                 self._writer.run_sync(lambda tx: actions.apply_backfill(tx, backfill_row, picked), flush=True)
-                self._run_held(self._renewing(None), held)  # reconciled and booked, as every run
+                self._run_held(self._renewing(None, held), held)  # reconciled and booked, as every run
             return result, found

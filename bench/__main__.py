@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    closes,
     ingest,
     ledger,
     pgingest,
@@ -30,6 +31,7 @@ def main() -> None:
         "reconcile": reconcile.main,
         "pgreconcile": pgreconcile.main,
         "ledger": ledger.main,
+        "closes": closes.main,
         "slowclients": slowclients.main,
         "scale": scale.main,
     }

@@ -318,6 +318,52 @@ def booking_rows(lines: Sequence[Mapping[str, Any]], as_of: int) -> list[dict[st
     return rows
 
 
+def close_booking_rows(changes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The raw-log rows booking closes (reconcile/periods.py `to_book`: program_id, close_seq,
+    the line fields and `gone`): per close, one `close_booking` row per sale holding its lines
+    that changed since the close before and those gone, then one `close_booked` row saying the
+    booking is whole (read back only once it is: rows of a booking cut short are ignored)."""
+    per_close: dict[tuple[str, int], dict[str, list[Mapping[str, Any]]]] = {}
+    for change in changes:
+        sales = per_close.setdefault((str(change["program_id"]), int(change["close_seq"])), {})
+        if change.get("sale_id") is not None:
+            sales.setdefault(str(change["sale_id"]), []).append(change)
+    rows = []
+    for (program_id, close_seq), sales in sorted(per_close.items(), key=lambda item: item[0][1]):
+        booking_id = new_id("cb")
+        for sale_id, mine in sorted(sales.items()):
+            body = {
+                "booking_id": booking_id,
+                "close_seq": close_seq,
+                "sale_id": sale_id,
+                "lines": [
+                    {name: _booked_value(line.get(name)) for name in (*BOOKED_FIELDS, "standing")}
+                    for line in mine
+                    if not line["gone"]
+                ],
+                "gone": [
+                    {name: line.get(name) for name in ("partner_code", "kind", "cause", "transaction_id")}
+                    for line in mine
+                    if line["gone"]
+                ],
+            }
+            rows.append(
+                _row(
+                    program_id,
+                    "close_booking",
+                    "reconciler",
+                    body,
+                    event_id=new_id("cbl"),
+                    transaction_id=next(
+                        (line["transaction_id"] for line in mine if line.get("transaction_id")), None
+                    ),
+                )
+            )
+        body = {"booking_id": booking_id, "close_seq": close_seq}
+        rows.append(_row(program_id, "close_booked", "reconciler", body, event_id=new_id("cbk")))
+    return rows
+
+
 def commission_action_row(
     program: Program, sale_id: str, transaction_id: str, action: str, reason: str, actor: str
 ) -> dict[str, Any]:

@@ -50,6 +50,9 @@ from reconcile.schema import ENGINE, UTC, first_open, norm_email, period_of
 BOOKING = "booking"
 ACTION = "commission_action"
 KINDS = (BOOKING, ACTION)
+# Rows the reconciler writes of what it showed (payment bookings, reconcile/periods.py close
+# bookings): facts of the log, but never a cause of a change.
+BOOKED_KINDS = (BOOKING, "close_booking", "close_booked")
 ACTIONS = ("hold", "release", "void")
 SALE = ["program_id", "sale_id"]
 MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
@@ -58,7 +61,7 @@ MONEY = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunde
 LINE_FIELDS = BOOKED_FIELDS
 LINE_TIMES = ("occurred_at", "available_at", "dated_at")
 LINE_STRINGS = tuple(f for f in LINE_FIELDS if f not in (*MONEY, "self_referral", *LINE_TIMES))
-_LINE_DTYPE = pl.Struct(
+LINE_DTYPE = pl.Struct(
     {
         **{name: pl.String for name in LINE_STRINGS},
         **{name: pl.Int64 for name in MONEY},
@@ -66,7 +69,7 @@ _LINE_DTYPE = pl.Struct(
         **{name: pl.String for name in LINE_TIMES},
     }
 )
-_BODY_DTYPE = pl.Struct({"sale_id": pl.String, "as_of": pl.Int64, "lines": pl.List(_LINE_DTYPE)})
+_BODY_DTYPE = pl.Struct({"sale_id": pl.String, "as_of": pl.Int64, "lines": pl.List(LINE_DTYPE)})
 _ACTION_DTYPE = pl.Struct({"action": pl.String, "sale_id": pl.String, "reason": pl.String, "by": pl.String})
 # Ids a sale's own records and refunds may carry in any id column.
 _SALE_IDS = ("transaction_id", "invoice_id", "payment_intent_id", "checkout_session_id", "charge_id")
@@ -354,7 +357,7 @@ def causes(
         log.filter(
             (pl.col("seq") > low) & (pl.col("outcome") == "accepted") & pl.col("program_id").is_not_null()
         )
-        .filter(pl.col("kind") != BOOKING)
+        .filter(~pl.col("kind").is_in(BOOKED_KINDS))
         .select(
             "program_id",
             "seq",

@@ -24,27 +24,65 @@ Bookings apply after this (pipeline.py): a booking holds the lines as they were 
 months included, and every later difference is a line of its own (reconcile/bookings.py).
 
 Lines of months never closed are the current ledger's. Programs without closes cost nothing
-extra. The books as of every close, of every program, come from one more pass, whatever the
-number of closes: each prefix is a program of its own in one log (`stacked`: the prefix's rows
-under an alias of their program, one per close, so no rule relates rows of two prefixes, as
-none relates rows of two programs), and the pass's lines are split back by alias. So a close
-adds the rows of its prefix to that pass, never a pass of its own (before, each close cost one
-full pass: 96 monthly closes of a 193-event log, 9.7 s; now 0.22 s, against 0.08 s with no
-close). What still grows with the closes is the rows of that one pass (the sum of the prefixes).
+extra.
+
+A close is a booking (issue #48): the run after it (api/jobs.py `_book_closes`) values the log
+before the close once (`to_book`) and appends what it shows of the months closed by then:
+per sale, a `close_booking` row (`transaction_id` the sale's, so an incremental run's closure
+reaches it; body `{"booking_id", "close_seq", "sale_id", "lines", "gone"}`) holding the lines
+that changed since the close before (or are new to the closed months; their status kept as
+`standing`: `held`, `reversed`, or `clock` for approved or pending by the run's time), and the
+keys no longer there; then one `close_booked` row per close (`{"booking_id", "close_seq"}`),
+which makes the booking whole. Every later run reads a booked close's snapshot back from the
+log (per key, the last booking up to that close) instead of valuing the log before it again, so
+a close costs a run the lines it froze and nothing more. Rows of a booking whose marker never
+came (a crash) are never read: the next run books the close again, under a new id. Only the
+closes of a program up to its first unbooked one are read back; the rest are valued on the
+log's prefixes (the same numbers, `_snapshot_lines`), all of them in one pass: each prefix is
+a program of its own in one log (`stacked`: the prefix's rows under an alias of their program,
+one per close), and the pass's lines are split back by alias. Either way a snapshot holds only
+the lines of months closed by its close (`_closed_only`), the only ones a composition reads.
+The composition itself (`_compose`) works on every program at once.
+
+Measured (bench/closes.py, `make bench`): see the README's benchmark table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 import polars as pl
 
 from reconcile import bookings
-from reconcile.schema import ENGINE, first_open, next_month, period_of
+from reconcile.schema import ENGINE, UTC, first_open, next_month, period_of
 
 VALUES = ("amount", "reversed", "platform_fee", "platform_fee_reversed", "refunded")
 KEY = ("sale_id", "partner_code", "kind", "cause")
 PERIOD_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"
+
+# A close is booked (api/jobs.py, after the run that follows it): `close_booking` rows (one per
+# sale, `transaction_id` the sale's, so an incremental run's closure reaches it) hold the lines
+# of its snapshot that changed since the close before, `close_booked` (one per close, an
+# engineer row every run reads) says the booking `booking_id` is whole.
+SNAPSHOT = "close_booking"
+MARK = "close_booked"
+KINDS = (SNAPSHOT, MARK)
+_GONE = pl.Struct(
+    {"partner_code": pl.String, "kind": pl.String, "cause": pl.String, "transaction_id": pl.String}
+)
+_SNAPSHOT_BODY = pl.Struct(
+    {
+        "booking_id": pl.String,
+        "close_seq": pl.Int64,
+        "sale_id": pl.String,
+        "lines": pl.List(
+            pl.Struct({**{f.name: f.dtype for f in bookings.LINE_DTYPE.fields}, "standing": pl.String})
+        ),
+        "gone": pl.List(_GONE),
+    }
+)
+_MARK_BODY = pl.Struct({"booking_id": pl.String, "close_seq": pl.Int64})
 
 ALIAS = "\x1f"  # joins a program id and a snapshot number into the alias of its prefix
 
@@ -69,34 +107,258 @@ def closes(log: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def apply(log: pl.LazyFrame, current: pl.DataFrame, compute: Compute, sales: pl.DataFrame) -> pl.DataFrame:
+def apply(
+    log: pl.LazyFrame, current: pl.DataFrame, compute: Compute, sales: pl.DataFrame, now: datetime
+) -> pl.DataFrame:
     """Commission lines with closed months frozen and corrections as adjustments."""
     closed = closes(log)
     if closed.is_empty():
         return current
-    snaps = (
+    snaps = _snaps(closed, log)
+    programs = closed.get_column("program_id").unique()
+    columns = current.columns
+    aliases = snaps.select("alias", "program_id", "snap")
+    past = (
+        _snapshot_lines(log, snaps, closed, compute, columns, now)
+        .rename({"program_id": "alias"})
+        .join(aliases, on="alias")
+        .drop("alias")
+    )
+    lasts = snaps.group_by("program_id").agg(last=pl.len().cast(pl.Int64))
+    mine = current.filter(pl.col("program_id").is_in(programs.implode()))
+    long = pl.concat(
+        [
+            past.select(*columns, pl.col("snap").cast(pl.Int64)),
+            mine.join(lasts, on="program_id").select(*columns, snap="last"),
+        ],
+        how="vertical_relaxed",
+    )
+    own = log.join(programs.to_frame().lazy(), on="program_id", how="semi")
+    composed = _compose(long, mine, closed, snaps.select("program_id", "snap", "seq"), lasts, own, sales)
+    return pl.concat(
+        [current.filter(~pl.col("program_id").is_in(programs.implode())), composed], how="vertical_relaxed"
+    )
+
+
+def unbooked(log: pl.LazyFrame) -> tuple[str, ...]:
+    """The programs with a close no booking holds yet (`to_book` books them), sorted."""
+    closed = closes(log)
+    if closed.is_empty():
+        return ()
+    pending = _snaps(closed, log).filter(~pl.col("booked")).get_column("program_id").unique()
+    return tuple(sorted(pending.to_list()))
+
+
+def _snaps(closed: pl.DataFrame, log: pl.LazyFrame) -> pl.DataFrame:
+    """program_id, seq, snap, alias, booking_id, booked: each program's closes in log order
+    (`snap` numbers them); `booking_id` the booking its last marker names, `booked` whether it
+    and every earlier close of the program are booked (a booking is a difference from the one
+    before: only a booked prefix can be read back)."""
+    marked = _marked(log)
+    return (
         closed.select("program_id", seq="close_seq")
         .unique()
+        .join(marked, left_on=["program_id", "seq"], right_on=["program_id", "close_seq"], how="left")
         .sort("program_id", "seq")
-        .with_columns(snap=pl.int_range(pl.len()).over("program_id"))
+        .with_columns(
+            snap=pl.int_range(pl.len()).over("program_id"),
+            booked=pl.col("booking_id")
+            .is_not_null()
+            .cast(pl.Int8)
+            .cum_min()
+            .over("program_id")
+            .cast(pl.Boolean),
+        )
         .with_columns(alias=pl.col("program_id") + ALIAS + pl.col("snap").cast(pl.String))
     )
-    programs = sorted(set(closed["program_id"].to_list()))
-    lines = compute(stacked(log, snaps), snaps.select("alias", "program_id"))
-    by_alias = lines.partition_by("program_id", as_dict=True)
-    parts = [current.filter(~pl.col("program_id").is_in(programs))]
-    for program in programs:
-        rows = closed.filter(pl.col("program_id") == program)
-        close_at = dict(zip(rows["period"].to_list(), rows["close_seq"].to_list(), strict=True))
-        seqs = sorted(set(close_at.values()))
-        mine = current.filter(pl.col("program_id") == program)
-        snapshots = [
-            by_alias.get((f"{program}{ALIAS}{j}",), mine.clear()).with_columns(program_id=pl.lit(program))
-            for j in range(len(seqs))
-        ]
-        snapshots.append(mine)
-        parts.append(_compose(snapshots, close_at, seqs, _cause_finder(log, sales, seqs)))
+
+
+def _marked(log: pl.LazyFrame) -> pl.DataFrame:
+    """program_id, close_seq, booking_id: the booking of each booked close (its last marker)."""
+    return (
+        log.filter(
+            (pl.col("kind") == MARK) & (pl.col("outcome") == "accepted") & pl.col("program_id").is_not_null()
+        )
+        .select("program_id", "seq", parsed=pl.col("body").str.json_decode(_MARK_BODY))
+        .select(
+            "program_id",
+            "seq",
+            close_seq=pl.col("parsed").struct.field("close_seq"),
+            booking_id=pl.col("parsed").struct.field("booking_id"),
+        )
+        .drop_nulls(["close_seq", "booking_id"])
+        .sort("seq")
+        .group_by("program_id", "close_seq")
+        .agg(pl.col("booking_id").last())
+        .collect(engine=ENGINE)
+    )
+
+
+def _snapshot_lines(
+    log: pl.LazyFrame,
+    snaps: pl.DataFrame,
+    closed: pl.DataFrame,
+    compute: Compute,
+    columns: list[str],
+    now: datetime,
+) -> pl.DataFrame:
+    """The lines of every close's snapshot that belong to months closed by then, each under its
+    alias (as `program_id`): read back from the bookings of booked closes, valued from the log's
+    prefixes for the others (one pass for all of them)."""
+    todo = snaps.filter(~pl.col("booked"))
+    done = snaps.filter(pl.col("booked"))
+    parts = []
+    if not todo.is_empty():
+        valued = compute(stacked(log, todo), todo.select("alias", "program_id"))
+        parts.append(_closed_only(valued, todo, closed).select(columns))
+    if not done.is_empty():
+        parts.append(_read_back(log, done, columns, now))
+    if not parts:
+        return pl.DataFrame(schema={c: pl.String for c in columns})
     return pl.concat(parts, how="vertical_relaxed")
+
+
+def _closed_only(lines: pl.DataFrame, snaps: pl.DataFrame, closed: pl.DataFrame) -> pl.DataFrame:
+    """`lines` (under their snapshot's alias) of the months closed at their snapshot's close."""
+    at = snaps.select("alias", "program_id", at="seq")
+    return (
+        lines.rename({"program_id": "alias"})
+        .join(at, on="alias")
+        .join(closed, on=["program_id", "period"])
+        .filter(pl.col("close_seq") <= pl.col("at"))
+        .with_columns(program_id=pl.col("alias"))
+        .drop("alias", "at", "close_seq")
+    )
+
+
+def booked_lines(log: pl.LazyFrame, snaps: pl.DataFrame) -> pl.DataFrame:
+    """program_id, close_seq, KEY, the other line fields and `gone`: every line the bookings of
+    the closes of `snaps` (program_id, seq, booking_id) hold, and every line they say is gone."""
+    books = (
+        log.filter(
+            (pl.col("kind") == SNAPSHOT)
+            & (pl.col("outcome") == "accepted")
+            & pl.col("program_id").is_not_null()
+        )
+        .select("program_id", parsed=pl.col("body").str.json_decode(_SNAPSHOT_BODY))
+        .select(
+            "program_id",
+            close_seq=pl.col("parsed").struct.field("close_seq"),
+            booking_id=pl.col("parsed").struct.field("booking_id"),
+            sale=pl.col("parsed").struct.field("sale_id"),
+            lines=pl.col("parsed").struct.field("lines"),
+            gone=pl.col("parsed").struct.field("gone"),
+        )
+        .join(
+            snaps.lazy().select("program_id", "booking_id", close_seq="seq"),
+            on=["program_id", "close_seq", "booking_id"],
+            how="semi",
+        )
+        .collect(engine=ENGINE)
+    )
+    held = (
+        books.select("program_id", "close_seq", line="lines")
+        .explode("line")
+        .filter(pl.col("line").is_not_null())
+        .unnest("line")
+        .with_columns(
+            pl.col(name).str.to_datetime(time_unit="us", time_zone="UTC", strict=False).cast(UTC)
+            for name in bookings.LINE_TIMES
+        )
+        .with_columns(gone=pl.lit(False))
+    )
+    gone = (
+        books.select("program_id", "close_seq", "sale", line="gone")
+        .explode("line")
+        .filter(pl.col("line").is_not_null())
+        .unnest("line")
+        .rename({"sale": "sale_id"})
+        .with_columns(gone=pl.lit(True))
+    )
+    return pl.concat([held, gone], how="diagonal_relaxed")
+
+
+def standing(status: pl.Expr) -> pl.Expr:
+    """What a booking keeps of a line's status: `held` or `reversed`, else `clock` (approved or
+    pending, by its available_at and the run's time: `_status`)."""
+    return pl.when(status.is_in(["held", "reversed"])).then(status).otherwise(pl.lit("clock"))
+
+
+def _status(now: datetime) -> pl.Expr:
+    """A read-back line's status as its snapshot valued at `now` shows it (reconcile/ledger.py)."""
+    clock = (
+        pl.when(pl.lit(now, UTC) >= pl.col("available_at"))
+        .then(pl.lit("approved"))
+        .otherwise(pl.lit("pending"))
+    )
+    return pl.when(pl.col("standing") == "clock").then(clock).otherwise(pl.col("standing"))
+
+
+def _read_back(log: pl.LazyFrame, done: pl.DataFrame, columns: list[str], now: datetime) -> pl.DataFrame:
+    """The snapshot of each booked close of `done`, under its alias: per line key, what the
+    last booking up to that close holds, unless it says the line is gone."""
+    held = booked_lines(log, done)
+    if "standing" not in held.columns:
+        held = held.with_columns(standing=pl.lit(None, pl.String))
+    held = held.with_columns(status=_status(now))
+    missing = [c for c in columns if c not in held.columns]
+    return (
+        held.with_columns(pl.lit(None).alias(c) for c in missing)
+        .join(done.select("program_id", "alias", at="seq"), on="program_id")
+        .filter(pl.col("close_seq") <= pl.col("at"))
+        .sort("close_seq")
+        .group_by("alias", *KEY)
+        .last()
+        .filter(~pl.col("gone"))
+        .with_columns(program_id=pl.col("alias"))
+        .select(columns)
+    )
+
+
+def to_book(log: pl.LazyFrame, compute: Compute, columns: list[str], now: datetime) -> pl.DataFrame:
+    """What the closes no booking holds yet book (api/jobs.py appends it, ingest/actions.py
+    `close_booking_rows`): program_id, close_seq, the line fields and `gone`, one row per line
+    that changed since the close before (or is new to the closed months), and one per line no
+    longer there (`gone`); a close with none has a row with null sale_id, so that it is booked
+    too. Empty when every close is booked."""
+    nothing = pl.DataFrame(schema={"program_id": pl.String, "close_seq": pl.Int64})
+    closed = closes(log)
+    if closed.is_empty():
+        return nothing
+    snaps = _snaps(closed, log)
+    programs = snaps.filter(~pl.col("booked")).get_column("program_id").unique().to_list()
+    if not programs:
+        return nothing
+    snaps = snaps.filter(pl.col("program_id").is_in(programs))
+    first = snaps.filter(~pl.col("booked")).group_by("program_id").agg(first=pl.col("snap").min())
+    # every close of these programs: the booked ones are read back (the last one is what the
+    # first unbooked one differs from), the others valued
+    wanted = snaps.join(first, on="program_id")
+    lines = {
+        alias: frame.with_columns(standing=standing(pl.col("status")))
+        for alias, frame in _snapshot_lines(log, wanted, closed, compute, columns, now)
+        .partition_by("program_id", as_dict=True)
+        .items()
+    }
+    fields = [*(c for c in columns if c not in (*KEY, "program_id", "status")), "standing"]
+    out = []
+    for program, seq, snap, alias, start in (
+        wanted.select("program_id", "seq", "snap", "alias", "first").sort("program_id", "snap").iter_rows()
+    ):
+        if snap < start:
+            continue
+        before = lines.get((f"{program}{ALIAS}{snap - 1}",)) if snap > 0 else None
+        now_ = lines.get((alias,))
+        out.append(
+            _changes(before, now_, columns, fields).with_columns(
+                program_id=pl.lit(program), close_seq=pl.lit(seq, pl.Int64)
+            )
+        )
+    names = ["program_id", "close_seq", *KEY, *fields, "gone"]
+    if not out:
+        return nothing
+    found = pl.concat(out, how="diagonal_relaxed")
+    return found.with_columns(pl.lit(None).alias(c) for c in names if c not in found.columns).select(names)
 
 
 def stacked(log: pl.LazyFrame, snaps: pl.DataFrame) -> pl.LazyFrame:
@@ -117,95 +379,142 @@ def stacked(log: pl.LazyFrame, snaps: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-# (wanted: program_id, sale_id, snap, until) -> the same with cause, cause_at (null where none)
-Causes = Callable[[pl.DataFrame], pl.DataFrame]
-
-
-def _cause_finder(log: pl.LazyFrame, sales: pl.DataFrame, seqs: list[int]) -> Causes:
-    """What caused a change of a closed month's line from snapshot `snap` to the next: the row
-    bearing on its sale logged last after the close at `seqs[snap]` and before `until` (the next
-    close; none after the last)."""
-
-    def find(wanted: pl.DataFrame) -> pl.DataFrame:
-        asked = wanted.with_columns(
-            as_of=pl.col("snap").replace_strict(dict(enumerate(seqs)), return_dtype=pl.Int64)
+def _changes(
+    before: pl.DataFrame | None, now: pl.DataFrame | None, columns: list[str], fields: list[str]
+) -> pl.DataFrame:
+    """The lines of snapshot `now` new or changed since snapshot `before`, those of `before`
+    gone (only their key and transaction id), or one empty row when nothing changed."""
+    marker = pl.DataFrame({"gone": [False]})
+    if now is None and before is None:
+        return marker
+    shape = (now if now is not None else before).select(*KEY, *fields)  # type: ignore[union-attr]
+    was = shape.clear() if before is None else before.select(*KEY, *fields)
+    is_ = shape.clear() if now is None else now.select(*KEY, *fields)
+    joined = is_.with_columns(here__=pl.lit(True)).join(
+        was.with_columns(was__=pl.lit(True)),
+        on=KEY,
+        how="full",
+        coalesce=True,
+        nulls_equal=True,
+        suffix="__was",
+    )
+    changed = joined.filter(
+        pl.col("here__")
+        & (
+            pl.col("was__").is_null()
+            | pl.any_horizontal(pl.col(f).ne_missing(pl.col(f"{f}__was")) for f in fields)
         )
-        found = bookings.causes(asked, log, sales, by=("snap",)).rename({"cause": "cause_found"})
-        return wanted.join(found, on=[*bookings.SALE, "snap", "until"], how="left", nulls_equal=True)
+    ).select(*KEY, *fields, gone=pl.lit(False))
+    gone = joined.filter(pl.col("here__").is_null()).select(
+        *KEY, transaction_id=pl.col("transaction_id__was"), gone=pl.lit(True)
+    )
+    found = pl.concat([changed, gone], how="diagonal_relaxed")
+    return marker if found.is_empty() else found
 
-    return find
 
-
-def _months(close_at: dict[str, int], seqs: list[int], wanted: pl.DataFrame) -> pl.DataFrame:
-    """(line_period, snap, floor) -> month: the first month from `floor` (at the earliest the one
-    after the line's) that was still open at the close `seqs[snap]`."""
+def _months(wanted: pl.DataFrame, closed: pl.DataFrame, snaps: pl.DataFrame) -> pl.DataFrame:
+    """(program_id, line_period, snap, floor) -> month: the first month from `floor` (at the
+    earliest the one after the line's) that was still open at the program's close `snap`."""
+    at = {(p, j): seq for p, j, seq in snaps.select("program_id", "snap", "seq").iter_rows()}
+    shut_at: dict[str, list[tuple[str, int]]] = {}
+    for program, period, seq in closed.select("program_id", "period", "close_seq").iter_rows():
+        shut_at.setdefault(program, []).append((period, seq))
     rows: list[dict[str, object]] = []
-    for line_period, snap, floor in wanted.select("line_period", "snap", "floor").unique().iter_rows():
-        shut = {p for p, s in close_at.items() if s <= seqs[snap]}
+    for program, line_period, snap, floor in (
+        wanted.select("program_id", "line_period", "snap", "floor").unique().iter_rows()
+    ):
+        shut = {p for p, s in shut_at.get(program, []) if s <= at[(program, snap)]}
         month = first_open(max(next_month(line_period), floor or ""), shut.__contains__)
-        rows.append({"line_period": line_period, "snap": snap, "floor": floor, "month": month})
+        rows.append(
+            {"program_id": program, "line_period": line_period, "snap": snap, "floor": floor, "month": month}
+        )
     return pl.DataFrame(
-        rows, schema={"line_period": pl.String, "snap": pl.Int64, "floor": pl.String, "month": pl.String}
+        rows,
+        schema={
+            "program_id": pl.String,
+            "line_period": pl.String,
+            "snap": pl.Int64,
+            "floor": pl.String,
+            "month": pl.String,
+        },
     )
 
 
 def _compose(
-    snapshots: list[pl.DataFrame], close_at: dict[str, int], seqs: list[int], find: Causes
+    long: pl.DataFrame,
+    current: pl.DataFrame,
+    closed: pl.DataFrame,
+    snaps: pl.DataFrame,
+    lasts: pl.DataFrame,
+    log: pl.LazyFrame,
+    sales: pl.DataFrame,
 ) -> pl.DataFrame:
-    last = len(snapshots) - 1
-    columns = snapshots[-1].columns
-    long = pl.concat(
-        [s.select(columns).with_columns(snap=pl.lit(j, pl.Int64)) for j, s in enumerate(snapshots)],
-        how="vertical_relaxed",
-    )
+    """The lines of every program with closes, all programs at once: `long` holds each
+    snapshot's lines (`snap` j for the close j of the program, `last` for the current ledger,
+    which is `current`), `snaps` the closes' seqs."""
+    columns = current.columns
+    pkey = ["program_id", *KEY]
+    close_snaps = closed.join(
+        snaps, left_on=["program_id", "close_seq"], right_on=["program_id", "seq"]
+    ).select("program_id", line_period="period", close_snap="snap")
     described = (
         long.sort("snap")
-        .group_by(KEY)
+        .group_by(pkey)
         .agg(
-            *(pl.col(c).last() for c in columns if c not in (*KEY, *VALUES, "period", "status")),
+            *(pl.col(c).last() for c in columns if c not in (*pkey, *VALUES, "period", "status")),
             line_period=pl.col("period").last(),
         )
-        .with_columns(
-            close_snap=pl.col("line_period").replace_strict(
-                {p: seqs.index(s) for p, s in close_at.items()}, default=None, return_dtype=pl.Int64
-            )
-        )
+        .join(close_snaps, on=["program_id", "line_period"], how="left")
     )
-    current_status = long.filter(pl.col("snap") == last).select(*KEY, "status")
-    described = described.join(current_status, on=KEY, how="left").with_columns(
+    current_status = current.select(*pkey, "status")
+    described = described.join(current_status, on=pkey, how="left").with_columns(
         status=pl.col("status").fill_null("reversed")
     )
-    open_lines = snapshots[-1].join(
-        described.filter(pl.col("close_snap").is_null()).select(KEY), on=KEY, how="semi"
+    open_lines = current.join(
+        described.filter(pl.col("close_snap").is_null()).select(pkey), on=pkey, how="semi"
     )
-    frozen = long.join(
-        described.filter(pl.col("close_snap").is_not_null()).select(*KEY, "close_snap"),
-        on=KEY,
-    ).filter(pl.col("snap") == pl.col("close_snap"))
+    shut = described.filter(pl.col("close_snap").is_not_null())
+    frozen = long.join(shut.select(*pkey, "close_snap"), on=pkey).filter(
+        pl.col("snap") == pl.col("close_snap")
+    )
+    every = lasts.select("program_id", snap=pl.int_ranges(0, pl.col("last") + 1)).explode("snap")
     grid = (
-        described.filter(pl.col("close_snap").is_not_null())
-        .join(pl.DataFrame({"snap": list(range(last + 1))}), how="cross")
+        shut.join(every, on="program_id")
         .filter(pl.col("snap") >= pl.col("close_snap"))
-        .join(long.select(*KEY, "snap", *VALUES), on=[*KEY, "snap"], how="left")
+        .join(long.select(*pkey, "snap", *VALUES), on=[*pkey, "snap"], how="left")
         .with_columns(pl.col(v).fill_null(0) for v in VALUES)
         .sort("snap")
-        .with_columns(pl.col(v).shift(-1).over(KEY) - pl.col(v) for v in VALUES)
-        .filter((pl.col("snap") < last) & pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
+        .with_columns(pl.col(v).shift(-1).over(pkey) - pl.col(v) for v in VALUES)
+        .join(lasts, on="program_id")
+        .filter((pl.col("snap") < pl.col("last")) & pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
+        .drop("last")
     )
-    grid = grid.with_columns(
-        until=pl.col("snap").replace_strict(dict(enumerate(seqs[1:])), default=None, return_dtype=pl.Int64)
-    )
-    found = find(grid.select(*bookings.SALE, "snap", "until").unique())
+    seq_of = snaps.select("program_id", "snap", as_of="seq")
+    until_of = snaps.select("program_id", snap=pl.col("snap") - 1, until="seq")
+    grid = grid.join(seq_of, on=["program_id", "snap"]).join(until_of, on=["program_id", "snap"], how="left")
+    wanted = grid.select(*bookings.SALE, "snap", "until", "as_of").unique()
+    if wanted.is_empty():
+        found = wanted.select(*bookings.SALE, "snap", "until").with_columns(
+            cause_found=pl.lit(None, pl.String), cause_at=pl.lit(None, UTC)
+        )
+    else:
+        found = (
+            bookings.causes(wanted, log, sales, by=("snap",))
+            .rename({"cause": "cause_found"})
+            .select(*bookings.SALE, "snap", "until", "cause_found", "cause_at")
+        )
     grid = grid.join(found, on=[*bookings.SALE, "snap", "until"], how="left", nulls_equal=True).with_columns(
         floor=period_of(pl.col("cause_at"))
     )
-    grid = grid.join(_months(close_at, seqs, grid), on=["line_period", "snap", "floor"], nulls_equal=True)
+    grid = grid.join(
+        _months(grid, closed, snaps), on=["program_id", "line_period", "snap", "floor"], nulls_equal=True
+    )
     month_start = (pl.col("month") + "-01").str.to_datetime("%Y-%m-%d", time_unit="us", time_zone="UTC")
     adjustments = (
-        grid.group_by(*KEY, "month", "cause_found", "cause_at")
+        grid.group_by(*pkey, "month", "cause_found", "cause_at")
         .agg(pl.col(v).sum() for v in VALUES)
         .filter(pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
-        .join(described.drop("close_snap", "line_period"), on=KEY)
+        .join(described.drop("close_snap", "line_period"), on=pkey)
         .with_columns(
             kind=pl.when(pl.col("kind") == "clawback")
             .then(pl.lit("clawback"))

@@ -166,7 +166,11 @@ def reconcile(
     closed = periods.closes(log)
     lines = bookings.overlay(
         periods.apply(
-            log, current.lines, partial(_prefixes, history=history, people=people, now=now), current.sales
+            log,
+            current.lines,
+            partial(_prefixes, history=history, people=people, now=now),
+            current.sales,
+            now,
         ),
         log,
         current.sales,
@@ -197,6 +201,20 @@ def reconcile(
         unroutable=unroutable.listing(log, settings),
         payouts=_conform(payouts.table(made, settled, failed), PAYOUTS_SCHEMA),
     )
+
+
+def close_bookings(
+    raw: pl.DataFrame | pl.LazyFrame, programs: pl.DataFrame, partners: pl.DataFrame, now: datetime
+) -> pl.DataFrame:
+    """What the closes of `raw` that no booking holds yet book (reconcile/periods.py `to_book`):
+    their snapshots valued as `reconcile` values them, once."""
+    log = prepare_raw(raw if isinstance(raw, pl.DataFrame) else raw.collect(engine=ENGINE))
+    settings = prepare_programs(programs).collect(engine=ENGINE)
+    people = prepare_partners(partners).collect(engine=ENGINE)
+    history = terms.history(log, settings)
+    compute = partial(_prefixes, history=history, people=people, now=now)
+    columns = ledger(log.head(0), history, people, now).lines.columns
+    return periods.to_book(log, compute, columns, now)
 
 
 def _manual_lines(

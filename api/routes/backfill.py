@@ -123,7 +123,7 @@ async def close_period(request: Request) -> Response:
     def close() -> None:
         closed.append(actions.close_period(st.writer, program, period, actor))
 
-    summary = await asyncio.to_thread(st.reconciler.run, None, close)
+    summary = await asyncio.to_thread(st.reconciler.run, None, close, program.program_id)
     return ok(request, {**closed[0], "reconcile_run_id": summary.run_id})
 
 

@@ -14,7 +14,9 @@ Column meanings of `raw_events` (all typed columns are NULL when they do not app
   assignments).
 - ``kind``: ``click`` | ``lead`` | ``sale`` | ``refund`` (track calls), ``stripe`` (every
   processor delivery), ``metadata_fix`` | ``backfill`` | ``period_close`` | ``payout_batch`` |
-  ``payout_paid`` | ``program_terms`` | ``promo_code`` (actions).
+  ``payout_paid`` | ``program_terms`` | ``promo_code`` (actions), ``booking`` |
+  ``close_booking`` | ``close_booked`` (what the reconciler showed, booked: reconcile/bookings.py,
+  reconcile/periods.py).
 - ``program_id``: the program the event belongs to (NULL for unroutable processor events).
 - ``outcome``: ``accepted`` | ``duplicate`` (a refused duplicate track call, or a repeated
   processor event id) | ``unroutable`` (processor event matching no program) | ``unusable``

@@ -11,6 +11,9 @@
   where the engine is a working copy of a shared log.
 - `backfill_inputs(store, program_id)`: the log, programs and partners a backfill previews on,
   and the unroutable events it may pick up (reconcile/run/source.py `unpicked`).
+- `close_bookings(store, program_ids, now, scope=None)`: what the period closes of those
+  programs that no booking holds yet book (reconcile/periods.py `to_book`; a run's summary names
+  the programs in `unbooked_closes`), valued once on each program's log.
 - `books(reader, program_id, before_seq)` (reconcile/run/engine.py): the log as of a period close,
   for the reports.
 
@@ -19,6 +22,7 @@ The server schedules runs and holds the run lock (api/jobs.py); nothing here tak
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import polars as pl
@@ -26,6 +30,7 @@ import polars as pl
 from ingest.progress import Progress
 from ingest.storage.contract import Store
 from ingest.storage.partitions import Scope, part_of
+from reconcile import pipeline
 from reconcile.run import job, source
 from reconcile.run.engine import Engine, books, open_engine
 from reconcile.run.job import ReconcileFailed, RunSummary
@@ -66,4 +71,29 @@ def backfill_inputs(
         return raw, programs, partners, source.unpicked(engine.cursor, connected)
 
 
-__all__ = ["Engine", "ReconcileFailed", "RunSummary", "backfill_inputs", "books", "open_engine", "run"]
+def close_bookings(
+    store: Store, program_ids: Sequence[str], now: datetime, scope: Scope | None = None
+) -> pl.DataFrame:
+    """What the period closes of `program_ids` that no booking holds yet book (the module
+    docstring): each program's log read from the engine (of partition `scope`), its closes'
+    snapshots valued as a run values them. The caller holds the reconcile lease."""
+    frames = []
+    with open_engine(store, scope) as engine:
+        for program_id in program_ids:
+            raw, programs, partners = job.read(engine.cursor, program_id=program_id)
+            frames.append(pipeline.close_bookings(raw, programs, partners, now))
+    if not frames:
+        return pl.DataFrame(schema={"program_id": pl.String, "close_seq": pl.Int64})
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+__all__ = [
+    "Engine",
+    "ReconcileFailed",
+    "RunSummary",
+    "backfill_inputs",
+    "books",
+    "close_bookings",
+    "open_engine",
+    "run",
+]

@@ -16,7 +16,9 @@ Months closed before the previous run need no full run: a closed month's lines a
 commission line key from the ledgers of the log's prefixes before each close
 (reconcile/periods.py), and the ledger of a prefix, like the ledger of the whole log, is the
 union of its components' ledgers. Reconciling the closure with every engineer action (closes
-included) therefore gives its components' frozen lines and adjustments exactly as a full run does.
+and their `close_booked` markers included) therefore gives its components' frozen lines and
+adjustments exactly as a full run does; a booked close's lines (`close_booking` rows, one per
+sale, linked by transaction id) join their sale's component like its records.
 
 The patch: the rows added since the previous run (`seq` above its high water mark) join the
 component store (reconcile/run/components.py: each covered row's component, by the 64-bit
@@ -53,7 +55,7 @@ from reconcile.run.rowstore import RowStore
 from reconcile.run.source import ENGINEER_KINDS, read_linked, read_rows, registered, unroutable_rows
 from reconcile.schema import ENGINE, prepare_programs, prepare_raw
 
-ENGINE_VERSION = "10"
+ENGINE_VERSION = "11"
 NEW_ENGINEER_KINDS = ("metadata_fix", *ENGINEER_KINDS)
 STAGED = (
     "rc_sales",

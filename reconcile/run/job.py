@@ -50,7 +50,7 @@ from reconcile.run import components, incremental, rowstore
 from reconcile.run import mirror as mirror_module
 from reconcile.run.mirror import Mirror
 from reconcile.run.rowstore import RowStore
-from reconcile.run.source import ENGINEER_KINDS, control_plane, raw_chunk, read_rows
+from reconcile.run.source import ENGINEER_KINDS, control_plane, raw_chunk, read_rows, unbooked_closes
 from reconcile.schema import (
     COMMISSIONS_SCHEMA,
     DOUBLE_COUNTS_SCHEMA,
@@ -93,6 +93,8 @@ class RunSummary:
     high_water_seq: int
     mode: str = "full"
     unroutable: int = 0
+    # programs with a period close no booking holds yet (reconcile/periods.py): api/jobs.py books them
+    unbooked_closes: tuple[str, ...] = ()
 
 
 class ReconcileFailed(Exception):
@@ -477,6 +479,7 @@ def run(
         try:
             reader.execute("BEGIN TRANSACTION")
             control = control_plane(reader)
+            unbooked = unbooked_closes(reader)
             fingerprint = incremental.fingerprint(*control)
             # The component store follows the log on every run (reconcile/run/components.py),
             # brought up to the snapshot's high water first: a full run splits a program larger
@@ -530,7 +533,9 @@ def run(
                 publish.patch(con, patch)
             return summary
 
-        summary = _transaction(con, run_id, swap if patch is None else apply)
+        summary = replace(
+            _transaction(con, run_id, swap if patch is None else apply), unbooked_closes=unbooked
+        )
     except BaseException as exc:
         _drop_staging(con, run_id)
         mirror.discard()

@@ -11,7 +11,7 @@ import duckdb
 import polars as pl
 
 from ingest.domain.records import ProgramSettings
-from reconcile import bookings, manual, payouts, promos, terms, unroutable
+from reconcile import bookings, manual, payouts, periods, promos, terms, unroutable
 from reconcile.schema import (
     PARTNER_SCHEMA,
     PROGRAM_SCHEMA,
@@ -21,11 +21,19 @@ from reconcile.schema import (
 )
 
 # Engineer actions read with their `body` (metadata fixes carry typed columns instead).
-ENGINEER_KINDS = ("backfill", "period_close", *payouts.KINDS, terms.KIND, bookings.ACTION, promos.KIND)
+ENGINEER_KINDS = (
+    "backfill",
+    "period_close",
+    periods.MARK,
+    *payouts.KINDS,
+    terms.KIND,
+    bookings.ACTION,
+    promos.KIND,
+)
 # Bookings and manual entries are read with their body too, but only reach the sales (or the
 # entry) they name by transaction id: linked rows of the log like records and refunds, not
 # program-wide actions.
-LEDGER_KINDS = (bookings.BOOKING, manual.KIND)
+LEDGER_KINDS = (bookings.BOOKING, periods.SNAPSHOT, manual.KIND)
 
 # Each group of rows is read with its own columns (schema.READ_COLUMNS), filtered by
 # `{where}`. Engineer actions are the only rows whose `body` is read: they are read apart, so
@@ -207,3 +215,10 @@ def unpicked(reader: duckdb.DuckDBPyConnection, account: str | None) -> pl.DataF
         params=[account],
     ).pl()
     return frame
+
+
+def unbooked_closes(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
+    """The programs of the log with a period close that no booking holds yet
+    (reconcile/periods.py): engineer rows only, found through `seq` (no body scan)."""
+    rows = read_rows(con, "kind IN (?, ?)", ["period_close", periods.MARK], groups=("engineer",))
+    return periods.unbooked(prepare_raw(rows))

@@ -527,6 +527,28 @@ def bookings(
     ]
 
 
+def close_bookings(
+    rows: list[dict[str, Any]],
+    now: datetime,
+    people: pl.DataFrame | None = None,
+    settings_frame: pl.DataFrame | None = None,
+    **settings: Any,
+) -> list[dict[str, Any]]:
+    """The close-booking rows a run at `now` appends after `rows` (api/jobs.py
+    `Reconciler._book`): each close no booking holds yet, booked once; the programs'
+    `settings_frame` or one program with `settings`. Import-late, as `bookings`."""
+    from ingest.actions import close_booking_rows
+    from reconcile.pipeline import close_bookings as to_book
+
+    people = partners(("p1", None), ("p2", None)) if people is None else people
+    chosen = programs(**settings) if settings_frame is None else settings_frame
+    made = close_booking_rows(to_book(frame(rows), chosen, people, now).to_dicts())
+    return [
+        row(**{**r, "event_id": f"cb_{len(rows)}_{i}", "received_at": now, "occurred_at": now})
+        for i, r in enumerate(made)
+    ]
+
+
 def commission_action(
     action_id: str, sale_id: str, action: str, reason: str = "", **kw: Any
 ) -> dict[str, Any]:
