@@ -117,26 +117,66 @@ def apply(
     snaps = _snaps(closed, log)
     programs = closed.get_column("program_id").unique()
     columns = current.columns
-    aliases = snaps.select("alias", "program_id", "snap")
-    past = (
-        _snapshot_lines(log, snaps, closed, compute, columns, now)
-        .rename({"program_id": "alias"})
-        .join(aliases, on="alias")
-        .drop("alias")
-    )
     lasts = snaps.group_by("program_id").agg(last=pl.len().cast(pl.Int64))
     mine = current.filter(pl.col("program_id").is_in(programs.implode()))
-    long = pl.concat(
-        [
-            past.select(*columns, pl.col("snap").cast(pl.Int64)),
-            mine.join(lasts, on="program_id").select(*columns, snap="last"),
-        ],
-        how="vertical_relaxed",
-    )
+    now_rows = mine.join(lasts, on="program_id").select(*columns, snap="last", gone=pl.lit(False))
+    if snaps.get_column("booked").all():
+        # every close booked: its booking holds just the lines that changed (and those gone)
+        booked = (
+            booked_lines(log, snaps)
+            .join(snaps.select("program_id", "snap", close_seq="seq"), on=["program_id", "close_seq"])
+            .with_columns(status=_status(now))
+        )
+        missing = [c for c in columns if c not in booked.columns]
+        booked = booked.with_columns(pl.lit(None).alias(c) for c in missing).select(
+            *columns, pl.col("snap").cast(pl.Int64), "gone"
+        )
+        points = pl.concat([booked, now_rows], how="vertical_relaxed")
+        points = pl.concat([points, _gone_now(points, lasts)], how="diagonal_relaxed")
+    else:
+        aliases = snaps.select("alias", "program_id", "snap")
+        past = (
+            _snapshot_lines(log, snaps, closed, compute, columns, now)
+            .rename({"program_id": "alias"})
+            .join(aliases, on="alias")
+            .drop("alias")
+            .select(*columns, pl.col("snap").cast(pl.Int64), gone=pl.lit(False))
+        )
+        points = pl.concat([past, now_rows], how="vertical_relaxed")
+        points = pl.concat([points, _gone_after(points, lasts)], how="diagonal_relaxed")
     own = log.join(programs.to_frame().lazy(), on="program_id", how="semi")
-    composed = _compose(long, mine, closed, snaps.select("program_id", "snap", "seq"), lasts, own, sales)
+    composed = _compose(points, mine, closed, snaps.select("program_id", "snap", "seq"), lasts, own, sales)
     return pl.concat(
         [current.filter(~pl.col("program_id").is_in(programs.implode())), composed], how="vertical_relaxed"
+    )
+
+
+def _gone_after(points: pl.DataFrame, lasts: pl.DataFrame) -> pl.DataFrame:
+    """Of snapshots given whole (every line each holds): a `gone` point where a key is missing
+    from the snapshot after one that held it."""
+    pkey = ["program_id", *KEY]
+    present = points.select(*pkey, "snap")
+    return (
+        present.with_columns(pl.col("snap") + 1)
+        .join(lasts, on="program_id")
+        .filter(pl.col("snap") <= pl.col("last"))
+        .drop("last")
+        .join(present, on=[*pkey, "snap"], how="anti", nulls_equal=True)
+        .with_columns(gone=pl.lit(True))
+    )
+
+
+def _gone_now(points: pl.DataFrame, lasts: pl.DataFrame) -> pl.DataFrame:
+    """Of booked points (a key's line holds from its point until its next one): a `gone` point
+    in the current ledger (`last`) for each key held at its last booked point and not there now."""
+    pkey = ["program_id", *KEY]
+    return (
+        points.join(lasts, on="program_id")
+        .sort("snap")
+        .group_by(pkey)
+        .agg(pl.col("snap").last(), pl.col("gone").last(), pl.col("last").first())
+        .filter((pl.col("snap") < pl.col("last")) & ~pl.col("gone"))
+        .select(*pkey, snap="last", gone=pl.lit(True))
     )
 
 
@@ -441,7 +481,7 @@ def _months(wanted: pl.DataFrame, closed: pl.DataFrame, snaps: pl.DataFrame) -> 
 
 
 def _compose(
-    long: pl.DataFrame,
+    points: pl.DataFrame,
     current: pl.DataFrame,
     closed: pl.DataFrame,
     snaps: pl.DataFrame,
@@ -449,60 +489,84 @@ def _compose(
     log: pl.LazyFrame,
     sales: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The lines of every program with closes, all programs at once: `long` holds each
-    snapshot's lines (`snap` j for the close j of the program, `last` for the current ledger,
-    which is `current`), `snaps` the closes' seqs."""
+    """The lines of every program with closes, all programs at once. `points`: a key's line at
+    snapshot `snap` (j for the close j of its program, `last` for the current ledger, which is
+    `current`), holding until the key's next point; `gone` where the key has no line from then
+    on. Lazy where it can be (three collects: the changes, whose causes and months are looked
+    up, then the lines)."""
     columns = current.columns
     pkey = ["program_id", *KEY]
-    close_snaps = closed.join(
-        snaps, left_on=["program_id", "close_seq"], right_on=["program_id", "seq"]
-    ).select("program_id", line_period="period", close_snap="snap")
+    lazy_points = points.lazy()
+    close_snaps = (
+        closed.lazy()
+        .join(snaps.lazy(), left_on=["program_id", "close_seq"], right_on=["program_id", "seq"])
+        .select("program_id", line_period="period", close_snap="snap")
+    )
+    # per key: the month and the snapshot it was last seen in (its descriptors are that row's)
     described = (
-        long.sort("snap")
+        lazy_points.filter(~pl.col("gone"))
+        .select(*pkey, "snap", "period")
+        .sort("snap")
         .group_by(pkey)
-        .agg(
-            *(pl.col(c).last() for c in columns if c not in (*pkey, *VALUES, "period", "status")),
-            line_period=pl.col("period").last(),
-        )
+        .agg(line_period=pl.col("period").last(), seen=pl.col("snap").last())
         .join(close_snaps, on=["program_id", "line_period"], how="left")
     )
-    current_status = current.select(*pkey, "status")
-    described = described.join(current_status, on=pkey, how="left").with_columns(
-        status=pl.col("status").fill_null("reversed")
-    )
-    open_lines = current.join(
+    open_lines = current.lazy().join(
         described.filter(pl.col("close_snap").is_null()).select(pkey), on=pkey, how="semi"
     )
     shut = described.filter(pl.col("close_snap").is_not_null())
-    frozen = long.join(shut.select(*pkey, "close_snap"), on=pkey).filter(
-        pl.col("snap") == pl.col("close_snap")
-    )
-    every = lasts.select("program_id", snap=pl.int_ranges(0, pl.col("last") + 1)).explode("snap")
-    grid = (
-        shut.join(every, on="program_id")
-        .filter(pl.col("snap") >= pl.col("close_snap"))
-        .join(long.select(*pkey, "snap", *VALUES), on=[*pkey, "snap"], how="left")
-        .with_columns(pl.col(v).fill_null(0) for v in VALUES)
+    # a closed month's line: the key's point at or before its month's close, unless gone
+    frozen = (
+        lazy_points.join(shut.select(*pkey, "close_snap"), on=pkey)
+        .filter(pl.col("snap") <= pl.col("close_snap"))
         .sort("snap")
-        .with_columns(pl.col(v).shift(-1).over(pkey) - pl.col(v) for v in VALUES)
-        .join(lasts, on="program_id")
-        .filter((pl.col("snap") < pl.col("last")) & pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
-        .drop("last")
+        .unique(subset=pkey, keep="last")
+        .filter(~pl.col("gone"))
     )
-    seq_of = snaps.select("program_id", "snap", as_of="seq")
-    until_of = snaps.select("program_id", snap=pl.col("snap") - 1, until="seq")
-    grid = grid.join(seq_of, on=["program_id", "snap"]).join(until_of, on=["program_id", "snap"], how="left")
+    # each change after the close: a point's values less the key's point before (0 if none or
+    # gone), as the change from snapshot j = snap - 1 to snap
+    same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(1)) for k in pkey)
+    grid_plan = (
+        lazy_points.join(shut.select(*pkey, "close_snap", "line_period", "seen"), on=pkey)
+        .with_columns(pl.when(pl.col("gone")).then(0).otherwise(pl.col(v)).alias(v) for v in VALUES)
+        .sort(*pkey, "snap", nulls_last=True)
+        .with_columns(
+            (pl.col(v) - pl.when(same).then(pl.col(v).shift(1)).otherwise(0)).alias(v) for v in VALUES
+        )
+        .filter((pl.col("snap") > pl.col("close_snap")) & pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
+        .with_columns(pl.col("snap") - 1)
+        .select(*pkey, "snap", *VALUES, "close_snap", "line_period", "seen")
+        .join(snaps.lazy().select("program_id", "snap", as_of="seq"), on=["program_id", "snap"])
+        .join(
+            snaps.lazy().select("program_id", snap=pl.col("snap") - 1, until="seq"),
+            on=["program_id", "snap"],
+            how="left",
+        )
+    )
+    grid, kept = pl.collect_all(
+        [grid_plan, pl.concat([open_lines.select(columns), frozen.select(columns)], how="vertical_relaxed")],
+        engine=ENGINE,
+    )
+    if grid.is_empty():
+        return kept
+    info = (  # the descriptors of the keys with changes: their last row, with their status now
+        grid.select(*pkey, "seen")
+        .unique()
+        .join(
+            points.filter(~pl.col("gone")).drop(*VALUES, "period", "status", "gone"),
+            left_on=[*pkey, "seen"],
+            right_on=[*pkey, "snap"],
+        )
+        .join(current.select(*pkey, "status"), on=pkey, how="left")
+        .with_columns(status=pl.col("status").fill_null("reversed"))
+        .drop("seen")
+    )
     wanted = grid.select(*bookings.SALE, "snap", "until", "as_of").unique()
-    if wanted.is_empty():
-        found = wanted.select(*bookings.SALE, "snap", "until").with_columns(
-            cause_found=pl.lit(None, pl.String), cause_at=pl.lit(None, UTC)
-        )
-    else:
-        found = (
-            bookings.causes(wanted, log, sales, by=("snap",))
-            .rename({"cause": "cause_found"})
-            .select(*bookings.SALE, "snap", "until", "cause_found", "cause_at")
-        )
+    found = (
+        bookings.causes(wanted, log, sales, by=("snap",))
+        .rename({"cause": "cause_found"})
+        .select(*bookings.SALE, "snap", "until", "cause_found", "cause_at")
+    )
     grid = grid.join(found, on=[*bookings.SALE, "snap", "until"], how="left", nulls_equal=True).with_columns(
         floor=period_of(pl.col("cause_at"))
     )
@@ -511,10 +575,11 @@ def _compose(
     )
     month_start = (pl.col("month") + "-01").str.to_datetime("%Y-%m-%d", time_unit="us", time_zone="UTC")
     adjustments = (
-        grid.group_by(*pkey, "month", "cause_found", "cause_at")
+        grid.lazy()
+        .group_by(*pkey, "month", "cause_found", "cause_at")
         .agg(pl.col(v).sum() for v in VALUES)
         .filter(pl.any_horizontal(pl.col(v) != 0 for v in VALUES))
-        .join(described.drop("close_snap", "line_period"), on=pkey)
+        .join(info.lazy(), on=pkey)
         .with_columns(
             kind=pl.when(pl.col("kind") == "clawback")
             .then(pl.lit("clawback"))
@@ -525,8 +590,6 @@ def _compose(
             dated_at=pl.max_horizontal("dated_at", month_start, "cause_at"),
         )
         .select(columns)
+        .collect(engine=ENGINE)
     )
-    return pl.concat(
-        [open_lines.select(columns), frozen.select(columns), adjustments],
-        how="vertical_relaxed",
-    )
+    return pl.concat([kept, adjustments], how="vertical_relaxed")
