@@ -42,9 +42,15 @@ log's prefixes (the same numbers, `_snapshot_lines`), all of them in one pass: e
 a program of its own in one log (`stacked`: the prefix's rows under an alias of their program,
 one per close), and the pass's lines are split back by alias. Either way a snapshot holds only
 the lines of months closed by its close (`_closed_only`), the only ones a composition reads.
-The composition itself (`_compose`) works on every program at once.
+The composition itself (`_compose`) works on every program at once, on points: a key's line at
+a snapshot holds until the key's next point, so a booked close costs the keys it changed.
 
-Measured (bench/closes.py, `make bench`): see the README's benchmark table.
+Measured (bench/closes.py; 27,000 events, 99 closes in 9 programs, 2 cores, 2026-12-02): a
+full reconcile run 0.67 s against 0.53 s without the closes (the previous release: 1.09 s
+against 0.55 s). What the closes still cost a run: finding the causes of the changes after a
+close (`bookings.causes`, about 20 ms), decoding the bookings (14 ms), the sales and refunds
+logged after their month closed (latecomers.py, refunds.py: 23 ms, as before), the
+composition (15 ms).
 """
 
 from __future__ import annotations

@@ -1857,7 +1857,7 @@ def cause_of(
             continue
         if until is not None and r["seq"] >= until:
             continue
-        if r["kind"] == "booking":
+        if r["kind"] in ("booking", "close_booking", "close_booked"):  # what the reconciler showed
             continue
         bears = (
             r["kind"] in ("metadata_fix", "backfill", "program_terms", "promo_code")
