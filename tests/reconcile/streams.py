@@ -834,7 +834,8 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
             if draw(st.sampled_from((True, True, True, False)), label=f"snapshot {n}"):
                 minimum = draw(st.sampled_from((0, 0, 1_000, {"usd": 5_000, "jpy": 500})), label=f"min {n}")
                 made = b.payout_snapshot(rows, _log_now(rows, when), people, details, up_to, minimum, **terms)
-                snapshots[f"po_{n}"] = [(r["partner_code"], r["currency"]) for r in made["rows"]]
+                # sorted: the draws below must not hang on the order a frame's rows came in
+                snapshots[f"po_{n}"] = sorted((r["partner_code"], r["currency"]) for r in made["rows"])
                 rows.append(b.payout_batch(f"po_{n}", up_to, minimum, made, occurred_at=when))
             else:  # a batch made before batches kept snapshots
                 rows.append(b.payout_batch(f"po_{n}", up_to, occurred_at=when))
