@@ -899,8 +899,6 @@ def ledger_streams(draw: st.DrawFn, max_events: int = 30) -> Stream:
         rows.append(b.payout_batch("po_tail", draw(st.sampled_from(CUTOFFS[-3:])), occurred_at=last))
         if draw(st.booleans()):
             rows.append(b.payout_paid("paid_tail", "po_tail", occurred_at=last))
-    if len(rows) % 2 == 0:  # a run books the closes (api/jobs.py): at the end, so no draw moves
-        rows += b.close_bookings(rows, _log_now(rows, b.at(days=60)), people, **terms)
     programs = b.programs(**terms)
     return Stream(
         rows=rows,
