@@ -10,11 +10,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import time_machine
 from starlette.testclient import TestClient
 
 from api.app import create_app
@@ -156,6 +158,13 @@ def make_world(client: TestClient, **settings: Any) -> World:
     )
     assert r.status_code == 201, r.text
     return World(client, acct["token"], acct["workspace_id"], program_id, api_key)
+
+
+@pytest.fixture
+def clock() -> Iterator[time_machine.Traveller]:
+    """Time from 2026-01-01 09:00 UTC, ticking; a test moves it with `clock.move_to`."""
+    with time_machine.travel(datetime(2026, 1, 1, 9, tzinfo=UTC), tick=True) as traveller:
+        yield traveller
 
 
 @pytest.fixture

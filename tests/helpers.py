@@ -68,6 +68,11 @@ def deliver(
     return client.post("/webhooks/stripe", content=body, headers=headers)
 
 
+def at(text: str) -> datetime:
+    """An RFC 3339 time ("2026-01-01T09:00:00Z") as an aware datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def sql_rows(store: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Rows of `sql` (`?` parameters) on a store, through its `Reader` (either backend)."""
     with store.reader() as db:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +23,13 @@ from reconcile import periods
 from reconcile.pipeline import reconcile
 from reconcile.run import backfill_inputs
 from tests.conftest import OP, World, bearer, make_world
-from tests.helpers import query
+from tests.helpers import at, query
 from tests.pg import Server
 from tests.reconcile import builders as b
 from tests.reconcile.apps import replica_settings
 from tests.reconcile.builders import at as day
 
 LINE = ("transaction_id", "partner_code", "kind", "period", "amount", "status")
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Traveller]:
-    with time_machine.travel(at("2026-01-01T09:00:00Z"), tick=True) as traveller:
-        yield traveller
 
 
 def _lines(world: World) -> list[tuple[Any, ...]]:

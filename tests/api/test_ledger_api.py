@@ -12,8 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -23,19 +21,9 @@ import time_machine
 from starlette.testclient import TestClient
 
 from tests.conftest import OP, World, make_world
-from tests.helpers import logged_in, payee, program_path, query
+from tests.helpers import at, logged_in, payee, program_path, query
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Traveller]:
-    with time_machine.travel(at("2026-01-01T09:00:00Z"), tick=True) as traveller:
-        yield traveller
 
 
 def shop(client: TestClient, **settings: Any) -> World:
